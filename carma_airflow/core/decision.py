@@ -1,0 +1,70 @@
+"""Placement decisions: the chosen GPUs, or why not, with per-GPU reasons as data."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Outcome(enum.Enum):
+    PLACED = "placed"
+    NOT_NOW = "not-now"  # may fit later, when tenants leave
+    NEVER_FITS = "never-fits"  # no GPU set could ever take it
+    ERROR = "error"
+
+
+class Reason(enum.Enum):
+    """Why one GPU was not chosen."""
+
+    UNHEALTHY = "unhealthy"
+    STALE = "stale-telemetry"
+    LOCKED = "locked"
+    MEMORY = "memory"
+    RISK = "high-risk"
+    BUSY = "not-idle"
+    EXCLUSIVE_TENANT = "exclusive-tenant"
+    TENANT_CAP = "tenant-cap"
+    MODEL = "gpu-model"
+    AVOID = "avoided-after-oom"
+    RESERVED = "reserved"
+    HOST = "host-short-of-gpus"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuVerdict:
+    """The placer's word on one GPU for one request."""
+
+    uuid: str
+    index: int
+    spec: str
+    reason: Reason | None
+    detail: str
+
+    def __str__(self) -> str:
+        head = f"GPU {self.index} ({self.spec})"
+        return f"{head}: {self.detail}" if self.reason is None else f"{head}: {self.reason.value}: {self.detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    request_key: str
+    outcome: Outcome
+    gpu_uuids: tuple[str, ...] = ()
+    chosen: tuple[GpuVerdict, ...] = ()
+    rejected: tuple[GpuVerdict, ...] = ()
+    summary: str = ""
+    collocated: bool = False
+    policy: str = ""
+
+    @property
+    def placed(self) -> bool:
+        return self.outcome is Outcome.PLACED
+
+    def explain(self, limit: int = 8) -> str:
+        """Multi-line text for logs and the CLI."""
+        lines = [self.summary]
+        lines += [f"  chose {v}" for v in self.chosen]
+        lines += [f"  skipped {v}" for v in self.rejected[:limit]]
+        if len(self.rejected) > limit:
+            lines.append(f"  ... and {len(self.rejected) - limit} more GPUs")
+        return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""GPU memory estimators behind one interface.  Pure functions of what they are given.
+
+An estimator turns :class:`TaskMemoryInfo` (what is known about a task) into a
+:class:`~carma_airflow.core.task.MemoryNeed`.  Catalogue values of 40000 MiB or more mean
+"the estimator gave up" (the workload's convention) and become ``whole_gpu``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from carma_airflow.core.errors import UnknownPolicyError
+from carma_airflow.core.task import MemoryNeed
+
+GAVE_UP_MIB = 40000  # the catalogue's sentinel for "could not estimate"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMemoryInfo:
+    """What may be known about a task's memory.  Any field may be missing (None)."""
+
+    declared_mib: int | None = None
+    measured_peak_mib: int | None = None  # oracle: peak of a solo run
+    horus_mib: int | None = None
+    faketensor_mib: int | None = None
+    gpumemnet_mib: int | None = None
+    history_mib: tuple[int, ...] = ()  # peaks of earlier successful runs, oldest first
+
+
+class MemoryEstimator:
+    """Base: ``estimate`` returns a need, or None when this estimator knows nothing."""
+
+    name = "base"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        raise NotImplementedError
+
+
+def _value(mib: int | None, source: str) -> MemoryNeed | None:
+    if mib is None:
+        return None
+    if mib >= GAVE_UP_MIB:
+        return MemoryNeed(mib=mib, source=f"{source} (gave up: whole GPU)", whole_gpu=True)
+    return MemoryNeed(mib=max(1, mib), source=source)
+
+
+class Declared(MemoryEstimator):
+    name = "declared"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return None if info.declared_mib is None else MemoryNeed(info.declared_mib, "declared")
+
+
+class Oracle(MemoryEstimator):
+    name = "oracle"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return _value(info.measured_peak_mib, "oracle")
+
+
+class Horus(MemoryEstimator):
+    name = "horus"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return _value(info.horus_mib, "horus")
+
+
+class FakeTensor(MemoryEstimator):
+    name = "faketensor"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return _value(info.faketensor_mib, "faketensor")
+
+
+class GpuMemNet(MemoryEstimator):
+    name = "gpumemnet"
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return _value(info.gpumemnet_mib, "gpumemnet")
+
+
+class Floor(MemoryEstimator):
+    """No estimate: demand a fixed amount of free memory (paper: 5120 MiB), no headroom."""
+
+    name = "floor"
+
+    def __init__(self, floor_mib: int = 5120) -> None:
+        self.floor_mib = floor_mib
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        return MemoryNeed(self.floor_mib, "floor", add_headroom=False)
+
+
+class History(MemoryEstimator):
+    """Learns from earlier runs: the largest of the last ``runs`` peaks, plus a margin.
+
+    Rounded up to ``round_mib``.  Training runs of one task on one data set vary little, so a
+    small margin covers the allocator's jitter without wasting much.
+    """
+
+    name = "history"
+
+    def __init__(self, runs: int = 5, margin: float = 0.10, round_mib: int = 256) -> None:
+        self.runs = runs
+        self.margin = margin
+        self.round_mib = round_mib
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        if not info.history_mib:
+            return None
+        recent: Sequence[int] = info.history_mib[-self.runs :]
+        peak = max(recent) * (1.0 + self.margin)
+        mib = int(math.ceil(peak / self.round_mib) * self.round_mib)
+        return MemoryNeed(mib, f"history ({len(recent)} run(s), max {max(recent)} MiB)")
+
+
+class Chain(MemoryEstimator):
+    """The first estimator that knows something wins; the last one should always know."""
+
+    def __init__(self, *links: MemoryEstimator) -> None:
+        if not links:
+            raise ValueError("Chain needs at least one estimator")
+        self.links = links
+        self.name = "+".join(link.name for link in links)
+
+    def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        for link in self.links:
+            need = link.estimate(info)
+            if need is not None:
+                return need
+        return None
+
+
+_SIMPLE: dict[str, Callable[[], MemoryEstimator]] = {
+    "declared": Declared,
+    "oracle": Oracle,
+    "horus": Horus,
+    "faketensor": FakeTensor,
+    "gpumemnet": GpuMemNet,
+    "floor": Floor,
+    "history": History,
+}
+DEFAULT_ESTIMATOR = "gpumemnet"
+
+
+def estimator_names() -> list[str]:
+    return list(_SIMPLE)
+
+
+def make_estimator(name: str, floor_mib: int = 5120) -> MemoryEstimator:
+    """Build an estimator by name.
+
+    Every estimator is chained as ``declared -> NAME -> floor``: a memory the author declared
+    always wins, and a task the estimator knows nothing about gets the floor.  ``history``
+    chains ``declared -> history -> gpumemnet -> floor``.  ``a+b`` chains explicitly.
+    """
+    wanted = name.strip().lower()
+    parts = [p for p in wanted.split("+") if p]
+    links: list[MemoryEstimator] = []
+    for part in parts or [wanted]:
+        factory = _SIMPLE.get(part)
+        if factory is None:
+            raise UnknownPolicyError(f"unknown estimator {name!r}; use one of {', '.join(_SIMPLE)} or a+b")
+        links.append(Floor(floor_mib) if part == "floor" else factory())
+    if len(parts) == 1 and parts[0] == "history":
+        links.append(GpuMemNet())
+    if not isinstance(links[0], Declared):
+        links.insert(0, Declared())
+    if not isinstance(links[-1], Floor):
+        links.append(Floor(floor_mib))
+    chain = Chain(*links)
+    chain.name = wanted
+    return chain

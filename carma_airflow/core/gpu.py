@@ -1,0 +1,128 @@
+"""GPU specs, the spec catalogue, and GPU state as the placer sees it."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+
+from carma_airflow.core.errors import UnknownGpuSpecError
+from carma_airflow.core.risk import MetricWindow
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """What a GPU model offers.  Memory is what NVML reports as total, in MiB."""
+
+    name: str
+    memory_mib: int
+    sm_count: int
+    idle_power_w: float
+    max_power_w: float
+
+
+# Memory is NVML's total for the model; power is idle draw as seen by nvidia-smi and board TDP.
+GPU_CATALOGUE: dict[str, GpuSpec] = {
+    spec.name.lower(): spec
+    for spec in (
+        GpuSpec("A100-40GB", 40960, 108, 55.0, 400.0),
+        GpuSpec("A100-80GB", 81920, 108, 60.0, 400.0),
+        GpuSpec("H100-80GB", 81559, 132, 70.0, 700.0),
+        GpuSpec("H200-141GB", 143771, 132, 75.0, 700.0),
+        GpuSpec("L4", 23034, 58, 16.0, 72.0),
+        GpuSpec("L40S", 46068, 142, 35.0, 350.0),
+        GpuSpec("V100-32GB", 32768, 80, 40.0, 300.0),
+        GpuSpec("T4", 15360, 40, 10.0, 70.0),
+    )
+}
+
+
+def gpu_spec(name: str) -> GpuSpec:
+    """Look a spec up by name, case-insensitively."""
+    try:
+        return GPU_CATALOGUE[name.strip().lower()]
+    except KeyError:
+        known = ", ".join(s.name for s in GPU_CATALOGUE.values())
+        raise UnknownGpuSpecError(f"unknown GPU spec {name!r}; use one of: {known}") from None
+
+
+_GROUP = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
+
+
+def parse_gpu_list(text: str) -> list[GpuSpec]:
+    """Parse ``4xA100-40GB`` or ``2xA100-40GB,4xH100-80GB`` into one spec per GPU."""
+    specs: list[GpuSpec] = []
+    for part in text.split(","):
+        match = _GROUP.match(part)
+        if match is None:
+            raise UnknownGpuSpecError(
+                f"cannot read GPU list part {part!r}; write NxSPEC such as 4xA100-40GB"
+            )
+        count = int(match.group(1) or 1)
+        if count < 1 or count > 100_000:
+            raise UnknownGpuSpecError(f"GPU count in {part!r} must be between 1 and 100000")
+        specs.extend([gpu_spec(match.group(2))] * count)
+    return specs
+
+
+class GpuHealth(enum.Enum):
+    """Whether the placer may use a GPU."""
+
+    HEALTHY = "healthy"
+    STALE = "stale"  # monitor has no fresh samples: no collocation, idle use only
+    QUARANTINED = "quarantined"  # NVML errors: no placements at all
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A task holding (part of) a GPU.
+
+    ``reserved_mib`` is what the placer reserved for it (its estimate); ``observed_mib`` is what
+    the monitor last saw it use, None until its process appears.
+    """
+
+    key: str
+    label: str
+    reserved_mib: int
+    placed_at: float
+    observed_mib: int | None = None
+    exclusive: bool = False
+
+    @property
+    def accounted_mib(self) -> int:
+        """Memory the tenant is expected to hold: the larger of reservation and observation."""
+        if self.observed_mib is None:
+            return self.reserved_mib
+        return max(self.reserved_mib, self.observed_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU at one moment: last readings, the metric window, tenants, health."""
+
+    uuid: str
+    index: int
+    spec: GpuSpec
+    free_mib: int
+    used_mib: int
+    window: MetricWindow
+    tenants: tuple[Tenant, ...] = ()
+    health: GpuHealth = GpuHealth.HEALTHY
+    host: str = "localhost"
+    last_placed_at: float | None = None
+
+    @property
+    def total_mib(self) -> int:
+        return self.spec.memory_mib
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """Everything the placer may look at: the time and the GPUs."""
+
+    now: float
+    gpus: tuple[GpuState, ...]
+    by_uuid: dict[str, GpuState] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_uuid", {g.uuid: g for g in self.gpus})

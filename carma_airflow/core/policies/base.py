@@ -1,0 +1,62 @@
+"""What a placement policy is: which checks it applies and how it orders candidate GPUs.
+
+A policy never mutates cluster state.  The placer computes one :class:`GpuFacts` per GPU per
+pass, filters with the checks the policy switches on, then sorts the survivors with the
+policy's keys (idle GPUs first, then collocation candidates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from carma_airflow.core.gpu import GpuState
+from carma_airflow.core.task import TaskRequest
+
+
+@dataclass(slots=True)
+class GpuFacts:
+    """Per-pass, per-GPU numbers the filters and orderings use.  Updated as a pass places."""
+
+    state: GpuState
+    usable_free_mib: int
+    idle: bool
+    tenants: int
+    exclusive_tenant: bool
+    locked: bool
+    smact: float  # window score, plus the prior of tenants the window has not seen yet
+    smocc: float
+    drama: float
+    high_risk: bool
+
+    @property
+    def index(self) -> int:
+        return self.state.index
+
+    @property
+    def uuid(self) -> str:
+        return self.state.uuid
+
+
+class Policy:
+    """Base class.  Subclasses set the flags and override :meth:`key` (lower sorts first)."""
+
+    name = "base"
+    aliases: tuple[str, ...] = ()
+    description = ""
+    collocates = True  # False: idle GPUs only (exclusive)
+    checks_memory = True
+    checks_risk = True
+    uses_lock = True  # paper: a freshly used GPU is locked for lock_s
+    uses_reservations = False  # ours: count reserved memory of tenants not yet visible
+    max_tenants: int | None = None
+
+    def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
+        """Order among idle GPUs: GPU index (the paper takes the first idle GPU)."""
+        return (float(facts.index),)
+
+    def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
+        """Order among collocation candidates."""
+        return (float(facts.index),)
+
+    def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
+        """Hook called after a placement (round-robin moves its cursor)."""

@@ -1,0 +1,160 @@
+"""Failure classification and the recovery planner.
+
+CUDA out-of-memory is recognised by exception type and message signatures (PyTorch,
+cuBLAS/cuSOLVER, NCCL, TensorFlow, JAX/XLA).  Exit codes carry no signal: an uncaught
+exception exits 1 whatever it was, and a SIGKILL (exit 137, host OOM killer) is *not* a GPU OOM.
+
+The planner bounds retries and asks each next try for a GPU whose free memory covers what the
+crashed try reached (times a growth factor) plus headroom, away from the GPU it crashed on; the
+last allowed try gets an idle GPU to itself.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, replace
+
+from carma_airflow.core.task import MemoryNeed, TaskRequest
+from carma_airflow.core.units import format_mib
+
+
+class FailureKind(enum.Enum):
+    CUDA_OOM = "cuda-oom"
+    PROBABLE_OOM = "probable-oom"  # CUDNN_STATUS_NOT_INITIALIZED on a nearly full GPU
+    KILLED = "killed"  # SIGKILL / exit 137 / host OOM killer
+    OTHER = "other"
+
+
+_OOM_TYPES = frozenset(
+    {
+        "OutOfMemoryError",
+        "torch.OutOfMemoryError",
+        "torch.cuda.OutOfMemoryError",
+        "ResourceExhaustedError",
+        "tensorflow.errors.ResourceExhaustedError",
+        "SimulatedCudaOOM",
+    }
+)
+_OOM_PATTERNS = re.compile(
+    "|".join(
+        [
+            r"CUDA out of memory",
+            r"CUDA error: out of memory",
+            r"CUBLAS_STATUS_ALLOC_FAILED",
+            r"CUSOLVER_STATUS_ALLOC_FAILED",
+            r"Cuda failure '?out of memory",
+            r"Failed to CUDA calloc",
+            r"OOM when allocating tensor",
+            r"CUDA_ERROR_OUT_OF_MEMORY",
+            r"RESOURCE_EXHAUSTED: Out of memory",
+            r"cudaErrorMemoryAllocation",
+        ]
+    ),
+    re.IGNORECASE,
+)
+_PROBABLE = re.compile(r"CUDNN_STATUS_NOT_INITIALIZED|CUDNN_STATUS_ALLOC_FAILED", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    kind: FailureKind
+    evidence: str
+
+    @property
+    def is_oom(self) -> bool:
+        return self.kind in (FailureKind.CUDA_OOM, FailureKind.PROBABLE_OOM)
+
+
+def classify_failure(
+    exc_type: str | None = None,
+    message: str | None = None,
+    exit_code: int | None = None,
+    gpu_nearly_full: bool = False,
+) -> Failure:
+    """Classify one failed try from what the task process reported."""
+    if exit_code in (137, -9):
+        return Failure(FailureKind.KILLED, f"exit code {exit_code}: killed (SIGKILL, e.g. host OOM killer)")
+    short_type = (exc_type or "").rsplit(".", 1)[-1]
+    if exc_type in _OOM_TYPES or short_type in ("OutOfMemoryError", "ResourceExhaustedError"):
+        return Failure(FailureKind.CUDA_OOM, f"exception type {exc_type}")
+    text = message or ""
+    match = _OOM_PATTERNS.search(text)
+    if match:
+        return Failure(FailureKind.CUDA_OOM, f"message contains {match.group(0)!r}")
+    probable = _PROBABLE.search(text)
+    if probable and gpu_nearly_full:
+        return Failure(FailureKind.PROBABLE_OOM, f"{probable.group(0)} on a nearly full GPU")
+    return Failure(FailureKind.OTHER, exc_type or (text[:80] if text else f"exit code {exit_code}"))
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySettings:
+    max_oom_retries: int = 2
+    headroom_mib: int = 2048
+    growth: float = 1.25  # the crashed try stopped at what was free; the real peak is higher
+    exclusive_last: bool = True  # the last allowed try gets an idle GPU to itself
+    round_mib: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPlan:
+    request: TaskRequest
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    reason: str
+
+
+def plan_recovery(
+    request: TaskRequest,
+    failure: Failure,
+    *,
+    oom_retries_done: int,
+    peak_mib: int | None,
+    crashed_gpus: tuple[str, ...],
+    now: float,
+    settings: RecoverySettings = RecoverySettings(),
+) -> RetryPlan | GiveUp:
+    """Plan the next try after a failure, or give up with a message that says what to do."""
+    if not failure.is_oom:
+        return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
+    reached = peak_mib if peak_mib is not None else request.memory.mib
+    if oom_retries_done >= settings.max_oom_retries:
+        advise = int(math.ceil(reached * settings.growth / 1024.0))
+        return GiveUp(
+            f"CUDA OOM on {oom_retries_done + 1} tries; the last reached {format_mib(reached)} per GPU. "
+            f"Declare memory of at least {advise}GiB in executor_config or use a larger GPU."
+        )
+    grown = max(request.memory.mib, int(reached * settings.growth))
+    grown = int(math.ceil(grown / settings.round_mib) * settings.round_mib)
+    last = oom_retries_done + 1 == settings.max_oom_retries
+    exclusive = settings.exclusive_last and last
+    memory = MemoryNeed(grown, f"recovery (reached {format_mib(reached)} before OOM)")
+    nxt = replace(
+        request,
+        key=f"{request.key.rsplit('#', 1)[0]}#{request.try_number + 1}",
+        memory=memory,
+        exclusive=request.exclusive or exclusive,
+        try_number=request.try_number + 1,
+        recovered=True,
+        avoid_gpus=request.avoid_gpus | frozenset(crashed_gpus),
+    )
+    where = "an idle GPU of its own" if nxt.exclusive else f"a GPU with {format_mib(grown)} + headroom free"
+    return RetryPlan(nxt, f"CUDA OOM at {format_mib(reached)} ({failure.evidence}); retry {oom_retries_done + 1} "
+                     f"of {settings.max_oom_retries} on {where}, away from the GPU it crashed on")
+
+
+def paper_recovery(request: TaskRequest) -> RetryPlan:
+    """The paper's recovery: relaunch at once, with priority, on an idle GPU, no bound."""
+    nxt = replace(
+        request,
+        key=f"{request.key.rsplit('#', 1)[0]}#{request.try_number + 1}",
+        exclusive=True,
+        try_number=request.try_number + 1,
+        recovered=True,
+    )
+    return RetryPlan(nxt, "paper recovery: relaunch on an idle GPU")

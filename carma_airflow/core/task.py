@@ -1,0 +1,49 @@
+"""What a task asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryNeed:
+    """Per-GPU memory a task needs, and where the number came from.
+
+    ``whole_gpu`` means "could not estimate: give it an idle GPU to itself".  ``add_headroom``
+    is False for the fixed-floor estimator, whose number already is the free memory it demands.
+    """
+
+    mib: int
+    source: str
+    whole_gpu: bool = False
+    add_headroom: bool = True
+
+    def filter_mib(self, headroom_mib: int) -> int:
+        """The free memory a GPU must have to take this task."""
+        return self.mib + (headroom_mib if self.add_headroom else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """One try of one task, asking for GPUs.
+
+    ``key`` identifies the try (unique); ``label`` is what users read (task name).  Priority is
+    larger-first (Airflow's priority_weight).  ``avoid_gpus`` lists GPUs a recovery plan wants
+    to keep away from; ``gpu_model`` is a case-insensitive substring of the spec name.
+    """
+
+    key: str
+    label: str
+    memory: MemoryNeed
+    gpus: int = 1
+    exclusive: bool = False
+    gpu_model: str | None = None
+    priority: int = 0
+    submitted_at: float = 0.0
+    try_number: int = 1
+    recovered: bool = False
+    avoid_gpus: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def needs_idle_gpu(self) -> bool:
+        return self.exclusive or self.memory.whole_gpu

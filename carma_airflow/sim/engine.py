@@ -1,0 +1,464 @@
+"""Discrete-event replay of a trace through the same placer and queue the executor uses.
+
+Events: arrivals, memory ramp-ups (where a CUDA OOM can happen), finishes, and wake-ups
+(lock expiry, a metric window settling, a starvation bound passing).  After the events of one
+instant are handled, one scheduling pass runs if anything changed.  The GPU sharing model
+(:mod:`carma_airflow.core.sharing`) decides slowdowns, telemetry, power and OOMs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+from carma_airflow.core.decision import Outcome
+from carma_airflow.core.estimators import make_estimator
+from carma_airflow.core.gpu import ClusterView, GpuSpec, GpuState, Tenant
+from carma_airflow.core.placer import Placer
+from carma_airflow.core.policies import make_policy
+from carma_airflow.core.queueing import make_queue
+from carma_airflow.core.recovery import (
+    Failure,
+    FailureKind,
+    GiveUp,
+    RecoverySettings,
+    paper_recovery,
+    plan_recovery,
+)
+from carma_airflow.core.risk import MetricWindow
+from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
+from carma_airflow.core.sharing import ActivityProfile, SharingModel
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.sim.metrics import GpuIntegrals, SimResult, TaskRecord, TimelineEntry
+from carma_airflow.sim.workload import Arrival
+
+ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    gpus: tuple[GpuSpec, ...]
+    policy: str = "interference-aware"
+    estimator: str = "gpumemnet"
+    queue: str = "backfill"
+    recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
+    settings: PlacementSettings = DEFAULT_SETTINGS
+    sharing: SharingModel = field(default_factory=SharingModel)
+    recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
+    seed: int = 0
+
+    def recovery_mode(self) -> str:
+        if self.recovery is not None:
+            return self.recovery
+        if self.queue == "fifo":
+            return "paper"
+        if self.policy.startswith("static-"):
+            return "blind"
+        return "planned"
+
+
+@dataclass(eq=False, slots=True)
+class _Run:
+    arrival: Arrival
+    request: TaskRequest
+    gpus: list[int]
+    start: float
+    profile: ActivityProfile
+    remaining: float  # solo seconds of work left
+    rate: float = 1.0
+    last: float = 0.0
+    version: int = 0
+    ramped: bool = False
+    held: int = 0
+    alive: bool = True
+
+
+@dataclass(eq=False, slots=True)
+class _Gpu:
+    index: int
+    spec: GpuSpec
+    uuid: str
+    runs: list[_Run] = field(default_factory=list)
+    used: int = 0
+    smact: float = 0.0
+    smocc: float = 0.0
+    drama: float = 0.0
+    changed_at: float = -1e18
+    history: list[tuple[float, float, float, float]] = field(default_factory=list)
+    last_placed: float | None = None
+    integ: GpuIntegrals = field(default_factory=GpuIntegrals)
+    since: float = 0.0
+    cached: GpuState | None = None
+
+
+@dataclass(slots=True)
+class _Job:
+    arrival: Arrival
+    tries: int = 0
+    ooms: int = 0
+    first_start: float | None = None
+    waited: float = 0.0
+    end: float | None = None
+    outcome: str = "pending"
+    last_run_s: float = 0.0
+    gpus: tuple[int, ...] = ()
+
+
+class Simulation:
+    def __init__(self, config: SimConfig) -> None:
+        self.cfg = config
+        self.placer = Placer(make_policy(config.policy), config.settings)
+        self.queue = make_queue(config.queue)
+        self.estimator = make_estimator(config.estimator, config.settings.floor_mib)
+        self.model = config.sharing
+        self.window = config.settings.risk.window
+        self.gpus = [_Gpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(config.gpus)]
+        self.by_uuid = {g.uuid: g for g in self.gpus}
+        self.events: list[tuple[float, int, int, object]] = []
+        self.seq = itertools.count()
+        self.pending: dict[str, TaskRequest] = {}
+        self.pending_since: dict[str, float] = {}
+        self.jobs: dict[int, _Job] = {}
+        self.req_arrival: dict[str, Arrival] = {}
+        self.timeline: list[TimelineEntry] = []
+        self.history: dict[str, list[int]] = {}
+        self.oom_crashes = 0
+        self.retries = 0
+        self.passes = 0
+        self.now = 0.0
+        self.wakes: set[float] = set()
+
+    # -- events ------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, payload: object) -> None:
+        heapq.heappush(self.events, (t, next(self.seq), kind, payload))
+
+    def run(self, arrivals: list[Arrival]) -> SimResult:
+        for a in arrivals:
+            self._push(a.submit_s, ARRIVE, a)
+            self.jobs[a.job_id] = _Job(a)
+        while self.events:
+            t = self.events[0][0]
+            self.now = t
+            changed = False
+            while self.events and self.events[0][0] == t:
+                _, _, kind, payload = heapq.heappop(self.events)
+                changed |= self._handle(kind, payload)
+            if changed and self.pending:
+                self._schedule()
+        return self._result(arrivals)
+
+    def _handle(self, kind: int, payload: object) -> bool:
+        if kind == ARRIVE:
+            assert isinstance(payload, Arrival)
+            self._submit(self._request(payload))
+            return True
+        if kind == WAKE:
+            self.wakes.discard(self.now)
+            return True
+        assert isinstance(payload, tuple)
+        run, version = payload
+        if not run.alive:
+            return False
+        if kind == RAMP:
+            self._ramp(run)
+        elif version == run.version and run.ramped:
+            self._finish(run)
+        else:
+            return False
+        return True
+
+    def _request(self, arrival: Arrival) -> TaskRequest:
+        hist = tuple(self.history.get(arrival.task.name, ()))
+        need = self.estimator.estimate(arrival.task.memory_info(arrival.declared_mib, hist))
+        assert need is not None  # the chain ends with the floor
+        return TaskRequest(
+            key=f"job{arrival.job_id}#1",
+            label=f"{arrival.task.name}[{arrival.job_id}]",
+            memory=need,
+            gpus=arrival.task.gpus,
+            submitted_at=arrival.submit_s,
+        )
+
+    def _submit(self, request: TaskRequest) -> None:
+        self.pending[request.key] = request
+        self.pending_since[request.key] = self.now
+        self.req_arrival[request.key] = self.jobs[int(request.key[3:].split("#")[0])].arrival
+
+    # -- scheduling --------------------------------------------------------------------
+    def _view(self) -> ClusterView:
+        states = []
+        for g in self.gpus:
+            settled = self.now - g.changed_at >= self.window
+            if g.cached is None or not settled:
+                g.cached = self._state(g, settled)
+            states.append(g.cached)
+        return ClusterView(self.now, tuple(states))
+
+    def _state(self, g: _Gpu, settled: bool) -> GpuState:
+        risk = self.cfg.settings.risk
+        if settled:
+            window = MetricWindow.constant(g.smact, g.smocc, g.drama, risk)
+        else:
+            times = [h[0] for h in g.history]
+            samples = []
+            for s in range(self.window - 1, -1, -1):  # oldest sample first
+                k = max(0, bisect.bisect_right(times, self.now - s) - 1)
+                samples.append(g.history[k])
+            window = MetricWindow(
+                tuple(x[1] for x in samples), tuple(x[2] for x in samples), tuple(x[3] for x in samples), risk
+            )
+        tenants = tuple(
+            Tenant(
+                key=r.request.key,
+                label=r.request.label,
+                reserved_mib=r.request.memory.mib,
+                placed_at=r.start,
+                observed_mib=r.held if r.ramped else None,
+                exclusive=r.request.needs_idle_gpu,
+            )
+            for r in g.runs
+        )
+        return GpuState(
+            uuid=g.uuid,
+            index=g.index,
+            spec=g.spec,
+            free_mib=g.spec.memory_mib - g.used,
+            used_mib=g.used,
+            window=window,
+            tenants=tenants,
+            last_placed_at=g.last_placed,
+        )
+
+    def _schedule(self) -> None:
+        self.passes += 1
+        plan = self.queue.plan(list(self.pending.values()), self.now)
+        result = self.placer.schedule(plan.ordered, self._view(), blocking=plan.blocking, protected=plan.protected)
+        for d in result.decisions:
+            if d.outcome is Outcome.PLACED:
+                req = self.pending.pop(d.request_key)
+                self._start(req, [self.by_uuid[u].index for u in d.gpu_uuids])
+            elif d.outcome is Outcome.NEVER_FITS:
+                req = self.pending.pop(d.request_key)
+                self.pending_since.pop(req.key, None)
+                self._lose(self.req_arrival[req.key].job_id)
+        if self.pending:
+            moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
+            if moving and self.placer.policy.checks_risk:
+                self._wake(min(moving))
+            starve = getattr(self.queue, "starvation_s", None)
+            if starve is not None:
+                due = [r.submitted_at + starve for r in self.pending.values() if r.submitted_at + starve > self.now]
+                if due:
+                    self._wake(min(due) + 1e-6)
+
+    def _wake(self, t: float) -> None:
+        if t > self.now and t not in self.wakes:
+            self.wakes.add(t)
+            self._push(t, WAKE, None)
+
+    # -- runs --------------------------------------------------------------------------
+    def _closure(self, gpus: list[_Gpu]) -> list[_Gpu]:
+        seen = {g.index: g for g in gpus}
+        for g in gpus:
+            for r in g.runs:
+                for i in r.gpus:
+                    seen.setdefault(i, self.gpus[i])
+        return list(seen.values())
+
+    def _advance(self, gpus: list[_Gpu]) -> None:
+        """Bring integrals and progress of these GPUs (and their runs) up to now."""
+        for g in gpus:
+            dt = self.now - g.since
+            if dt > 0:
+                power = self.model.power_w(g.spec, bool(g.runs), g.smact, g.drama)
+                g.integ.add(dt, g.smact, g.smocc, g.drama, g.used / g.spec.memory_mib, power, bool(g.runs))
+                g.since = self.now
+            for r in g.runs:
+                if r.last < self.now:
+                    r.remaining -= r.rate * (self.now - r.last)
+                    r.last = self.now
+
+    def _rerate(self, changed: list[_Gpu], closure: list[_Gpu]) -> None:
+        """Recompute slowdowns on changed GPUs and telemetry on every GPU they touch."""
+        worst: dict[int, float] = {}
+        for g in closure:
+            if not g.runs:
+                continue
+            for r, s in zip(g.runs, self.model.slowdowns([r.profile for r in g.runs]), strict=True):
+                worst[id(r)] = max(worst.get(id(r), 1.0), s)
+        for g in changed:
+            for r in g.runs:
+                rate = 1.0 / worst.get(id(r), 1.0)
+                if abs(rate - r.rate) > 1e-12:
+                    r.rate = rate
+                    r.version += 1
+                    if r.ramped:
+                        self._push(self.now + max(0.0, r.remaining) / r.rate, FINISH, (r, r.version))
+        self._mark(closure)
+
+    def _mark(self, gpus: list[_Gpu]) -> None:
+        for g in gpus:
+            smact, smocc, drama = self.model.telemetry([r.profile for r in g.runs], [r.rate for r in g.runs])
+            g.smact, g.smocc, g.drama = smact, smocc, drama
+            g.changed_at = self.now
+            g.history.append((self.now, smact, smocc, drama))
+            if len(g.history) > 4 * self.window:
+                cut = bisect.bisect_right([h[0] for h in g.history], self.now - self.window) - 1
+                if cut > 0:
+                    del g.history[:cut]
+            g.cached = None
+
+    def _start(self, request: TaskRequest, gpu_ids: list[int]) -> None:
+        arrival = self.req_arrival[request.key]
+        job = self.jobs[arrival.job_id]
+        job.tries += 1
+        job.waited += self.now - self.pending_since.pop(request.key)
+        if job.first_start is None:
+            job.first_start = self.now
+        job.gpus = tuple(gpu_ids)
+        run = _Run(arrival, request, gpu_ids, self.now, arrival.task.profile, arrival.task.solo_s, last=self.now)
+        gpus = [self.gpus[i] for i in gpu_ids]
+        closure = self._closure(gpus)
+        self._advance(closure)
+        for g in gpus:
+            g.runs.append(run)
+            g.last_placed = self.now
+        self._rerate(gpus, self._closure(gpus))
+        self._push(self.now + self.model.ramp_s, RAMP, (run, -1))
+        if self.placer.policy.uses_lock:
+            self._wake(self.now + self.cfg.settings.lock_s)
+
+    def _ramp(self, run: _Run) -> None:
+        if not run.alive:
+            return
+        gpus = [self.gpus[i] for i in run.gpus]
+        peak = run.arrival.task.peak_mib
+        free = min(g.spec.memory_mib - g.used for g in gpus)
+        closure = self._closure(gpus)
+        self._advance(closure)
+        if self.model.oom_at_ramp(peak, free):
+            self._crash(run, gpus, reached=max(0, free))
+            return
+        run.ramped = True
+        run.held = peak
+        for g in gpus:
+            g.used += peak
+        self._mark(gpus)
+        self._push(self.now + max(0.0, run.remaining) / run.rate, FINISH, (run, run.version))
+
+    def _remove(self, run: _Run, gpus: list[_Gpu]) -> None:
+        closure = self._closure(gpus)
+        self._advance(closure)
+        run.alive = False
+        for g in gpus:
+            g.runs.remove(run)
+            g.used -= run.held
+        self._rerate(gpus, closure)
+
+    def _finish(self, run: _Run) -> None:
+        gpus = [self.gpus[i] for i in run.gpus]
+        self._remove(run, gpus)
+        job = self.jobs[run.arrival.job_id]
+        job.end = self.now
+        job.outcome = "success"
+        job.last_run_s = self.now - run.start
+        self.history.setdefault(run.arrival.task.name, []).append(run.arrival.task.peak_mib)
+        self.timeline.append(
+            TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "success")
+        )
+
+    def _crash(self, run: _Run, gpus: list[_Gpu], reached: int) -> None:
+        self._remove(run, gpus)
+        self.oom_crashes += 1
+        job = self.jobs[run.arrival.job_id]
+        job.ooms += 1
+        self.timeline.append(
+            TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "oom")
+        )
+        mode = self.cfg.recovery_mode()
+        req = run.request
+        nxt: TaskRequest | None
+        if mode == "paper":
+            nxt = paper_recovery(req).request if job.ooms <= self.cfg.recovery_settings.max_oom_retries + 8 else None
+        elif mode == "blind":
+            nxt = None
+            if job.ooms <= self.cfg.recovery_settings.max_oom_retries:
+                nxt = TaskRequest(
+                    key=f"job{run.arrival.job_id}#{req.try_number + 1}",
+                    label=req.label,
+                    memory=req.memory,
+                    gpus=req.gpus,
+                    priority=req.priority,
+                    submitted_at=req.submitted_at,
+                    try_number=req.try_number + 1,
+                )
+        else:
+            plan = plan_recovery(
+                req,
+                Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
+                oom_retries_done=job.ooms - 1,
+                peak_mib=reached,
+                crashed_gpus=tuple(g.uuid for g in gpus),
+                now=self.now,
+                settings=self.cfg.recovery_settings,
+            )
+            nxt = None if isinstance(plan, GiveUp) else plan.request
+        if nxt is None:
+            self._lose(run.arrival.job_id)
+            return
+        self.retries += 1
+        self._submit(nxt)
+
+    def _lose(self, job_id: int) -> None:
+        job = self.jobs[job_id]
+        job.outcome = "lost"
+        job.end = self.now
+
+    # -- result ------------------------------------------------------------------------
+    def _result(self, arrivals: list[Arrival]) -> SimResult:
+        ends = [j.end for j in self.jobs.values() if j.end is not None and j.outcome == "success"]
+        start = min((a.submit_s for a in arrivals), default=0.0)
+        makespan = (max(ends) - start) if ends else 0.0
+        self.now = start + makespan
+        self._advance(self.gpus)
+        records = tuple(
+            TaskRecord(
+                job_id=j.arrival.job_id,
+                task=j.arrival.task.name,
+                gpus=j.arrival.task.gpus,
+                submit_s=j.arrival.submit_s,
+                first_start_s=j.first_start,
+                end_s=j.end,
+                wait_s=j.waited,
+                run_s=j.last_run_s,
+                solo_s=j.arrival.task.solo_s,
+                tries=j.tries,
+                oom_crashes=j.ooms,
+                outcome="success" if j.outcome == "success" else "lost",
+            )
+            for j in sorted(self.jobs.values(), key=lambda j: j.arrival.job_id)
+        )
+        counts: dict[str, int] = {}
+        for g in self.gpus:
+            counts[g.spec.name] = counts.get(g.spec.name, 0) + 1
+        return SimResult(
+            policy=self.placer.policy.name,
+            estimator=self.estimator.name,
+            queue=self.queue.name,
+            recovery=self.cfg.recovery_mode(),
+            gpus=",".join(f"{n}x{name}" for name, n in counts.items()),
+            tasks=records,
+            timeline=tuple(self.timeline),
+            integrals=tuple(g.integ for g in self.gpus),
+            makespan_s=makespan,
+            oom_crashes=self.oom_crashes,
+            retries=self.retries,
+            passes=self.passes,
+        )
+
+
+def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:
+    """Run one simulation."""
+    return Simulation(config).run(arrivals)

@@ -1,0 +1,184 @@
+"""Loading and checking the workload: a task catalogue and a trace of arrivals (pandas)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from carma_airflow.core.errors import WorkloadError
+from carma_airflow.core.estimators import TaskMemoryInfo
+from carma_airflow.core.sharing import ActivityProfile, activity_profile
+
+CATALOG_COLUMNS = (
+    "task",
+    "family",
+    "batch_size",
+    "gpus",
+    "peak_mem_mib",
+    "horus_mib",
+    "faketensor_mib",
+    "gpumemnet_mib",
+    "solo_minutes",
+)
+TRACE_COLUMNS = ("job_id", "submit_s", "task")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    name: str
+    script: str
+    family: str
+    batch_size: int
+    gpus: int
+    peak_mib: int
+    horus_mib: int | None
+    faketensor_mib: int | None
+    gpumemnet_mib: int | None
+    solo_s: float
+
+    @property
+    def profile(self) -> ActivityProfile:
+        small = "cifar" in self.script.lower() or "cifar" in self.name.lower()
+        return activity_profile(self.family, self.batch_size, small_inputs=small)
+
+    def memory_info(self, declared_mib: int | None = None, history: tuple[int, ...] = ()) -> TaskMemoryInfo:
+        return TaskMemoryInfo(
+            declared_mib=declared_mib,
+            measured_peak_mib=self.peak_mib,
+            horus_mib=self.horus_mib,
+            faketensor_mib=self.faketensor_mib,
+            gpumemnet_mib=self.gpumemnet_mib,
+            history_mib=history,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    job_id: int
+    submit_s: float
+    task: TaskType
+    declared_mib: int | None = None
+
+
+def packaged(name: str) -> Path:
+    """Path of a workload file shipped with the package (task_catalog.csv, trace_t1.csv, ...)."""
+    return Path(str(resources.files("carma_airflow") / "data" / "workloads" / name))
+
+
+def _read_csv(path: str | Path, what: str, required: tuple[str, ...]) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"{what} file {str(p)!r} not found; give the path of a CSV file")
+    try:
+        frame = pd.read_csv(p, skipinitialspace=True)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WorkloadError(f"{what} file {str(p)!r} is not a readable CSV ({first})") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise WorkloadError(
+            f"{what} file {str(p)!r} lacks column(s) {', '.join(missing)}; expected at least {', '.join(required)}"
+        )
+    if frame.empty:
+        raise WorkloadError(f"{what} file {str(p)!r} has no rows")
+    return frame
+
+
+def _int_or_none(value: object, where: str, column: str) -> int | None:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise WorkloadError(f"{where}: column {column} must be a number, got {value!r}") from None
+    if number < 0 or number != number:
+        raise WorkloadError(f"{where}: column {column} must be >= 0, got {value!r}")
+    return int(number)
+
+
+def load_catalog(path: str | Path) -> dict[str, TaskType]:
+    """Read a task catalogue (see shared/workloads/README.md for the columns)."""
+    frame = _read_csv(path, "catalog", CATALOG_COLUMNS)
+    out: dict[str, TaskType] = {}
+    for i, row in enumerate(frame.to_dict("records"), start=2):
+        where = f"catalog line {i}"
+        name = str(row["task"]).strip()
+        if not name or name == "nan":
+            raise WorkloadError(f"{where}: empty task name")
+        gpus = _int_or_none(row["gpus"], where, "gpus")
+        peak = _int_or_none(row["peak_mem_mib"], where, "peak_mem_mib")
+        batch = _int_or_none(row["batch_size"], where, "batch_size")
+        minutes = row["solo_minutes"]
+        try:
+            solo_s = float(minutes) * 60.0
+        except (TypeError, ValueError):
+            raise WorkloadError(f"{where}: solo_minutes must be a number, got {minutes!r}") from None
+        if gpus is None or gpus < 1:
+            raise WorkloadError(f"{where}: gpus must be an integer >= 1")
+        if peak is None or peak < 1:
+            raise WorkloadError(f"{where}: peak_mem_mib must be a positive number of MiB")
+        if not solo_s > 0 or solo_s != solo_s or solo_s == float("inf"):
+            raise WorkloadError(f"{where}: solo_minutes must be > 0")
+        if name in out:
+            raise WorkloadError(f"{where}: task {name!r} appears twice")
+        out[name] = TaskType(
+            name=name,
+            script=str(row.get("script", name)),
+            family=str(row["family"]).strip(),
+            batch_size=batch or 32,
+            gpus=gpus,
+            peak_mib=peak,
+            horus_mib=_int_or_none(row["horus_mib"], where, "horus_mib"),
+            faketensor_mib=_int_or_none(row["faketensor_mib"], where, "faketensor_mib"),
+            gpumemnet_mib=_int_or_none(row["gpumemnet_mib"], where, "gpumemnet_mib"),
+            solo_s=solo_s,
+        )
+    return out
+
+
+def load_trace(path: str | Path, catalog: dict[str, TaskType]) -> list[Arrival]:
+    """Read a trace of arrivals; every task must be in the catalogue."""
+    frame = _read_csv(path, "trace", TRACE_COLUMNS)
+    has_declared = "memory_mib" in frame.columns
+    out: list[Arrival] = []
+    for i, row in enumerate(frame.to_dict("records"), start=2):
+        where = f"trace line {i}"
+        name = str(row["task"]).strip()
+        task = catalog.get(name)
+        if task is None:
+            raise WorkloadError(f"{where}: unknown task type {name!r}; add it to the catalog or fix the trace")
+        job = _int_or_none(row["job_id"], where, "job_id")
+        submit = row["submit_s"]
+        try:
+            submit_s = float(submit)
+        except (TypeError, ValueError):
+            raise WorkloadError(f"{where}: submit_s must be a number of seconds, got {submit!r}") from None
+        if job is None or not submit_s >= 0 or submit_s == float("inf"):
+            raise WorkloadError(f"{where}: job_id and submit_s must be numbers >= 0")
+        declared = _int_or_none(row["memory_mib"], where, "memory_mib") if has_declared else None
+        out.append(Arrival(job, submit_s, task, declared or None))
+    ids = [a.job_id for a in out]
+    if len(set(ids)) != len(ids):
+        raise WorkloadError("trace has duplicate job_id values; each arrival needs its own id")
+    out.sort(key=lambda a: (a.submit_s, a.job_id))
+    return out
+
+
+def synthetic_trace(
+    catalog: dict[str, TaskType], tasks: int, gpus: int, load: float = 1.2, seed: int = 0
+) -> list[Arrival]:
+    """A Poisson trace drawn from the catalogue, with offered load ``load`` x exclusive capacity."""
+    rng = random.Random(seed)
+    types = sorted(catalog.values(), key=lambda t: t.name)
+    mean_work = sum(t.solo_s * t.gpus for t in types) / len(types)
+    rate = load * gpus / mean_work  # arrivals per second
+    now = 0.0
+    out = []
+    for job in range(tasks):
+        out.append(Arrival(job, round(now, 3), rng.choice(types)))
+        now += rng.expovariate(rate)
+    return out
