@@ -21,6 +21,7 @@ class Reason(enum.Enum):
     LOCKED = "locked"
     MEMORY = "memory"
     RISK = "high-risk"
+    INTERFERENCE = "interference"
     BUSY = "not-idle"
     EXCLUSIVE_TENANT = "exclusive-tenant"
     TENANT_CAP = "tenant-cap"

@@ -182,6 +182,10 @@ class Placer:
                         f"SM activity {f.smact:.2f}, occupancy {f.smocc:.2f}, DRAM {f.drama:.2f}",
                     )
                 )
+            elif not pol.admits(f, request, self.settings.activity_prior):
+                rejected.append(
+                    _verdict(f, Reason.INTERFERENCE, f"projected SM activity {f.smact:.2f} + newcomer over the cap")
+                )
             elif st.uuid in request.avoid_gpus:
                 avoided.append(f)
             else:

@@ -58,5 +58,9 @@ class Policy:
         """Order among collocation candidates."""
         return (float(facts.index),)
 
+    def admits(self, facts: GpuFacts, request: TaskRequest, prior: float) -> bool:
+        """Extra collocation check of a policy (``prior``: activity assumed for the newcomer)."""
+        return True
+
     def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
         """Hook called after a placement (round-robin moves its cursor)."""

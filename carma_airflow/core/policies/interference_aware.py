@@ -10,6 +10,9 @@ Differences from the paper's policies, each measured in ``bench/`` (see docs):
 * Candidates are ordered first by projected SM activity in coarse bands (less interference),
   then by tightest memory fit (best-fit inside a band keeps large holes for large tasks).
 * At most ``max_tenants`` tasks share a GPU: per-task slowdown grows with every co-tenant.
+* Optionally (``activity_cap``), no collocation once projected SM demand would pass a cap.
+  Off by default: on the paper's traces every cap from 0.8 to 1.5 lengthened the makespan
+  (bench/tune_default.py prints the sweep).
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ class InterferenceAware(Policy):
     uses_lock = False
     uses_reservations = True
 
-    def __init__(self, max_tenants: int = 3, activity_band: float = 0.25) -> None:
+    def __init__(self, max_tenants: int = 3, activity_band: float = 0.25, activity_cap: float | None = None) -> None:
         self.max_tenants = max_tenants
         self.activity_band = activity_band
+        self.activity_cap = activity_cap
+
+    def admits(self, facts: GpuFacts, request: TaskRequest, prior: float) -> bool:
+        """Collocate only while projected SM demand, the newcomer included, stays under the cap."""
+        return self.activity_cap is None or facts.smact + prior <= self.activity_cap
 
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         band = int(facts.smact / self.activity_band) if self.activity_band > 0 else 0
