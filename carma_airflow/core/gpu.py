@@ -55,9 +55,7 @@ def parse_gpu_list(text: str) -> list[GpuSpec]:
     for part in text.split(","):
         match = _GROUP.match(part)
         if match is None:
-            raise UnknownGpuSpecError(
-                f"cannot read GPU list part {part!r}; write NxSPEC such as 4xA100-40GB"
-            )
+            raise UnknownGpuSpecError(f"cannot read GPU list part {part!r}; write NxSPEC such as 4xA100-40GB")
         count = int(match.group(1) or 1)
         if count < 1 or count > 100_000:
             raise UnknownGpuSpecError(f"GPU count in {part!r} must be between 1 and 100000")

@@ -27,9 +27,7 @@ def _verdict(facts: GpuFacts, reason: Reason | None, detail: str) -> GpuVerdict:
 
 def _describe(facts: GpuFacts, tenants: Sequence[str]) -> str:
     co = ", ".join(tenants) if tenants else "none"
-    return (
-        f"{format_mib(facts.usable_free_mib)} free, SM activity {facts.smact:.2f}, co-tenants: {co}"
-    )
+    return f"{format_mib(facts.usable_free_mib)} free, SM activity {facts.smact:.2f}, co-tenants: {co}"
 
 
 def model_matches(spec_name: str, wanted: str | None) -> bool:
@@ -148,7 +146,9 @@ class Placer:
             elif f.idle:
                 if pol.checks_memory and need > f.usable_free_mib:
                     rejected.append(
-                        _verdict(f, Reason.MEMORY, f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed")
+                        _verdict(
+                            f, Reason.MEMORY, f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed"
+                        )
                     )
                 elif st.uuid in request.avoid_gpus:
                     avoided.append(f)
@@ -170,8 +170,7 @@ class Placer:
                     _verdict(
                         f,
                         Reason.MEMORY,
-                        f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} "
-                        "(estimate + headroom)",
+                        f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} (estimate + headroom)",
                     )
                 )
             elif pol.checks_risk and f.high_risk:
@@ -203,9 +202,7 @@ class Placer:
             n = f"{request.gpus} GPUs" if request.gpus > 1 else "a GPU"
             summary = f"waiting: no {n} with {what} ({short or 'too few candidates on one host'})"
             return Decision(request.key, Outcome.NOT_NOW, rejected=tuple(rejected), summary=summary, policy=pol.name)
-        verdicts = tuple(
-            _verdict(f, None, _describe(f, [t.label for t in f.state.tenants])) for f in chosen
-        )
+        verdicts = tuple(_verdict(f, None, _describe(f, [t.label for t in f.state.tenants])) for f in chosen)
         collocated = any(not f.idle for f in chosen)
         where = ", ".join(f"GPU {f.index} ({f.state.spec.name})" for f in chosen)
         detail = "; ".join(v.detail for v in verdicts)
@@ -270,8 +267,12 @@ class Placer:
                 continue
             if blocked_by is not None:
                 decisions.append(
-                    Decision(req.key, Outcome.NOT_NOW, summary=f"waiting: queued behind {blocked_by} (strict FIFO)",
-                             policy=self.policy.name)
+                    Decision(
+                        req.key,
+                        Outcome.NOT_NOW,
+                        summary=f"waiting: queued behind {blocked_by} (strict FIFO)",
+                        policy=self.policy.name,
+                    )
                 )
                 continue
             sig = (req.gpus, req.needs_idle_gpu, req.gpu_model, req.avoid_gpus, req.memory.add_headroom)

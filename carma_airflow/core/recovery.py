@@ -124,13 +124,13 @@ def plan_recovery(
         return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
     reached = peak_mib if peak_mib is not None else request.memory.mib
     if oom_retries_done >= settings.max_oom_retries:
-        advise = int(math.ceil(reached * settings.growth / 1024.0))
+        advise = math.ceil(reached * settings.growth / 1024.0)
         return GiveUp(
             f"CUDA OOM on {oom_retries_done + 1} tries; the last reached {format_mib(reached)} per GPU. "
             f"Declare memory of at least {advise}GiB in executor_config or use a larger GPU."
         )
     grown = max(request.memory.mib, int(reached * settings.growth))
-    grown = int(math.ceil(grown / settings.round_mib) * settings.round_mib)
+    grown = math.ceil(grown / settings.round_mib) * settings.round_mib
     last = oom_retries_done + 1 == settings.max_oom_retries
     exclusive = settings.exclusive_last and last
     memory = MemoryNeed(grown, f"recovery (reached {format_mib(reached)} before OOM)")
@@ -144,8 +144,11 @@ def plan_recovery(
         avoid_gpus=request.avoid_gpus | frozenset(crashed_gpus),
     )
     where = "an idle GPU of its own" if nxt.exclusive else f"a GPU with {format_mib(grown)} + headroom free"
-    return RetryPlan(nxt, f"CUDA OOM at {format_mib(reached)} ({failure.evidence}); retry {oom_retries_done + 1} "
-                     f"of {settings.max_oom_retries} on {where}, away from the GPU it crashed on")
+    return RetryPlan(
+        nxt,
+        f"CUDA OOM at {format_mib(reached)} ({failure.evidence}); retry {oom_retries_done + 1} "
+        f"of {settings.max_oom_retries} on {where}, away from the GPU it crashed on",
+    )
 
 
 def paper_recovery(request: TaskRequest) -> RetryPlan:

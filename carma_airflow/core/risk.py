@@ -79,9 +79,7 @@ class MetricWindow:
         object.__setattr__(self, "drama_score", window_score(self.drama, self.settings))
 
     @classmethod
-    def constant(
-        cls, smact: float, smocc: float, drama: float, settings: RiskSettings = DEFAULT_RISK
-    ) -> MetricWindow:
+    def constant(cls, smact: float, smocc: float, drama: float, settings: RiskSettings = DEFAULT_RISK) -> MetricWindow:
         """A window whose samples all had the same values (scores equal the values)."""
         return cls((smact,), (smocc,), (drama,), settings)
 

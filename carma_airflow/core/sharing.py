@@ -89,9 +89,7 @@ class SharingModel:
         sat = max(1.0, demand)
         return [sat * (1.0 + self.beta * (demand - p.sm_activity)) for p in profiles]
 
-    def telemetry(
-        self, profiles: Sequence[ActivityProfile], rates: Sequence[float]
-    ) -> tuple[float, float, float]:
+    def telemetry(self, profiles: Sequence[ActivityProfile], rates: Sequence[float]) -> tuple[float, float, float]:
         """(SM activity, SM occupancy, DRAM activity) of a GPU given tenants and their rates."""
         smact = smocc = drama = 0.0
         demand = sum(p.sm_activity for p in profiles)

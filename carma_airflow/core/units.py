@@ -37,13 +37,11 @@ def parse_mib(value: int | str) -> int:
         return value
     match = _PATTERN.match(value)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ConfigError(
-            f"cannot read memory size {value!r}; write e.g. '12GiB', '800MiB' or an int of MiB"
-        )
+        raise ConfigError(f"cannot read memory size {value!r}; write e.g. '12GiB', '800MiB' or an int of MiB")
     mib = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if mib < 1:
         raise ConfigError(f"memory size {value!r} is below 1 MiB; write e.g. '800MiB'")
-    return int(round(mib))
+    return round(mib)
 
 
 def format_mib(mib: float) -> str:

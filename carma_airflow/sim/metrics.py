@@ -19,7 +19,9 @@ class GpuIntegrals:
     energy_j: float = 0.0
     busy_s: float = 0.0
 
-    def add(self, dt: float, smact: float, smocc: float, drama: float, mem_frac: float, power_w: float, busy: bool) -> None:
+    def add(
+        self, dt: float, smact: float, smocc: float, drama: float, mem_frac: float, power_w: float, busy: bool
+    ) -> None:
         if dt <= 0:
             return
         self.smact += smact * dt
@@ -91,7 +93,7 @@ class SimResult:
             "recovery": self.recovery,
             "gpus": self.gpus,
             "tasks": len(df),
-            "completed": int(len(done)),
+            "completed": len(done),
             "lost": int((df["outcome"] != "success").sum()),
             "oom_crashes": self.oom_crashes,
             "retries": self.retries,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from importlib import resources
@@ -95,7 +96,7 @@ def _int_or_none(value: object, where: str, column: str) -> int | None:
         number = float(str(value))
     except ValueError:
         raise WorkloadError(f"{where}: column {column} must be a number, got {value!r}") from None
-    if number < 0 or number != number:
+    if not math.isfinite(number) or number < 0:
         raise WorkloadError(f"{where}: column {column} must be >= 0, got {value!r}")
     return int(number)
 
@@ -121,7 +122,7 @@ def load_catalog(path: str | Path) -> dict[str, TaskType]:
             raise WorkloadError(f"{where}: gpus must be an integer >= 1")
         if peak is None or peak < 1:
             raise WorkloadError(f"{where}: peak_mem_mib must be a positive number of MiB")
-        if not solo_s > 0 or solo_s != solo_s or solo_s == float("inf"):
+        if not math.isfinite(solo_s) or solo_s <= 0:
             raise WorkloadError(f"{where}: solo_minutes must be > 0")
         if name in out:
             raise WorkloadError(f"{where}: task {name!r} appears twice")
@@ -157,7 +158,7 @@ def load_trace(path: str | Path, catalog: dict[str, TaskType]) -> list[Arrival]:
             submit_s = float(submit)
         except (TypeError, ValueError):
             raise WorkloadError(f"{where}: submit_s must be a number of seconds, got {submit!r}") from None
-        if job is None or not submit_s >= 0 or submit_s == float("inf"):
+        if job is None or not math.isfinite(submit_s) or submit_s < 0:
             raise WorkloadError(f"{where}: job_id and submit_s must be numbers >= 0")
         declared = _int_or_none(row["memory_mib"], where, "memory_mib") if has_declared else None
         out.append(Arrival(job, submit_s, task, declared or None))

@@ -46,9 +46,7 @@ def make_policy(name: str) -> Policy:
             raise UnknownPolicyError(f"static-K needs K between 1 and 64, got {slots}")
         return StaticShare(slots)
     aliases = ", ".join(a for cls in _FIXED for a in cls.aliases[:1])
-    raise UnknownPolicyError(
-        f"unknown policy {name!r}; use one of {', '.join(policy_names())} (short: {aliases})"
-    )
+    raise UnknownPolicyError(f"unknown policy {name!r}; use one of {', '.join(policy_names())} (short: {aliases})")
 
 
 __all__ = ["DEFAULT_POLICY", "GpuFacts", "Policy", "make_policy", "policy_names"]

@@ -1,0 +1,39 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all]'
+	touch $(STAMP)
+
+## demo: set up, then compare every policy on the paper's trace (simulated 4xA100-40GB)
+demo: $(STAMP)
+	mkdir -p out
+	$(BIN)/carma compare --trace t1 --gpus 4xA100-40GB --plot out/compare_t1.png
+
+## test: set up, then lint, type-check and run the whole test suite (what CI runs)
+test: $(STAMP) lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check carma_airflow tests bench
+	$(BIN)/ruff format --check carma_airflow tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -n 2
+
+## bench: the paper's table and the speed figures (prints; not part of the tests)
+bench: $(STAMP)
+	$(BIN)/python bench/paper_table.py
+	$(BIN)/python bench/speed.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

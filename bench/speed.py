@@ -1,0 +1,387 @@
+"""Speed benchmark of the placement core and the trace simulator.
+
+Measures and prints (never asserts; always exits 0):
+
+1. one placement decision over 8 GPUs (``Placer.decide``), median and p99, for the
+   interference-aware and most-free-memory policies;
+2. one scheduling pass (``Placer.schedule``) over 1,024 GPUs with 10,000 pending requests, on a
+   mostly full cluster (steady state) and on an idle one (cold start), with and without the
+   queue's ``plan`` inside the timed region;
+3. a 10,000-task synthetic trace on 256 x A100-40GB through ``carma_airflow.sim.simulate``.
+
+Usage::
+
+    .venv/bin/python bench/speed.py            # full sizes
+    .venv/bin/python bench/speed.py --quick    # small sizes, a few seconds (CI smoke run)
+    .venv/bin/python bench/speed.py --json     # also print one JSON object as the last line
+
+Views and request lists are built outside the timed regions; only the named call is timed
+(``time.perf_counter``).  All randomness is seeded, so runs are comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from carma_airflow.core import (
+    ClusterView,
+    GpuSpec,
+    GpuState,
+    MetricWindow,
+    Placer,
+    TaskRequest,
+    Tenant,
+    gpu_spec,
+    make_estimator,
+    make_policy,
+    make_queue,
+    parse_gpu_list,
+)
+from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace
+
+A100 = gpu_spec("A100-40GB")
+WINDOW = 30  # samples per metric window (the paper's W)
+NOW = 100_000.0  # the view's clock, in seconds
+GPUS_PER_HOST = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    decisions: int
+    pass_gpus: int
+    pass_requests: int
+    pass_runs: int
+    sim_tasks: int
+    sim_gpus: int
+
+
+FULL = Sizes(decisions=2000, pass_gpus=1024, pass_requests=10_000, pass_runs=5, sim_tasks=10_000, sim_gpus=256)
+QUICK = Sizes(decisions=300, pass_gpus=128, pass_requests=1_000, pass_runs=3, sim_tasks=1_000, sim_gpus=32)
+
+
+@dataclass(slots=True)
+class Figure:
+    key: str
+    label: str
+    value: float
+    unit: str
+    target: float | None = None  # the value must stay below this
+
+    @property
+    def meets(self) -> bool | None:
+        return None if self.target is None else self.value < self.target
+
+
+# -- building inputs (never timed) ----------------------------------------------------------
+
+
+def _series(rng: random.Random, level: float, spread: float) -> tuple[float, ...]:
+    """W samples (oldest first) wandering around ``level``, clipped to 0..1."""
+    out = []
+    x = level
+    for _ in range(WINDOW):
+        x += rng.gauss(0.0, spread) + 0.3 * (level - x)
+        out.append(min(1.0, max(0.0, x)))
+    return tuple(out)
+
+
+def _window(rng: random.Random, tenants: int) -> MetricWindow:
+    if tenants == 0:
+        return MetricWindow(_series(rng, 0.0, 0.005), _series(rng, 0.0, 0.005), _series(rng, 0.0, 0.005))
+    act = min(0.95, 0.25 + 0.22 * tenants + rng.uniform(-0.1, 0.1))
+    return MetricWindow(
+        _series(rng, act, 0.06),
+        _series(rng, act * 0.6, 0.05),
+        _series(rng, act * 0.45, 0.05),
+    )
+
+
+def _gpu(
+    rng: random.Random,
+    index: int,
+    tenant_mib: Sequence[int],
+    *,
+    host: str,
+    recent: float = 0.15,
+) -> GpuState:
+    """A GPU with one tenant per entry of ``tenant_mib`` (reserved MiB).
+
+    A share ``recent`` of tenants were placed inside the last 30 s and are not yet seen by the
+    monitor (``observed_mib=None``); the others hold about their reservation.
+    """
+    tenants = []
+    used = 0
+    for k, mib in enumerate(tenant_mib):
+        fresh = rng.random() < recent
+        placed_at = NOW - (rng.uniform(1.0, 25.0) if fresh else rng.uniform(60.0, 7200.0))
+        observed = None if fresh else max(256, int(mib * rng.uniform(0.6, 1.02)))
+        used += 0 if observed is None else observed
+        tenants.append(
+            Tenant(
+                key=f"g{index}-t{k}#1",
+                label=f"task{index}-{k}",
+                reserved_mib=mib,
+                placed_at=placed_at,
+                observed_mib=observed,
+            )
+        )
+    used = min(A100.memory_mib, used + (rng.randint(300, 600) if tenants else rng.randint(0, 200)))
+    last = max((t.placed_at for t in tenants), default=None)
+    return GpuState(
+        uuid=f"GPU-{index:05d}",
+        index=index,
+        spec=A100,
+        free_mib=A100.memory_mib - used,
+        used_mib=used,
+        window=_window(rng, len(tenants)),
+        tenants=tuple(tenants),
+        host=host,
+        last_placed_at=last,
+    )
+
+
+def small_view(seed: int = 7) -> ClusterView:
+    """8 A100-40GB GPUs on one host with 0-3 tenants each (0, 1, 2 and 3 all present)."""
+    rng = random.Random(seed)
+    counts = [0, 1, 2, 3, 1, 2, 3, 0]
+    rng.shuffle(counts)
+    gpus = []
+    for i, n in enumerate(counts):
+        mibs: list[int] = []
+        for _ in range(n):
+            room = 36_000 - sum(mibs)
+            mibs.append(min(room, rng.choice((1_500, 4_000, 8_000, 12_000))))
+        gpus.append(_gpu(rng, i, mibs, host="node-0"))
+    return ClusterView(NOW, tuple(gpus))
+
+
+def large_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
+    """``gpus`` A100-40GB GPUs, 8 per host.
+
+    steady: about 88 % of GPUs at 3 tenants (tenant cap), 8 % at 1-2 tenants with little free
+    memory, 4 % with one small tenant and room for more.  Cold start: every GPU idle.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i in range(gpus):
+        host = f"node-{i // GPUS_PER_HOST:04d}"
+        if not steady:
+            out.append(_gpu(rng, i, (), host=host))
+            continue
+        r = rng.random()
+        if r < 0.88:
+            mibs = [rng.choice((8_000, 12_000)) for _ in range(3)]
+        elif r < 0.96:
+            mibs = [16_000, 16_000] if rng.random() < 0.5 else [34_000]
+        else:
+            mibs = [rng.choice((1_500, 4_000, 8_000))]
+        out.append(_gpu(rng, i, mibs, host=host))
+    return ClusterView(NOW, tuple(out))
+
+
+def catalog_requests(catalog: dict[str, TaskType], count: int, seed: int = 3) -> list[TaskRequest]:
+    """``count`` pending requests drawn from the task catalogue, estimated as the sim does
+    (gpumemnet, so some are whole-GPU and a few ask for 2 GPUs), submitted over the last 2 h."""
+    rng = random.Random(seed)
+    estimator = make_estimator("gpumemnet")
+    types = sorted(catalog.values(), key=lambda t: t.name)
+    needs = {t.name: estimator.estimate(t.memory_info()) for t in types}
+    out = []
+    for i in range(count):
+        t = rng.choice(types)
+        need = needs[t.name]
+        assert need is not None
+        out.append(
+            TaskRequest(
+                key=f"job{i}#1",
+                label=f"{t.name}[{i}]",
+                memory=need,
+                gpus=t.gpus,
+                priority=rng.choice((0, 0, 0, 0, 1, 2)),
+                submitted_at=round(NOW - rng.uniform(0.0, 7200.0), 3),
+            )
+        )
+    return out
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of sorted values."""
+    k = max(0, math.ceil(q * len(sorted_values)) - 1)
+    return sorted_values[k]
+
+
+def bench_decide(policy: str, view: ClusterView, requests: Sequence[TaskRequest], n: int) -> tuple[float, float]:
+    """(median, p99) seconds of one ``Placer.decide``, cycling through ``requests``."""
+    placer = Placer(make_policy(policy))
+    for r in requests[:50]:  # warm-up
+        placer.decide(r, view)
+    times = []
+    clock = time.perf_counter
+    gc.collect()
+    for i in range(n):
+        req = requests[i % len(requests)]
+        t0 = clock()
+        placer.decide(req, view)
+        times.append(clock() - t0)
+    times.sort()
+    return statistics.median(times), _percentile(times, 0.99)
+
+
+def _median_time(fn: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_pass(view: ClusterView, pending: list[TaskRequest], runs: int) -> tuple[float, float, float, int]:
+    """Median seconds of (schedule alone, plan alone, plan + schedule) and the tasks one pass places."""
+    queue = make_queue("backfill")
+    placer = Placer(make_policy("interference-aware"))
+    plan = queue.plan(pending, NOW)
+    placed = len(placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected).placed)
+
+    def schedule_only() -> object:
+        return placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
+
+    def plan_only() -> object:
+        return queue.plan(pending, NOW)
+
+    def plan_and_schedule() -> object:
+        p = queue.plan(pending, NOW)
+        return placer.schedule(p.ordered, view, blocking=p.blocking, protected=p.protected)
+
+    return (
+        _median_time(schedule_only, runs),
+        _median_time(plan_only, runs),
+        _median_time(plan_and_schedule, runs),
+        placed,
+    )
+
+
+def bench_sim(catalog: dict[str, TaskType], tasks: int, gpus: int) -> tuple[float, int, int, int]:
+    """(wall seconds, passes, tasks completed, tasks lost) of one simulation."""
+    arrivals = synthetic_trace(catalog, tasks, gpus=gpus, load=1.0, seed=1)
+    config = SimConfig(gpus=tuple(parse_gpu_list(f"{gpus}xA100-40GB")))
+    gc.collect()
+    t0 = time.perf_counter()
+    result = simulate(config, arrivals)
+    wall = time.perf_counter() - t0
+    done = sum(1 for t in result.tasks if t.outcome == "success")
+    return wall, result.passes, done, len(result.tasks) - done
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value * 1e3:.3f} ms"
+    if unit == "s":
+        return f"{value:.2f} s"
+    return f"{value:.0f}"
+
+
+def print_table(figures: Sequence[Figure]) -> None:
+    rows = [("figure", "value", "target", "")]
+    for f in figures:
+        target = "-" if f.target is None else f"< {_fmt(f.target, f.unit)}"
+        verdict = "" if f.meets is None else ("meets target" if f.meets else "MISSES target")
+        rows.append((f.label, _fmt(f.value, f.unit), target, verdict))
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    for k, r in enumerate(rows):
+        print(f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip())
+        if k == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a CI smoke run")
+    parser.add_argument("--json", action="store_true", help="print all figures as one JSON object, last line")
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    catalog = load_catalog(packaged("task_catalog.csv"))
+    figures: list[Figure] = []
+
+    def progress(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    # 1. one decision over 8 GPUs
+    view8 = small_view()
+    requests8 = catalog_requests(catalog, 64)
+    for policy in ("interference-aware", "most-free-memory"):
+        progress(f"[1] decide x{size.decisions}, 8 GPUs, {policy}")
+        med, p99 = bench_decide(policy, view8, requests8, size.decisions)
+        figures.append(Figure(f"decide_8gpu_{policy}_median", f"decide, 8 GPUs, {policy}: median", med, "ms", 1e-3))
+        figures.append(Figure(f"decide_8gpu_{policy}_p99", f"decide, 8 GPUs, {policy}: p99", p99, "ms"))
+
+    # 2. one scheduling pass over a big cluster
+    pending = catalog_requests(catalog, size.pass_requests)
+    g, n = size.pass_gpus, size.pass_requests
+    placed_counts: dict[str, int] = {}
+    for state, steady in (("steady", True), ("cold", False)):
+        view = large_view(g, steady=steady)
+        progress(f"[2] schedule pass x{size.pass_runs}, {g} GPUs, {n} pending, {state}")
+        sched, plan, both, placed = bench_pass(view, pending, size.pass_runs)
+        placed_counts[state] = placed
+        what = f"pass, {g} GPUs, {n} pending, {state}"
+        figures.append(Figure(f"pass_{state}_schedule", f"{what}: schedule", sched, "ms", 50e-3))
+        figures.append(Figure(f"pass_{state}_plan_schedule", f"{what}: plan + schedule", both, "ms", 50e-3))
+        figures.append(Figure(f"pass_{state}_plan", f"{what}: plan alone", plan, "ms"))
+        figures.append(Figure(f"pass_{state}_placed", f"{what}: tasks placed", placed, "n"))
+
+    # 3. a whole simulation
+    progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")
+    wall, passes, done, lost = bench_sim(catalog, size.sim_tasks, size.sim_gpus)
+    what = f"sim, {size.sim_tasks} tasks, {size.sim_gpus}xA100-40GB"
+    figures.append(Figure("sim_wall", f"{what}: wall time", wall, "s", 60.0))
+    figures.append(Figure("sim_passes", f"{what}: scheduling passes", passes, "n"))
+    figures.append(Figure("sim_completed", f"{what}: tasks completed", done, "n"))
+    figures.append(Figure("sim_lost", f"{what}: tasks lost", lost, "n"))
+
+    print(f"carma-airflow speed ({'quick' if args.quick else 'full'}; Python {platform.python_version()})")
+    print_table(figures)
+    missed = [f.label for f in figures if f.meets is False]
+    print(f"{len(missed)} figure(s) miss their target" if missed else "all figures meet their targets")
+    if args.json:
+        out = {
+            "mode": "quick" if args.quick else "full",
+            "python": platform.python_version(),
+            "figures": {
+                f.key: {
+                    "label": f.label,
+                    "value": f.value,
+                    "unit": "s" if f.unit in ("s", "ms") else "count",
+                    "target": f.target,
+                    "meets_target": f.meets,
+                }
+                for f in figures
+            },
+            "all_meet_targets": not missed,
+        }
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
