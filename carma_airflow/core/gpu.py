@@ -59,7 +59,11 @@ def parse_gpu_list(text: str) -> list[GpuSpec]:
         count = int(match.group(1) or 1)
         if count < 1 or count > 100_000:
             raise UnknownGpuSpecError(f"GPU count in {part!r} must be between 1 and 100000")
-        specs.extend([gpu_spec(match.group(2))] * count)
+        try:
+            spec = gpu_spec(match.group(2))
+        except UnknownGpuSpecError as exc:
+            raise UnknownGpuSpecError(f"{exc} (write NxSPEC such as 4xA100-40GB)") from None
+        specs.extend([spec] * count)
     return specs
 
 

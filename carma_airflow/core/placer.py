@@ -66,10 +66,12 @@ class Placer:
             if tenants:
                 accounted = 0
                 for t in tenants:
-                    accounted += t.accounted_mib
                     exclusive_tenant = exclusive_tenant or t.exclusive
                     if t.observed_mib is None or view.now - t.placed_at < s.lock_s:
                         unseen += 1
+                        accounted += t.accounted_mib
+                    else:  # seen long enough: trust what it holds, the free reading covers it
+                        accounted += t.observed_mib
                 if pol.uses_reservations:
                     free = min(free, g.spec.memory_mib - accounted)
             w = g.window

@@ -1,0 +1,163 @@
+"""The ``carma`` CLI: JSON contract, policy aliases, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from carma_airflow.cli import app, main
+
+main  # noqa: B018  (the console-script entry point must exist)
+from carma_airflow.cli import _register  # noqa: E402
+
+_register()
+runner = CliRunner()
+REQUIRED = {
+    "policy",
+    "estimator",
+    "queue",
+    "gpus",
+    "tasks",
+    "completed",
+    "lost",
+    "oom_crashes",
+    "retries",
+    "makespan_s",
+    "mean_wait_s",
+    "p95_wait_s",
+    "mean_jct_s",
+    "sm_activity_mean",
+    "sm_occupancy_mean",
+    "memory_used_mean",
+    "energy_kwh",
+}
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_simulate_json_has_the_contract_keys_and_defaults() -> None:
+    code, out, _ = run("simulate", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert REQUIRED <= set(data)
+    assert data["policy"] == "interference-aware"
+    assert data["estimator"] == "gpumemnet"
+    assert data["queue"] == "backfill"
+    assert data["tasks"] == 60 and data["completed"] + data["lost"] == 60
+    for key in ("sm_activity_mean", "sm_occupancy_mean", "memory_used_mean"):
+        assert 0.0 < data[key] <= 1.0
+
+
+@pytest.mark.parametrize(("alias", "name"), [("magm", "most-free-memory"), ("lug", "least-utilised"),
+                                             ("ff", "first-fit"), ("bf", "best-fit"), ("rr", "round-robin")])
+def test_paper_short_names_are_aliases(alias: str, name: str) -> None:
+    code, out, _ = run("simulate", "--policy", alias, "--estimator", "oracle", "--queue", "fifo", "--json")
+    assert code == 0
+    assert json.loads(out)["policy"] == name
+
+
+def test_simulate_uses_given_trace_catalog_and_gpu_list(tmp_path: Path) -> None:
+    catalog = tmp_path / "cat.csv"
+    catalog.write_text(
+        "task,family,batch_size,gpus,peak_mem_mib,horus_mib,faketensor_mib,gpumemnet_mib,solo_minutes\n"
+        "small,cnn,32,1,1000,1000,1000,8000,1\n"
+    )
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_s,task\n0,0,small\n1,5,small\n2,9,small\n")
+    code, out, _ = run("simulate", "--trace", str(trace), "--catalog", str(catalog), "--gpus", "1xL4,1xH100-80GB",
+                       "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["tasks"] == 3 and data["completed"] == 3
+    assert data["gpus"] == "1xL4,1xH100-80GB"
+
+
+def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
+    png = tmp_path / "cmp.png"
+    code, out, _ = run("compare", "--policies", "magm,carma,static-2", "--json", "--plot", str(png))
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["policy"] for r in rows] == ["exclusive", "most-free-memory", "interference-aware", "static-2"]
+    assert rows[0]["makespan_s_ratio"] == 1.0
+    assert all(0 < r["makespan_s_ratio"] < 1.0 for r in rows[1:])  # collocation helps on this trace
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["simulate", "--trace", "/no/such/file.csv"], "not found"),
+        (["simulate", "--gpus", "4xB999"], "unknown GPU spec"),
+        (["simulate", "--gpus", "fourxA100"], "NxSPEC"),
+        (["simulate", "--policy", "smartest"], "unknown policy"),
+        (["simulate", "--estimator", "psychic"], "unknown estimator"),
+        (["simulate", "--queue", "lifo"], "unknown queue"),
+        (["simulate", "--trace", "synthetic:lots"], "synthetic:N"),
+        (["compare", "--policies", "magm,nope"], "unknown policy"),
+        (["compare", "--policies", " , "], "--policies is empty"),
+        (["compare", "--plot", "/no/such/dir/x.png"], "does not exist"),
+    ],
+)
+def test_bad_input_gives_one_line_error_and_nonzero_exit(args: list[str], fragment: str) -> None:
+    code, out, err = run(*args)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and fragment in lines[0]
+    assert "Traceback" not in out + err
+
+
+def test_malformed_and_inconsistent_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"\x00\xff\xfe garbage \x00")
+    code, _, err = run("simulate", "--trace", str(bad))
+    assert code == 2 and err.startswith("error: ")
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("job_id,submit_s,task\n0,0,teleport_net\n")
+    code, _, err = run("simulate", "--trace", str(unknown))
+    assert code == 2 and "unknown task type 'teleport_net'" in err
+
+
+def test_impossible_task_is_reported_lost_not_crashing(tmp_path: Path) -> None:
+    catalog = tmp_path / "cat.csv"
+    catalog.write_text(
+        "task,family,batch_size,gpus,peak_mem_mib,horus_mib,faketensor_mib,gpumemnet_mib,solo_minutes\n"
+        "huge,transformer,8,8,1000,1000,1000,1000,1\n"
+    )
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,task\n0,0,huge\n")
+    code, out, _ = run("simulate", "--trace", str(trace), "--catalog", str(catalog), "--json")
+    assert code == 0
+    assert json.loads(out)["lost"] == 1
+
+
+def test_console_script_prints_no_traceback_on_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from carma_airflow.cli import main; main()", "simulate", "--gpus", "2xNOPE"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("error: unknown GPU spec 'NOPE'")
+    assert "Traceback" not in proc.stderr
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(gpus=st.text(max_size=30), policy=st.text(max_size=20))
+def test_arbitrary_gpu_and_policy_strings_never_traceback(gpus: str, policy: str) -> None:
+    result = runner.invoke(app, ["simulate", "--gpus", gpus, "--policy", policy, "--trace", "synthetic:5", "--json"])
+    assert result.exit_code in (0, 2)
+    if result.exit_code == 2:
+        assert "Traceback" not in result.stderr
+        assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -1,0 +1,31 @@
+"""The core and the simulator must not pull in Airflow, NVML or SQLAlchemy (design.md)."""
+
+import subprocess
+import sys
+
+import pytest
+
+FORBIDDEN = ("airflow", "pynvml", "sqlalchemy")
+
+
+@pytest.mark.parametrize("module", ["carma_airflow", "carma_airflow.core", "carma_airflow.sim"])
+def test_import_loads_no_airflow_nvml_or_sqlalchemy(module: str) -> None:
+    code = (
+        f"import sys, {module}\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
+
+
+def test_core_imports_only_stdlib_and_itself() -> None:
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import carma_airflow.core\n"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "print(','.join(sorted(n for n in new if n not in sys.stdlib_module_names and n != 'carma_airflow')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"core pulled in third-party modules: {out.stdout.strip()}"
