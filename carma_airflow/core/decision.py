@@ -48,6 +48,12 @@ class GpuVerdict:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """The placer's answer for one request.
+
+    ``rejected``: for a request that waits, every GPU with its reason; for a placed request,
+    the GPUs passed over before the chosen ones plus those no request could use at the time.
+    """
+
     request_key: str
     outcome: Outcome
     gpu_uuids: tuple[str, ...] = ()

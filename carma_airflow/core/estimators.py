@@ -57,7 +57,9 @@ class Oracle(MemoryEstimator):
     name = "oracle"
 
     def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
-        return _value(info.measured_peak_mib, "oracle")
+        # a measured peak is memory, never the estimators' "gave up" sentinel
+        mib = info.measured_peak_mib
+        return None if mib is None else MemoryNeed(max(1, mib), "oracle")
 
 
 class Horus(MemoryEstimator):
@@ -111,8 +113,8 @@ class History(MemoryEstimator):
         if not info.history_mib:
             return None
         recent: Sequence[int] = info.history_mib[-self.runs :]
-        peak = max(recent) * (1.0 + self.margin)
-        mib = int(math.ceil(peak / self.round_mib) * self.round_mib)
+        peak = round(max(recent) * (1.0 + self.margin), 6)  # 12800 * 1.1 is 14080.000000000002
+        mib = math.ceil(peak / self.round_mib) * self.round_mib
         return MemoryNeed(mib, f"history ({len(recent)} run(s), max {max(recent)} MiB)")
 
 

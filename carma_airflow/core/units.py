@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from carma_airflow.core.errors import ConfigError
@@ -39,6 +40,8 @@ def parse_mib(value: int | str) -> int:
     if match is None or match.group(2).lower() not in _UNITS:
         raise ConfigError(f"cannot read memory size {value!r}; write e.g. '12GiB', '800MiB' or an int of MiB")
     mib = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(mib) or mib > 2**53:
+        raise ConfigError(f"memory size {value!r} is absurdly large; write e.g. '80GiB'")
     if mib < 1:
         raise ConfigError(f"memory size {value!r} is below 1 MiB; write e.g. '800MiB'")
     return round(mib)

@@ -101,7 +101,9 @@ def test_backfill_empty() -> None:
     assert plan.protected is None
 
 
-@pytest.mark.parametrize(("name", "cls"), [("fifo", Fifo), ("FIFO", Fifo), ("backfill", Backfill), ("priority", Backfill)])
+@pytest.mark.parametrize(
+    ("name", "cls"), [("fifo", Fifo), ("FIFO", Fifo), ("backfill", Backfill), ("priority", Backfill)]
+)
 def test_make_queue(name: str, cls: type) -> None:
     assert isinstance(make_queue(name), cls)
 

@@ -28,20 +28,28 @@ OOM_MESSAGES = [
     pytest.param(None, TORCH2, id="pytorch-2.x"),
     pytest.param("RuntimeError", "CUDA out of memory. Tried to allocate 2.00 GiB", id="old-runtime-error"),
     pytest.param("RuntimeError", "CUDA error: out of memory\nCUDA kernel errors might be asynchronously", id="raw"),
-    pytest.param("RuntimeError", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", id="cublas"),
-    pytest.param("RuntimeError", "cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate`", id="cusolver"),
+    pytest.param(
+        "RuntimeError", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", id="cublas"
+    ),
+    pytest.param(
+        "RuntimeError", "cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate`", id="cusolver"
+    ),
     pytest.param(
         "torch.distributed.DistBackendError",
         "NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled cuda error; NCCL WARN Cuda failure 'out of memory'",
         id="nccl-cuda-failure",
     ),
-    pytest.param("DistBackendError", "include/alloc.h:48 NCCL WARN Failed to CUDA calloc 6291456 bytes", id="nccl-calloc"),
+    pytest.param(
+        "DistBackendError", "include/alloc.h:48 NCCL WARN Failed to CUDA calloc 6291456 bytes", id="nccl-calloc"
+    ),
     pytest.param(
         None,
         "ResourceExhaustedError: OOM when allocating tensor with shape[256,1024,1024] and type float",
         id="tensorflow",
     ),
-    pytest.param("InternalError", "failed initializing StreamExecutor: CUDA_ERROR_OUT_OF_MEMORY: out of memory", id="tf-cuda"),
+    pytest.param(
+        "InternalError", "failed initializing StreamExecutor: CUDA_ERROR_OUT_OF_MEMORY: out of memory", id="tf-cuda"
+    ),
     pytest.param(
         "jaxlib.xla_extension.XlaRuntimeError",
         "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.",
@@ -59,8 +67,12 @@ def test_oom_signatures(exc_type: str | None, message: str) -> None:
 
 @pytest.mark.parametrize(
     "exc_type",
-    ["torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError", "tensorflow.errors.ResourceExhaustedError",
-     "tf.errors.ResourceExhaustedError"],
+    [
+        "torch.cuda.OutOfMemoryError",
+        "torch.OutOfMemoryError",
+        "tensorflow.errors.ResourceExhaustedError",
+        "tf.errors.ResourceExhaustedError",
+    ],
 )
 def test_oom_exception_types_without_message(exc_type: str) -> None:
     failure = classify_failure(exc_type, None, exit_code=1)
@@ -150,7 +162,9 @@ def test_last_retry_is_exclusive_and_accumulates_avoided_gpus() -> None:
 
 def test_exclusive_last_can_be_switched_off() -> None:
     settings = RecoverySettings(exclusive_last=False)
-    plan = plan_recovery(first_try(), OOM, oom_retries_done=1, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings)
+    plan = plan_recovery(
+        first_try(), OOM, oom_retries_done=1, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings
+    )
     assert isinstance(plan, RetryPlan)
     assert not plan.request.exclusive
 
@@ -166,10 +180,14 @@ def test_gives_up_after_the_bound_with_advice() -> None:
 
 def test_bound_is_configurable() -> None:
     settings = RecoverySettings(max_oom_retries=4)
-    plan = plan_recovery(first_try(), OOM, oom_retries_done=2, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings)
+    plan = plan_recovery(
+        first_try(), OOM, oom_retries_done=2, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings
+    )
     assert isinstance(plan, RetryPlan)
     assert not plan.request.exclusive
-    done = plan_recovery(first_try(), OOM, oom_retries_done=4, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings)
+    done = plan_recovery(
+        first_try(), OOM, oom_retries_done=4, peak_mib=9000, crashed_gpus=(), now=0.0, settings=settings
+    )
     assert isinstance(done, GiveUp)
 
 
@@ -183,8 +201,9 @@ def test_non_oom_gives_up(kind: FailureKind) -> None:
 
 def test_probable_oom_is_retried() -> None:
     failure = Failure(FailureKind.PROBABLE_OOM, "cudnn")
-    assert isinstance(plan_recovery(first_try(), failure, oom_retries_done=0, peak_mib=1, crashed_gpus=(), now=0.0),
-                      RetryPlan)
+    assert isinstance(
+        plan_recovery(first_try(), failure, oom_retries_done=0, peak_mib=1, crashed_gpus=(), now=0.0), RetryPlan
+    )
 
 
 @given(

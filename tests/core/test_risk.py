@@ -13,7 +13,10 @@ unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 windows = st.lists(unit, min_size=1, max_size=60)
 
 
-def reference_score(samples: list[float], settings: RiskSettings = RiskSettings()) -> float:
+DEFAULT = RiskSettings()
+
+
+def reference_score(samples: list[float], settings: RiskSettings = DEFAULT) -> float:
     """Independent implementation with numpy (linear percentiles) and an explicit EMA."""
     arr = np.asarray(samples, dtype=float)
     alpha = 2.0 / (len(samples) + 1)

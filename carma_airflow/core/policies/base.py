@@ -49,7 +49,9 @@ class Policy:
     uses_lock = True  # paper: a freshly used GPU is locked for lock_s
     uses_reservations = False  # ours: count reserved memory of tenants not yet visible
     max_tenants: int | None = None
+    stable_keys = True  # keys depend on the GPU only, so a pass can keep candidates sorted
 
+    # Keys and ``admits`` may not depend on the request unless ``stable_keys`` is False.
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         """Order among idle GPUs: GPU index (the paper takes the first idle GPU)."""
         return (float(facts.index),)

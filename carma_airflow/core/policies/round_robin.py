@@ -13,6 +13,7 @@ class RoundRobin(Policy):
     checks_memory = False
     checks_risk = False
     uses_lock = False
+    stable_keys = False  # the ring's start moves after every placement
 
     def __init__(self) -> None:
         self._cursor = 0  # index of the GPU the ring starts at next time
