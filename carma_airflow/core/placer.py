@@ -37,14 +37,28 @@ def model_matches(spec_name: str, wanted: str | None) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class PassResult:
-    """Decisions of one scheduling pass, in the order the requests were considered."""
+    """Decisions of one scheduling pass.
 
-    decisions: tuple[Decision, ...]
+    ``order`` lists the request keys in the order they were considered; ``by_key`` maps each to
+    its decision.  Requests of the same shape that wait for the same reason share one Decision
+    object (its ``request_key`` names the first of them): a pass over 10,000 waiting requests
+    builds a few hundred decisions, not 10,000.  ``decisions`` gives one per request, in order.
+    """
+
+    order: tuple[str, ...]
+    by_key: dict[str, Decision]
+    placed: tuple[Decision, ...] = ()
     reserved_for: str | None = None  # key of a starving request GPUs were held back for
 
     @property
-    def placed(self) -> list[Decision]:
-        return [d for d in self.decisions if d.placed]
+    def decisions(self) -> tuple[Decision, ...]:
+        out = []
+        for key in self.order:
+            d = self.by_key[key]
+            if d.request_key != key:
+                d = Decision(key, d.outcome, d.gpu_uuids, d.chosen, d.rejected, d.summary, d.collocated, d.policy)
+            out.append(d)
+        return tuple(out)
 
 
 class Placer:
@@ -58,7 +72,15 @@ class Placer:
     def facts(self, view: ClusterView) -> list[GpuFacts]:
         s = self.settings
         pol = self.policy
+        now = view.now
+        lock_s = s.lock_s
+        reserve = s.reserve_mib
+        idle_used = s.idle_used_mib
+        prior = s.activity_prior
+        reservations = pol.uses_reservations
+        risk = s.risk
         out: list[GpuFacts] = []
+        append = out.append
         for g in view.gpus:
             tenants = g.tenants
             free = g.free_mib
@@ -68,30 +90,31 @@ class Placer:
                 accounted = 0
                 for t in tenants:
                     exclusive_tenant = exclusive_tenant or t.exclusive
-                    if t.observed_mib is None or view.now - t.placed_at < s.lock_s:
+                    observed = t.observed_mib
+                    if observed is None or now - t.placed_at < lock_s:
                         unseen += 1
-                        accounted += t.accounted_mib
+                        accounted += t.reserved_mib if observed is None or observed < t.reserved_mib else observed
                     else:  # seen long enough: trust what it holds, the free reading covers it
-                        accounted += t.observed_mib
-                if pol.uses_reservations:
+                        accounted += observed
+                if reservations:
                     free = min(free, g.spec.memory_mib - accounted)
             w = g.window
             smact = w.smact_score
-            if pol.uses_reservations and unseen:
-                smact += s.activity_prior * unseen
-            locked = g.last_placed_at is not None and view.now - g.last_placed_at < s.lock_s
-            out.append(
+            if reservations and unseen:
+                smact += prior * unseen
+            last = g.last_placed_at
+            append(
                 GpuFacts(
-                    state=g,
-                    usable_free_mib=free - s.reserve_mib,
-                    idle=not tenants and g.used_mib < s.idle_used_mib,
-                    tenants=len(tenants),
-                    exclusive_tenant=exclusive_tenant,
-                    locked=locked,
-                    smact=smact,
-                    smocc=w.smocc_score,
-                    drama=w.drama_score,
-                    high_risk=is_high_risk(smact, w.smocc_score, w.drama_score, s.risk),
+                    g,
+                    free - reserve,
+                    not tenants and g.used_mib < idle_used,
+                    len(tenants),
+                    exclusive_tenant,
+                    last is not None and now - last < lock_s,
+                    smact,
+                    w.smocc_score,
+                    w.drama_score,
+                    is_high_risk(smact, w.smocc_score, w.drama_score, risk),
                 )
             )
         return out
@@ -121,55 +144,62 @@ class Placer:
         must wait, the GPUs closest to fitting it are held back from everyone else.
         """
         state = _Pass(self, view)
-        decisions: list[Decision] = []
+        order: list[str] = []
+        by_key: dict[str, Decision] = {}
+        placed: list[Decision] = []
         reserved: frozenset[str] = frozenset()
         reserved_for: str | None = None
+        skip = None
         if protected is not None:
+            skip = protected.key
             d = state.decide(protected, frozenset())
-            decisions.append(d)
+            order.append(protected.key)
+            by_key[protected.key] = d
             if d.placed:
                 state.apply(protected, d)
+                placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
                 reserved = self._hold_for(protected, state.facts)
                 reserved_for = protected.key
-        memo: dict[tuple[object, ...], tuple[int, Decision]] = {}
+        # memo: a request shape that had to wait keeps waiting for any larger memory need in
+        # this pass (placements only make GPUs fuller); entries: (mib, decision, memory limit)
+        memo: dict[tuple[object, ...], tuple[int, Decision, int]] = {}
         monotone = self.policy.checks_memory
-        blocked_by: str | None = None
-        name = self.policy.name
+        blocked: Decision | None = None
         for req in requests:
-            if protected is not None and req.key == protected.key:
+            key = req.key
+            if key == skip:
                 continue
-            if blocked_by is not None:
-                decisions.append(
-                    Decision(
-                        req.key,
-                        Outcome.NOT_NOW,
-                        summary=f"waiting: queued behind {blocked_by} (strict FIFO)",
-                        policy=name,
-                    )
-                )
+            order.append(key)
+            if blocked is not None:
+                by_key[key] = blocked
                 continue
-            sig = (req.gpus, req.needs_idle_gpu, req.gpu_model, req.avoid_gpus, req.memory.add_headroom)
-            hit = memo.get(sig) if monotone else None
-            if hit is not None and _never_fits(self, req, state.facts, state.never_cache) is not None:
-                hit = None
-            if hit is not None and req.memory.mib >= hit[0]:
-                first = hit[1]
-                decisions.append(
-                    Decision(req.key, Outcome.NOT_NOW, rejected=first.rejected, summary=first.summary, policy=name)
-                )
-                continue
+            mem = req.memory
+            hit = None
+            sig: tuple[object, ...] = ()
+            if monotone:
+                sig = (req.gpus, req.exclusive or mem.whole_gpu, req.gpu_model, req.avoid_gpus, mem.add_headroom)
+                hit = memo.get(sig)
+                if hit is not None and hit[0] <= mem.mib <= hit[2]:
+                    by_key[key] = hit[1]
+                    continue
             d = state.decide(req, reserved)
-            decisions.append(d)
+            by_key[key] = d
             if d.placed:
                 state.apply(req, d)
+                placed.append(d)
                 continue
             if d.outcome is Outcome.NOT_NOW:
-                if monotone and (hit is None or req.memory.mib < hit[0]):
-                    memo[sig] = (req.memory.mib, d)
+                if monotone and (hit is None or mem.mib < hit[0]):
+                    memo[sig] = (mem.mib, d, state.memory_limit(req))
                 if blocking:
-                    blocked_by = req.label
-        return PassResult(tuple(decisions), reserved_for)
+                    blocked = Decision(
+                        key,
+                        Outcome.NOT_NOW,
+                        summary=f"waiting: queued behind {req.label} (strict FIFO)",
+                        policy=self.policy.name,
+                    )
+        return PassResult(tuple(order), by_key, tuple(placed), reserved_for)
 
     def _hold_for(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
         """GPUs to keep free of new tenants so a starving request is guaranteed to start.
@@ -320,6 +350,14 @@ class _Pass:
         keyf = self.pol.idle_key if idle else self.pol.key
         return sorted(pool, key=lambda e: (keyf(e[2], request), e[1]))
 
+    def memory_limit(self, request: TaskRequest) -> int:
+        """Largest per-GPU memory any host could give this request shape (after the reserve)."""
+        _never_fits(self.placer, request, self.facts, self.never_cache)
+        hit = self.never_cache.get((request.gpus, request.gpu_model))
+        if hit is None or request.memory.whole_gpu or not self.pol.checks_memory:
+            return 1 << 62
+        return hit[1] - self.settings.reserve_mib
+
     def static_rejections(self) -> tuple[GpuVerdict, ...]:
         if self._static_tuple is None:
             self._static_tuple = tuple(self.static.values())
@@ -339,7 +377,7 @@ class _Pass:
         n = request.gpus
         wanted = request.gpu_model
         avoid = request.avoid_gpus
-        scanned: list[GpuVerdict] = []
+        scanned: list[tuple[GpuFacts, Reason, bool]] = []  # (GPU, reason, in collocation pool)
         avoided: list[GpuFacts] = []
         groups: dict[str, list[GpuFacts]] = {}
         chosen: list[GpuFacts] | None = None
@@ -351,14 +389,12 @@ class _Pass:
 
         for _, _, f in self._ordered(self.idle, request, True):
             if wanted is not None and not model_matches(f.state.spec.name, wanted):
-                scanned.append(_verdict(f, Reason.MODEL, f"is not a {wanted}"))
-            elif f.uuid in reserved:
-                scanned.append(_verdict(f, Reason.RESERVED, "held for a task past its starvation bound"))
+                scanned.append((f, Reason.MODEL, False))
+            elif reserved and f.state.uuid in reserved:
+                scanned.append((f, Reason.RESERVED, False))
             elif check_idle_memory and need > f.usable_free_mib:
-                scanned.append(
-                    _verdict(f, Reason.MEMORY, f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed")
-                )
-            elif f.uuid in avoid:
+                scanned.append((f, Reason.MEMORY, False))
+            elif avoid and f.state.uuid in avoid:
                 avoided.append(f)
             else:
                 chosen = take(f)
@@ -367,20 +403,14 @@ class _Pass:
         if chosen is None:
             for _, _, f in self._ordered(self.shared, request, False):
                 if wanted is not None and not model_matches(f.state.spec.name, wanted):
-                    scanned.append(_verdict(f, Reason.MODEL, f"is not a {wanted}"))
-                elif f.uuid in reserved:
-                    scanned.append(_verdict(f, Reason.RESERVED, "held for a task past its starvation bound"))
+                    scanned.append((f, Reason.MODEL, True))
+                elif reserved and f.state.uuid in reserved:
+                    scanned.append((f, Reason.RESERVED, True))
                 elif idle_only:
-                    scanned.append(_verdict(f, Reason.BUSY, f"has {f.tenants} tenant(s); task needs an idle GPU"))
+                    scanned.append((f, Reason.BUSY, True))
                 elif pol.checks_memory and filter_need > f.usable_free_mib:
-                    scanned.append(
-                        _verdict(
-                            f,
-                            Reason.MEMORY,
-                            f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} (estimate + headroom)",
-                        )
-                    )
-                elif f.uuid in avoid:
+                    scanned.append((f, Reason.MEMORY, True))
+                elif avoid and f.state.uuid in avoid:
                     avoided.append(f)
                 else:
                     chosen = take(f)
@@ -392,7 +422,7 @@ class _Pass:
                 if chosen is not None:
                     break
         if chosen is None:
-            rejected = tuple(scanned) + self.static_rejections()
+            rejected = self._verdicts(scanned, request) + self.static_rejections()
             counts: dict[str, int] = {}
             for v in rejected:
                 label = v.reason.value if v.reason else "?"
@@ -412,11 +442,30 @@ class _Pass:
             Outcome.PLACED,
             gpu_uuids=tuple(f.uuid for f in chosen),
             chosen=verdicts,
-            rejected=tuple(scanned) + self.static_rejections(),
+            rejected=self._verdicts(scanned[:_PLACED_REJECTIONS], request) + self.static_rejections(),
             summary=f"placed on {where}: " + "; ".join(v.detail for v in verdicts),
             collocated=any(not f.idle for f in chosen),
             policy=pol.name,
         )
+
+    def _verdicts(self, scanned: list[tuple[GpuFacts, Reason, bool]], request: TaskRequest) -> tuple[GpuVerdict, ...]:
+        """Turn the light records of a scan into verdicts with their texts."""
+        need = request.memory.mib
+        filter_need = request.memory.filter_mib(self.settings.headroom_mib)
+        out = []
+        for f, reason, shared in scanned:
+            if reason is Reason.MODEL:
+                detail = f"is not a {request.gpu_model}"
+            elif reason is Reason.RESERVED:
+                detail = "held for a task past its starvation bound"
+            elif reason is Reason.BUSY:
+                detail = f"has {f.tenants} tenant(s); task needs an idle GPU"
+            elif shared:
+                detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} (estimate + headroom)"
+            else:
+                detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed"
+            out.append(_verdict(f, reason, detail))
+        return tuple(out)
 
     def apply(self, request: TaskRequest, decision: Decision) -> None:
         """Account a placement inside the pass and move the GPUs to their new pools."""
@@ -435,6 +484,7 @@ class _Pass:
         self.pol.rotate(chosen, len(self.facts))
 
 
+_PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
 _NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
 
 

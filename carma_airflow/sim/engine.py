@@ -235,14 +235,14 @@ class Simulation:
         self.passes += 1
         plan = self.queue.plan(list(self.pending.values()), self.now)
         result = self.placer.schedule(plan.ordered, self._view(), blocking=plan.blocking, protected=plan.protected)
-        for d in result.decisions:
-            if d.outcome is Outcome.PLACED:
-                req = self.pending.pop(d.request_key)
-                self._start(req, [self.by_uuid[u].index for u in d.gpu_uuids])
-            elif d.outcome is Outcome.NEVER_FITS:
-                req = self.pending.pop(d.request_key)
-                self.pending_since.pop(req.key, None)
-                self._lose(self.req_arrival[req.key].job_id)
+        for d in result.placed:
+            req = self.pending.pop(d.request_key)
+            self._start(req, [self.by_uuid[u].index for u in d.gpu_uuids])
+        for key, d in result.by_key.items():
+            if d.outcome is Outcome.NEVER_FITS:
+                req = self.pending.pop(key)
+                self.pending_since.pop(key, None)
+                self._lose(self.req_arrival[key].job_id)
         if self.pending:
             moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
             if moving and self.placer.policy.checks_risk:

@@ -376,7 +376,7 @@ def test_strict_fifo_blocks_behind_the_head() -> None:
     assert [d.outcome for d in result.decisions] == [Outcome.NOT_NOW] * 3
     assert "strict FIFO" in result.decisions[1].summary
     assert "label-big" in result.decisions[1].summary
-    assert result.placed == []
+    assert not result.placed
 
 
 def test_strict_fifo_places_until_the_head_blocks() -> None:
