@@ -119,6 +119,11 @@ class Placer:
             )
         return out
 
+    def needs_idle(self, request: TaskRequest) -> bool:
+        """Whether the request must have GPUs to itself: asked exclusive, or its estimator gave
+        up (a memory-aware policy then gives it a whole GPU; static sharing ignores memory)."""
+        return request.exclusive or (request.memory.whole_gpu and self.policy.checks_memory)
+
     # -- one request -------------------------------------------------------------------
     def decide(self, request: TaskRequest, view: ClusterView) -> Decision:
         """Decide one request against a view (no queue)."""
@@ -371,7 +376,7 @@ class _Pass:
             return Decision(request.key, Outcome.NEVER_FITS, summary=f"never fits: {never}", policy=pol.name)
         need = request.memory.mib
         filter_need = request.memory.filter_mib(self.settings.headroom_mib)
-        idle_only = request.needs_idle_gpu or not pol.collocates
+        idle_only = self.placer.needs_idle(request) or not pol.collocates
         # "could not estimate: whole GPU" takes any idle GPU; its number is a sentinel, not memory
         check_idle_memory = pol.checks_memory and not request.memory.whole_gpu
         n = request.gpus
@@ -475,7 +480,7 @@ class _Pass:
             f.usable_free_mib -= request.memory.mib
             f.tenants += 1
             f.idle = False
-            f.exclusive_tenant = f.exclusive_tenant or request.needs_idle_gpu
+            f.exclusive_tenant = f.exclusive_tenant or self.placer.needs_idle(request)
             f.locked = True
             if self.pol.uses_reservations:
                 f.smact += self.settings.activity_prior

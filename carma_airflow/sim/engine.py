@@ -216,7 +216,7 @@ class Simulation:
                 reserved_mib=r.request.memory.mib,
                 placed_at=r.start,
                 observed_mib=r.held if r.ramped else None,
-                exclusive=r.request.needs_idle_gpu,
+                exclusive=self.placer.needs_idle(r.request),
             )
             for r in g.runs
         )

@@ -9,6 +9,7 @@ from carma_airflow.core import (
     DEFAULT_POLICY,
     ClusterView,
     Decision,
+    MemoryNeed,
     MetricWindow,
     Outcome,
     Placer,
@@ -249,3 +250,16 @@ def test_interference_aware_activity_cap() -> None:
     assert capped.outcome is Outcome.NOT_NOW
     assert capped.rejected[0].reason is Reason.INTERFERENCE
     assert Placer(InterferenceAware(activity_cap=1.0)).decide(request("r", 1000), view(g)).placed
+
+
+@pytest.mark.parametrize("policy", ["static-2", "round-robin"])
+def test_memory_blind_policies_ignore_the_gave_up_sentinel(policy: str) -> None:
+    gave_up = TaskRequest(key="g", label="g", memory=MemoryNeed(40000, "gpumemnet (gave up)", whole_gpu=True))
+    d = place(policy, gave_up, view(busy_gpu(0, free=30000), busy_gpu(1, free=30000)))
+    assert d.placed  # static sharing knows nothing of memory: the sentinel must not make it wait
+
+
+def test_memory_aware_policy_gives_the_gave_up_sentinel_an_idle_gpu() -> None:
+    gave_up = TaskRequest(key="g", label="g", memory=MemoryNeed(40000, "gpumemnet (gave up)", whole_gpu=True))
+    d = place("most-free-memory", gave_up, view(busy_gpu(0, free=39000), idle_gpu(1)))
+    assert d.gpu_uuids == ("GPU-1",)
