@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.gpu import ClusterView, GpuHealth
@@ -289,6 +290,8 @@ class _Pass:
         self.never_cache: dict[tuple[object, ...], tuple[str | None, int]] = {}
         self.idle: list[_Entry] = []
         self.shared: list[_Entry] = []
+        # the collocation pool again, by usable memory: finds "fits" without scanning
+        self.by_free: list[tuple[int, int, _Entry]] = []
         self.where: dict[str, _Entry] = {}
         self.static: dict[str, GpuVerdict] = {}
         self._static_tuple: tuple[GpuVerdict, ...] | None = None
@@ -296,6 +299,7 @@ class _Pass:
             self._place_in_pool(f, sort=False)
         self.idle.sort(key=lambda e: (e[0], e[1]))
         self.shared.sort(key=lambda e: (e[0], e[1]))
+        self.by_free.sort(key=lambda e: (e[0], e[1]))
 
     # pools -------------------------------------------------------------------------------
     def _classify(self, f: GpuFacts) -> GpuVerdict | bool:
@@ -336,6 +340,12 @@ class _Pass:
             bisect.insort(pool, entry, key=lambda e: (e[0], e[1]))
         else:
             pool.append(entry)
+        if not verdict:
+            item = (f.usable_free_mib, f.index, entry)
+            if sort:
+                bisect.insort(self.by_free, item, key=lambda e: (e[0], e[1]))
+            else:
+                self.by_free.append(item)
 
     def _take_out(self, f: GpuFacts) -> None:
         entry = self.where.pop(f.uuid, None)
@@ -347,6 +357,10 @@ class _Pass:
             i = bisect.bisect_left(pool, (entry[0], entry[1]), key=lambda e: (e[0], e[1]))
             if i < len(pool) and pool[i][2] is f:
                 del pool[i]
+                if pool is self.shared:
+                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, f.index), key=lambda e: (e[0], e[1]))
+                    if j < len(self.by_free) and self.by_free[j][2] is entry:
+                        del self.by_free[j]
                 return
 
     def _ordered(self, pool: list[_Entry], request: TaskRequest, idle: bool) -> list[_Entry]:
@@ -405,6 +419,31 @@ class _Pass:
                 chosen = take(f)
                 if chosen is not None:
                     break
+        fast = (
+            chosen is None
+            and n == 1
+            and not idle_only
+            and wanted is None
+            and not reserved
+            and not avoid
+            and pol.checks_memory
+            and pol.stable_keys
+        )
+        if fast:
+            # same answer as the scan below (the first candidate in policy order with enough
+            # memory): look at the head of the order, then ask the by-memory index
+            mark = len(scanned)
+            for _, _, f in self.shared[:_HEAD]:
+                if filter_need <= f.usable_free_mib:
+                    chosen = [f]
+                    break
+                scanned.append((f, Reason.MEMORY, True))
+            if chosen is None:
+                i = bisect.bisect_left(self.by_free, (filter_need, -1), key=lambda e: (e[0], e[1]))
+                if i < len(self.by_free):
+                    chosen = [min(self.by_free[i:], key=itemgetter(2))[2][2]]
+                else:
+                    del scanned[mark:]  # the full scan below lists them again
         if chosen is None:
             for _, _, f in self._ordered(self.shared, request, False):
                 if wanted is not None and not model_matches(f.state.spec.name, wanted):
@@ -490,6 +529,7 @@ class _Pass:
 
 
 _PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
+_HEAD = 16  # candidates looked at in order before the by-memory index is asked
 _NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
 
 
