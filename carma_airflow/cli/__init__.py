@@ -48,7 +48,8 @@ def one_line_errors(func: F) -> F:
 
 
 def _register() -> None:
-    from carma_airflow.cli import simulate as _simulate  # noqa: F401  (registers commands)
+    from carma_airflow.cli import ops as _ops  # noqa: F401  (registers commands)
+    from carma_airflow.cli import simulate as _simulate  # noqa: F401
 
 
 def main() -> None:

@@ -1,0 +1,161 @@
+"""``carma gpus``, ``carma placements`` and ``carma why``: what the executor sees and decided."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from carma_airflow.cli import app, fail, one_line_errors
+
+
+def _settings() -> Any:
+    from carma_airflow.settings import CarmaSettings
+
+    return CarmaSettings.from_airflow()
+
+
+def _store(settings: Any) -> Any:
+    from carma_airflow.store.store import Store
+
+    store = Store(settings.store_url)
+    store.migrate()
+    return store
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "value") and not isinstance(value, (int, float, str)):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _record_dict(rec: Any) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in asdict(rec).items()}
+
+
+@app.command("gpus")
+@one_line_errors
+def gpus_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+    """Live GPU table: memory, activity, risk and tenants (reads the GPUs and the store)."""
+    from pathlib import Path
+
+    from carma_airflow.core.risk import is_high_risk
+    from carma_airflow.monitor.sampler import make_probe
+
+    settings = _settings()
+    probe = make_probe(
+        settings.gpu_backend,
+        settings.simulated_gpus,
+        Path(settings.state_dir) / "simulated-gpus.json",
+        host=settings.host,
+    )
+    try:
+        samples = probe.sample()
+    finally:
+        probe.close()
+    running = [p for p in _store(settings).running() if _plain(p.outcome) == "running"]
+    rows: list[dict[str, Any]] = []
+    for s in samples:
+        tenants = [p.label or f"{p.dag_id}.{p.task_id}" for p in running if s.uuid in p.gpu_uuids]
+        smact, smocc, drama = s.smact or 0.0, s.smocc or 0.0, s.drama or 0.0
+        risk = "error" if s.error else ("high" if is_high_risk(smact, smocc, drama) else "ok")
+        rows.append(
+            {
+                "index": s.index,
+                "uuid": s.uuid,
+                "name": s.name,
+                "host": s.host,
+                "memory_used_mib": s.memory_used_mib,
+                "memory_total_mib": s.memory_total_mib,
+                "smact": smact,
+                "smocc": smocc,
+                "drama": drama,
+                "activity_source": s.activity_source,
+                "risk": risk,
+                "error": s.error,
+                "tenants": tenants,
+            }
+        )
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table(title=f"GPUs on {settings.host} ({settings.gpu_backend})")
+    for col in ("GPU", "model", "memory", "SM act", "SM occ", "DRAM", "risk", "tenants"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            str(r["index"]),
+            r["name"],
+            f"{r['memory_used_mib'] / 1024:.1f} / {r['memory_total_mib'] / 1024:.1f} GiB",
+            f"{r['smact']:.2f}",
+            f"{r['smocc']:.2f}",
+            f"{r['drama']:.2f}",
+            r["error"] or r["risk"],
+            ", ".join(r["tenants"]) or "-",
+        )
+    Console().print(table)
+
+
+@app.command("placements")
+@one_line_errors
+def placements_cmd(
+    dag_id: Annotated[str | None, typer.Option("--dag-id", help="only this DAG")] = None,
+    limit: Annotated[int, typer.Option(help="most recent N tries")] = 200,
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+) -> None:
+    """Every placement decision and how each try ended (newest first)."""
+    if limit < 1:
+        fail("--limit must be at least 1")
+    records = _store(_settings()).placements(dag_id=dag_id, limit=limit)
+    rows = [_record_dict(r) for r in records]
+    if as_json:
+        typer.echo(json.dumps(rows))
+        return
+    table = Table(title="CARMA placements")
+    for col in ("dag.task", "run", "try", "GPUs", "outcome", "estimate", "peak", "decided"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            f"{r['dag_id']}.{r['task_id']}",
+            r["run_id"],
+            str(r["try_number"]),
+            ",".join(r["gpu_uuids"]) or "-",
+            r["outcome"],
+            f"{r['estimate_mib'] or '-'}",
+            f"{r['peak_mib'] or '-'}",
+            r["decided_at"] or "-",
+        )
+    Console(width=200).print(table)
+
+
+@app.command("why")
+@one_line_errors
+def why_cmd(
+    task: Annotated[str, typer.Argument(help="DAG_ID.TASK_ID")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Why a task waits, or why it went where it went (latest tries first)."""
+    if "." not in task:
+        fail(f"cannot read {task!r}; write DAG_ID.TASK_ID, e.g. training.train_bert")
+    dag_id, task_id = task.split(".", 1)
+    records = _store(_settings()).latest_for(dag_id, task_id)
+    if not records:
+        fail(f"no placement recorded for {dag_id}.{task_id}; is it a CarmaExecutor task that was queued?")
+    if as_json:
+        typer.echo(json.dumps([_record_dict(r) for r in records]))
+        return
+    for r in records[:3]:
+        typer.echo(f"{r.dag_id}.{r.task_id} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
+        typer.echo(f"  {r.summary}")
+        typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
+        for line in r.reasons[:10]:
+            typer.echo(f"  {line}")

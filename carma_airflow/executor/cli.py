@@ -1,0 +1,51 @@
+"""``airflow carma ...``: the carma CLI mounted into Airflow's (same commands, same output)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _forward(argv: list[str]) -> None:
+    from carma_airflow.cli import _register, app
+
+    _register()
+    app(args=argv, prog_name="airflow carma", standalone_mode=True)
+
+
+def _gpus(args: argparse.Namespace) -> None:
+    _forward(["gpus", *(["--json"] if args.json else [])])
+
+
+def _placements(args: argparse.Namespace) -> None:
+    argv = ["placements"]
+    if args.dag_id:
+        argv += ["--dag-id", args.dag_id]
+    _forward(argv + (["--json"] if args.json else []))
+
+
+def _why(args: argparse.Namespace) -> None:
+    _forward(["why", args.task, *(["--json"] if args.json else [])])
+
+
+def carma_cli_commands() -> list[Any]:
+    from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand
+
+    as_json = Arg(("--json",), help="print JSON", action="store_true")  # type: ignore[no-untyped-call]
+    dag_id = Arg(("--dag-id",), help="only this DAG")  # type: ignore[no-untyped-call]
+    task = Arg(("task",), help="DAG_ID.TASK_ID")  # type: ignore[no-untyped-call]
+    return [
+        GroupCommand(
+            name="carma",
+            help="CARMA GPU placement: GPUs, placements, and why a task waits",
+            subcommands=(
+                ActionCommand(name="gpus", help="live GPU table", func=_gpus, args=(as_json,)),
+                ActionCommand(
+                    name="placements", help="placement decisions and outcomes", func=_placements, args=(dag_id, as_json)
+                ),
+                ActionCommand(
+                    name="why", help="why a task waits or went where it went", func=_why, args=(task, as_json)
+                ),
+            ),
+        )
+    ]

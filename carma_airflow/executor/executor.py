@@ -1,0 +1,469 @@
+"""CarmaExecutor: collocation-aware GPU dispatch for Airflow 3.
+
+Flow per task (see docs): the scheduler hands a workload over -> its ``executor_config`` is
+validated and turned into a TaskRequest (memory: declared, else learned from earlier runs, else
+the floor; after a CUDA OOM: the recovery planner) -> it waits in the executor's own queue
+(counted in ``running`` so parallelism holds) -> each heartbeat the placer decides over the
+live GPU view -> a placed task runs in its own process whose environment carries
+CUDA_VISIBLE_DEVICES -> when the process ends, the try's result file says success / OOM /
+other, the GPUs are released and the store learns.
+
+Waiting longer than ``[scheduler] task_queued_timeout`` is safe: ``revoke_task`` declines for
+tasks that wait for a GPU (the scheduler then leaves them queued), and the task's token is
+issued anew at launch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+from airflow.utils.state import TaskInstanceState
+
+from carma_airflow.core.decision import Decision, Outcome
+from carma_airflow.core.errors import CarmaError, ConfigError
+from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
+from carma_airflow.core.gpu import Tenant, parse_gpu_list
+from carma_airflow.core.placer import Placer
+from carma_airflow.core.policies import make_policy
+from carma_airflow.core.queueing import Backfill, make_queue
+from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, RetryPlan, plan_recovery
+from carma_airflow.core.settings import PlacementSettings
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.executor.outcome import RESULT_ENV, TryResult, read_result
+from carma_airflow.executor.retry import PRIOR_OOMS_ENV
+from carma_airflow.executor.view import build_view
+from carma_airflow.settings import CarmaSettings
+from carma_airflow.task_config import GpuTaskConfig, parse_task_config
+
+if TYPE_CHECKING:
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from carma_airflow.monitor.sampler import Monitor
+    from carma_airflow.store.store import Store
+
+GUARDS = {
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def request_key(key: TaskInstanceKey) -> str:
+    return f"{key.dag_id}/{key.task_id}/{key.run_id}/{key.map_index}/{key.try_number}"
+
+
+@dataclass(slots=True)
+class _Waiting:
+    workload: ExecuteTask
+    config: GpuTaskConfig
+    request: TaskRequest
+    prior_ooms: int = 0
+    last_summary: str = ""
+
+
+@dataclass(slots=True)
+class _Active:
+    workload: ExecuteTask
+    request: TaskRequest
+    decision: Decision
+    process: Any  # multiprocessing.Process
+    started_at: float
+    result_path: Path
+    tenants: list[str] = field(default_factory=list)
+
+
+def _run_in_child(workload: ExecuteTask, env: dict[str, str], server: str) -> None:
+    """Body of the per-task process: set this task's devices, then run it like LocalExecutor."""
+    os.environ.update(env)
+    code = BaseExecutor.run_workload(
+        workload,
+        server=server,
+        proctitle=f"airflow worker -- CarmaExecutor: {workload.display_name}",
+        subprocess_logs_to_stdout=True,
+    )
+    os._exit(code if isinstance(code, int) else 0)
+
+
+class CarmaExecutor(BaseExecutor):
+    """Places GPU tasks on GPUs they can share safely; see the module docstring."""
+
+    is_local = True
+    serve_logs = True
+    supports_callbacks = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.settings: CarmaSettings | None = None
+        self.waiting: dict[TaskInstanceKey, _Waiting] = {}
+        self.active: dict[TaskInstanceKey, _Active] = {}
+        self.bare: dict[TaskInstanceKey, Any] = {}  # tasks run without GPUs (invalid executor_config)
+        self.tenants: dict[str, list[Tenant]] = {}
+        self.last_placed: dict[str, float] = {}
+        self._by_request: dict[str, TaskInstanceKey] = {}
+        self.monitor: Monitor | None = None
+        self.store: Store | None = None
+
+    # -- life cycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        self.configure(CarmaSettings.from_airflow())
+
+    def configure(self, settings: CarmaSettings, monitor: Monitor | None = None, store: Store | None = None) -> None:
+        """Read configuration once and build the monitor, store and placer (tests pass fakes)."""
+        from carma_airflow.monitor.sampler import Monitor, make_probe
+        from carma_airflow.store.store import Store
+
+        self.settings = settings
+        state = Path(settings.state_dir)
+        (state / "results").mkdir(parents=True, exist_ok=True)
+        self.ledger_path = state / "simulated-gpus.json"
+        if monitor is None:
+            probe = make_probe(settings.gpu_backend, settings.simulated_gpus, self.ledger_path, host=settings.host)
+            monitor = Monitor(probe, period_s=settings.sample_period)
+            monitor.sample_once()  # fail fast with the probe's own message (no driver, bad spec)
+            monitor.start()
+        self.monitor = monitor
+        if store is None:
+            store = Store(settings.store_url)
+            store.migrate()
+        self.store = store
+        policy = make_policy(settings.policy)
+        if hasattr(policy, "max_tenants") and settings.policy in ("interference-aware", "carma", "default", "ia"):
+            policy.max_tenants = settings.max_tenants
+        self.placer = Placer(
+            policy,
+            PlacementSettings(
+                reserve_mib=settings.reserve_mib,
+                headroom_mib=settings.headroom_mib,
+                floor_mib=settings.floor_mib,
+                lock_s=settings.lock_seconds,
+            ),
+        )
+        self.queue = make_queue(settings.queue)
+        if isinstance(self.queue, Backfill):
+            self.queue.starvation_s = settings.starvation_seconds
+        self.estimator = make_estimator(settings.estimator, settings.floor_mib)
+        self.recovery = RecoverySettings(max_oom_retries=settings.oom_retries, headroom_mib=settings.headroom_mib)
+        self._ctx = multiprocessing.get_context("fork")
+        self.log.info(
+            "CarmaExecutor started: %s backend, policy %s, queue %s, store %s",
+            settings.gpu_backend,
+            policy.name,
+            self.queue.name,
+            store.masked_url,
+        )
+
+    def end(self) -> None:
+        for active in list(self.active.values()):
+            active.process.join()
+        self.sync()
+        if self.monitor is not None:
+            self.monitor.stop()
+
+    def terminate(self) -> None:
+        for active in self.active.values():
+            if active.process.is_alive():
+                active.process.terminate()
+        if self.monitor is not None:
+            self.monitor.stop()
+
+    # -- intake ----------------------------------------------------------------------------
+    def _process_workloads(self, workload_items: Any) -> None:
+        for workload in workload_items:
+            key = workload.key
+            self.queued_tasks.pop(key, None)
+            self.running.add(key)  # waiting tasks count against parallelism too
+            try:
+                self._accept(workload)
+            except ConfigError as exc:
+                # Run it without GPUs: in the task process the cluster policy makes it fail with
+                # this message as the first line of its log; the rest of the DAG is untouched.
+                self.log.error("Task %s has an invalid executor_config: %s", key, exc)
+                self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
+        self._schedule()
+
+    def _accept(self, workload: ExecuteTask) -> None:
+        assert self.store is not None
+        ti = workload.ti
+        config = parse_task_config(ti.executor_config, where=f"task {ti.task_id!r}: executor_config")
+        history = tuple(self.store.peaks(ti.dag_id, ti.task_id))
+        need = self.estimator.estimate(TaskMemoryInfo(declared_mib=config.memory, history_mib=history))
+        assert need is not None  # the estimator chain ends with the floor
+        request = TaskRequest(
+            key=request_key(ti.key),
+            label=f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index >= 0 else ""),
+            memory=need,
+            gpus=config.gpus,
+            exclusive=config.exclusive,
+            gpu_model=config.gpu_model,
+            priority=config.priority,
+            submitted_at=time.time(),
+            try_number=ti.try_number,
+        )
+        request, prior_ooms = self._recover(ti, request)
+        self.waiting[ti.key] = _Waiting(workload, config, request, prior_ooms)
+        self._by_request[request.key] = ti.key
+        self._record(ti, request, outcome="waiting", summary="waiting for a scheduling pass")
+
+    def _recover(self, ti: Any, request: TaskRequest) -> tuple[TaskRequest, int]:
+        """After CUDA OOM tries of the same run, plan this try with the recovery planner."""
+        assert self.store is not None
+        if ti.try_number <= 1:
+            return request, 0
+        earlier = [
+            p
+            for p in self.store.latest_for(ti.dag_id, ti.task_id)
+            if p.run_id == ti.run_id and p.map_index == ti.map_index and p.try_number < ti.try_number
+        ]
+        ooms = [p for p in earlier if getattr(p.outcome, "value", p.outcome) == "oom"]
+        last = max(earlier, key=lambda p: p.try_number, default=None)
+        if last is None or getattr(last.outcome, "value", last.outcome) != "oom":
+            return request, len(ooms)
+        previous = replace(request, try_number=last.try_number)
+        if last.estimate_mib:
+            previous = replace(previous, memory=replace(request.memory, mib=max(request.memory.mib, last.estimate_mib)))
+        plan = plan_recovery(
+            previous,
+            Failure(FailureKind.CUDA_OOM, "recorded by CarmaExecutor"),
+            oom_retries_done=len(ooms) - 1,
+            peak_mib=last.peak_mib,
+            crashed_gpus=tuple(last.gpu_uuids),
+            now=time.time(),
+            settings=self.recovery,
+        )
+        if isinstance(plan, RetryPlan):
+            return replace(plan.request, key=request.key, try_number=ti.try_number), len(ooms)
+        return request, len(ooms)
+
+    # -- scheduling ------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        if not self.waiting or self.monitor is None or self.settings is None:
+            return
+        now = time.time()
+        samples = list(self.monitor.latest().values())
+        view = build_view(
+            now,
+            samples,
+            {s.uuid: self.monitor.window(s.uuid) for s in samples},
+            self._tenants_now(now),
+            self.last_placed,
+            {s.uuid: self.monitor.age(s.uuid) for s in samples},
+            self.settings.stale_seconds,
+        )
+        plan = self.queue.plan([w.request for w in self.waiting.values()], now)
+        result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
+        for decision in result.placed:
+            self._launch(self._by_request[decision.request_key], decision)
+        for rkey, decision in result.by_key.items():
+            ti_key = self._by_request.get(rkey)
+            if ti_key is None or ti_key not in self.waiting:
+                continue
+            waiting = self.waiting[ti_key]
+            if decision.outcome is Outcome.NEVER_FITS:
+                self.log.error("Task %s can never be placed: %s", ti_key, decision.summary)
+                self._record(waiting.workload.ti, waiting.request, outcome="failed", summary=decision.summary)
+                del self.waiting[ti_key]
+                self.fail(ti_key, info=decision.summary)
+            elif decision.summary != waiting.last_summary:
+                waiting.last_summary = decision.summary
+                self.log.info("Task %s %s", ti_key, decision.summary)
+                self._record(
+                    waiting.workload.ti,
+                    waiting.request,
+                    outcome="waiting",
+                    summary=decision.summary,
+                    reasons=[str(v) for v in decision.rejected[:16]],
+                )
+
+    def _tenants_now(self, now: float) -> dict[str, list[Tenant]]:
+        assert self.settings is not None
+        out: dict[str, list[Tenant]] = {}
+        for uuid, tenants in self.tenants.items():
+            fresh = []
+            for t in tenants:
+                # after the lock time the monitor's readings include the tenant: trust them
+                seen = t.reserved_mib if now - t.placed_at >= self.settings.lock_seconds else None
+                fresh.append(replace(t, observed_mib=seen))
+            out[uuid] = fresh
+        return out
+
+    def _launch(self, ti_key: TaskInstanceKey, decision: Decision) -> None:
+        assert self.settings is not None
+        waiting = self.waiting.pop(ti_key)
+        workload = waiting.workload
+        # the token is issued anew in _start_process: a task may have waited longer than it lives
+        result_path = Path(self.settings.state_dir) / "results" / f"{workload.ti.id}.json"
+        result_path.unlink(missing_ok=True)
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(decision.gpu_uuids),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            RESULT_ENV: str(result_path),
+            "CARMA_PLACEMENT": decision.summary,
+            PRIOR_OOMS_ENV: str(waiting.prior_ooms),
+        }
+        if self.settings.framework_guards:
+            env.update(GUARDS)
+        if self.settings.gpu_backend == "simulated":
+            env["CARMA_SIM_LEDGER"] = str(self.ledger_path)
+        process = self._start_process(ti_key, workload, env)
+        now = time.time()
+        active = _Active(workload, waiting.request, decision, process, now, result_path, list(decision.gpu_uuids))
+        self.active[ti_key] = active
+        for uuid in decision.gpu_uuids:
+            self.tenants.setdefault(uuid, []).append(
+                Tenant(
+                    key=waiting.request.key,
+                    label=waiting.request.label,
+                    reserved_mib=waiting.request.memory.mib,
+                    placed_at=now,
+                    exclusive=self.placer.needs_idle(waiting.request),
+                )
+            )
+            self.last_placed[uuid] = now
+        self.log.info("Task %s %s", ti_key, decision.summary)
+        self._record(
+            workload.ti,
+            waiting.request,
+            outcome="running",
+            summary=decision.summary,
+            gpu_uuids=list(decision.gpu_uuids),
+            started_at=now,
+            reasons=[str(v) for v in decision.chosen + decision.rejected[:8]],
+        )
+
+    def _start_process(self, ti_key: TaskInstanceKey, workload: ExecuteTask, env: dict[str, str]) -> Any:
+        from airflow.executors.workloads import ExecuteTask as _ExecuteTask
+
+        workload.token = _ExecuteTask.generate_token(str(workload.ti.id), self.jwt_generator)
+        process = self._ctx.Process(
+            target=_run_in_child, args=(workload, env, get_execution_api_server_url()), daemon=False
+        )
+        process.start()
+        if "CARMA_CONFIG_ERROR" in env:
+            self.bare[ti_key] = process
+        return process
+
+    # -- completion ------------------------------------------------------------------------
+    def sync(self) -> None:
+        for ti_key, process in list(self.bare.items()):
+            if not process.is_alive():
+                process.join(timeout=0)
+                del self.bare[ti_key]
+                self.change_state(
+                    ti_key, TaskInstanceState.SUCCESS if process.exitcode == 0 else TaskInstanceState.FAILED
+                )
+        for ti_key, active in list(self.active.items()):
+            if active.process.is_alive():
+                continue
+            active.process.join(timeout=0)
+            self._finish(ti_key, active, active.process.exitcode)
+        self._schedule()
+
+    def _finish(self, ti_key: TaskInstanceKey, active: _Active, exitcode: int | None) -> None:
+        assert self.store is not None
+        del self.active[ti_key]
+        for uuid in active.tenants:
+            self.tenants[uuid] = [t for t in self.tenants.get(uuid, []) if t.key != active.request.key]
+        result = read_result(active.result_path)
+        ti = active.workload.ti
+        now = time.time()
+        if result is None:
+            kind = "killed" if exitcode in (-9, 137) else "no result"
+            result = TryResult(
+                state="failed",
+                failure_kind="killed" if kind == "killed" else "other",
+                message=f"task process ended with exit code {exitcode} ({kind})",
+            )
+        outcome = "success" if result.state == "success" else ("oom" if result.is_oom else "failed")
+        self.store.mark_ended(request_key(ti_key), now, outcome, result.peak_mib)
+        if result.is_oom:
+            from carma_airflow.store.records import OomRecord
+
+            self.store.record_oom(
+                OomRecord(
+                    placement_key=request_key(ti_key),
+                    dag_id=ti.dag_id,
+                    task_id=ti.task_id,
+                    try_number=ti.try_number,
+                    gpu_uuid=",".join(active.decision.gpu_uuids),
+                    peak_mib=result.peak_mib,
+                    message=(result.message or "")[:2000],
+                    at=_utc(now),
+                )
+            )
+            self.log.warning("Task %s hit CUDA OOM at %s MiB on %s", ti_key, result.peak_mib, active.decision.gpu_uuids)
+        elif outcome == "success" and result.peak_mib:
+            self.store.add_peak(ti.dag_id, ti.task_id, result.peak_mib, _utc(now), ti.run_id)
+        state = TaskInstanceState.SUCCESS if exitcode == 0 else TaskInstanceState.FAILED
+        self.change_state(ti_key, state)
+
+    # -- store -----------------------------------------------------------------------------
+    def _record(
+        self,
+        ti: Any,
+        request: TaskRequest,
+        *,
+        outcome: str,
+        summary: str,
+        gpu_uuids: list[str] | None = None,
+        started_at: float | None = None,
+        reasons: list[str] | None = None,
+    ) -> None:
+        assert self.store is not None and self.settings is not None
+        from carma_airflow.store.records import PlacementRecord, TryOutcome
+
+        try:
+            self.store.upsert_placement(
+                PlacementRecord(
+                    key=request.key,
+                    dag_id=ti.dag_id,
+                    task_id=ti.task_id,
+                    run_id=ti.run_id,
+                    map_index=ti.map_index,
+                    try_number=ti.try_number,
+                    label=request.label,
+                    decided_at=_utc(time.time()),
+                    started_at=_utc(started_at) if started_at else None,
+                    outcome=TryOutcome(outcome),
+                    gpu_uuids=tuple(gpu_uuids or ()),
+                    host=self.settings.host,
+                    estimate_mib=request.memory.mib,
+                    estimate_source=request.memory.source,
+                    summary=summary,
+                    reasons=tuple(reasons or ()),
+                    policy=self.placer.policy.name,
+                )
+            )
+        except CarmaError:
+            self.log.exception("carma store write failed; placement goes on from memory")
+
+    # -- scheduler contract ----------------------------------------------------------------
+    def revoke_task(self, *, ti: TaskInstance) -> None:
+        if ti.key in self.waiting:
+            # Waiting for a GPU is not being stuck: keep it queued (the scheduler skips
+            # executors that decline), its token is issued anew at launch.
+            raise NotImplementedError("CarmaExecutor keeps tasks that wait for a GPU queued")
+        self.queued_tasks.pop(ti.key, None)
+        self.running.discard(ti.key)
+
+    @staticmethod
+    def get_cli_commands() -> list[Any]:
+        from carma_airflow.executor.cli import carma_cli_commands
+
+        return carma_cli_commands()
+
+
+def _utc(ts: float) -> Any:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+__all__ = ["CarmaExecutor", "parse_gpu_list"]

@@ -1,0 +1,80 @@
+"""Listener that runs inside each task process started by CarmaExecutor.
+
+* On start it writes the placement decision into the task's own log ("placed on GPU 2 ...").
+* On failure it classifies the real exception (CUDA OOM or not), measures the peak GPU memory the
+  try reached, and leaves both in the result file for the executor.
+* On success it leaves the peak, which feeds the history estimator.
+Outside CarmaExecutor (no result file requested) it does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+from carma_airflow.core.recovery import classify_failure
+from carma_airflow.executor.outcome import RESULT_ENV, TryResult, write_result
+
+PLACEMENT_ENV = "CARMA_PLACEMENT"
+log = logging.getLogger("carma")
+
+
+def _peak_mib() -> int | None:
+    """Peak GPU memory of this process: simulated ledger, else PyTorch's own counters if loaded."""
+    ledger_path = os.environ.get("CARMA_SIM_LEDGER")
+    if ledger_path:
+        try:
+            from carma_airflow.monitor.ledger import Ledger
+
+            peak = Ledger(ledger_path).peak(os.getpid())
+            if peak is not None:
+                return int(peak)
+        except Exception:  # the ledger is best effort here
+            log.debug("could not read the simulated ledger", exc_info=True)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return int(torch.cuda.max_memory_reserved() // (1024 * 1024))
+        except Exception:
+            return None
+    return None
+
+
+@hookimpl
+def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
+    placement = os.environ.get(PLACEMENT_ENV)
+    if placement and os.environ.get(RESULT_ENV):
+        print(f"[carma] {placement}", flush=True)
+        print(f"[carma] CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
+
+
+@hookimpl
+def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
+    if os.environ.get(RESULT_ENV):
+        write_result(TryResult(state="success", peak_mib=_peak_mib()))
+
+
+@hookimpl
+def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any) -> None:
+    if not os.environ.get(RESULT_ENV):
+        return
+    exc_type = type(error).__name__ if isinstance(error, BaseException) else None
+    message = str(error) if error is not None else None
+    failure = classify_failure(exc_type, message)
+    state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
+    write_result(
+        TryResult(
+            state=str(state),
+            failure_kind=failure.kind.value,
+            exc_type=exc_type,
+            message=(message or "")[:2000],
+            peak_mib=_peak_mib(),
+        )
+    )
+    if failure.is_oom:
+        print(f"[carma] CUDA out of memory recognised ({failure.evidence}); peak {_peak_mib()} MiB", flush=True)

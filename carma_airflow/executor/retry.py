@@ -1,0 +1,55 @@
+"""Retry policy attached to GPU tasks: CUDA OOM gets its own bounded retries.
+
+Runs in the task process with the real exception.  A CUDA OOM is retried (short delay, with a
+reason that shows in the Airflow UI) while OOM tries remain; any other failure follows the
+author's own ``retries`` and then fails, even though the cluster policy raised ``retries`` to
+make room for OOM tries.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
+
+from carma_airflow.core.recovery import classify_failure
+
+PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+
+
+class CudaOomRetryPolicy(RetryPolicy):
+    def __init__(self, author_retries: int, oom_retries: int, oom_delay_s: float = 5.0) -> None:
+        self.author_retries = author_retries
+        self.oom_retries = oom_retries
+        self.oom_delay_s = oom_delay_s
+
+    def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
+        failure = classify_failure(type(exception).__name__, str(exception))
+        prior_ooms = int(os.environ.get(PRIOR_OOMS_ENV, "0") or 0)
+        if failure.is_oom:
+            if prior_ooms < self.oom_retries:
+                return RetryDecision.retry(
+                    delay=timedelta(seconds=self.oom_delay_s),
+                    reason=f"CUDA out of memory ({failure.evidence}); CARMA retries it on a GPU with more free "
+                    f"memory (OOM retry {prior_ooms + 1} of {self.oom_retries})",
+                )
+            return RetryDecision.fail(
+                reason=f"CUDA out of memory on {prior_ooms + 1} tries; declare more memory in executor_config"
+            )
+        other_failures = try_number - prior_ooms  # tries that failed for other reasons, this one included
+        if other_failures <= self.author_retries:
+            return RetryDecision.retry(
+                reason=f"{failure.kind.value}: author's retry {other_failures} of {self.author_retries}"
+            )
+        return RetryDecision.fail(
+            reason=f"{failure.kind.value} ({failure.evidence}); the author's {self.author_retries} retries are spent"
+        )
+
+    def serialize(self) -> dict[str, Any]:
+        return {"author_retries": self.author_retries, "oom_retries": self.oom_retries, "oom_delay_s": self.oom_delay_s}
+
+    @classmethod
+    def deserialize(cls, data: dict[str, Any]) -> CudaOomRetryPolicy:
+        return cls(int(data["author_retries"]), int(data["oom_retries"]), float(data["oom_delay_s"]))

@@ -1,0 +1,228 @@
+"""The ``[carma]`` configuration section: one table of options, read once, validated.
+
+The same table feeds the provider info (so ``airflow config list`` shows every option with its
+description and default) and :class:`CarmaSettings` (what the executor reads in ``start()``).
+Every option can also be set as ``AIRFLOW__CARMA__<OPTION>``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from carma_airflow.core.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    name: str
+    type: str  # string | integer | float | boolean
+    default: str
+    description: str
+    example: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "gpu_backend",
+        "string",
+        "nvml",
+        "Where GPU telemetry comes from: nvml (real NVIDIA GPUs) or simulated "
+        "(GPUs modelled by carma's sharing model, for demos, CI and machines without GPUs).",
+        "simulated",
+    ),
+    Option(
+        "simulated_gpus",
+        "string",
+        "4xA100-40GB",
+        "GPUs of the simulated backend, as NxSPEC or a comma list "
+        "(specs: A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4, L40S, V100-32GB, T4).",
+        "2xA100-40GB,2xH100-80GB",
+    ),
+    Option("sample_period", "float", "1.0", "Seconds between two telemetry samples of every GPU.", "2.0"),
+    Option(
+        "policy",
+        "string",
+        "interference-aware",
+        "Placement policy: interference-aware (default), "
+        "most-free-memory, least-utilised, first-fit, best-fit, exclusive, round-robin or static-K.",
+        "exclusive",
+    ),
+    Option("queue", "string", "backfill", "backfill (tasks that fit start while larger ones wait) or fifo.", "fifo"),
+    Option(
+        "estimator",
+        "string",
+        "history",
+        "Memory estimate of a task that declares none: history (peak of its "
+        "earlier successful runs, else the floor) or floor.",
+        "floor",
+    ),
+    Option(
+        "store_url",
+        "string",
+        "",
+        "SQLAlchemy URL of carma's bookkeeping store. Empty: a SQLite file carma.db in AIRFLOW_HOME.",
+        "postgresql+psycopg://airflow:***@db/airflow",
+    ),
+    Option(
+        "state_dir",
+        "string",
+        "",
+        "Folder for per-task result files and the simulated GPU ledger. Empty: AIRFLOW_HOME/carma.",
+        "/var/lib/carma",
+    ),
+    Option(
+        "oom_retries",
+        "integer",
+        "2",
+        "Extra tries a GPU task gets after a CUDA out-of-memory crash, on top of the author's own retries.",
+        "3",
+    ),
+    Option("oom_retry_delay", "float", "5.0", "Seconds before a try that follows a CUDA OOM.", "30"),
+    Option("reserve_mib", "integer", "512", "MiB kept free on every GPU.", "1024"),
+    Option("headroom_mib", "integer", "2048", "Free MiB above a task's estimate a shared GPU must have.", "4096"),
+    Option("floor_mib", "integer", "5120", "Free MiB demanded for a task with no estimate at all.", "8192"),
+    Option(
+        "lock_seconds",
+        "float",
+        "30.0",
+        "After a placement, how long a tenant counts at its reservation before its observed memory is trusted.",
+        "60",
+    ),
+    Option("max_tenants", "integer", "3", "Most tasks sharing one GPU (interference-aware policy).", "2"),
+    Option("starvation_seconds", "float", "3600", "A task waiting longer than this gets GPUs held for it.", "7200"),
+    Option(
+        "framework_guards",
+        "boolean",
+        "True",
+        "Set TF_FORCE_GPU_ALLOW_GROWTH=true, "
+        "XLA_PYTHON_CLIENT_PREALLOCATE=false and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in GPU "
+        "tasks so frameworks do not grab the whole card.",
+        "False",
+    ),
+    Option("stale_seconds", "float", "10.0", "A GPU without a fresh sample for this long takes no collocation.", "30"),
+    Option(
+        "strict_validation",
+        "boolean",
+        "False",
+        "True: a GPU task with an invalid executor_config makes its "
+        "whole DAG fail to import. False: only that task fails, with the message in its log.",
+        "True",
+    ),
+    Option("host", "string", "", "Name of this GPU host in placements and the store. Empty: the hostname.", "gpu-01"),
+)
+
+_BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _convert(option: Option, raw: str) -> Any:
+    text = raw.strip()
+    try:
+        if option.type == "integer":
+            return int(text)
+        if option.type == "float":
+            return float(text)
+        if option.type == "boolean":
+            return _BOOL[text.lower()]
+    except (ValueError, KeyError):
+        raise ConfigError(
+            f"[carma] {option.name} = {raw!r} is not a valid {option.type}; e.g. {option.name} = {option.example}"
+        ) from None
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class CarmaSettings:
+    gpu_backend: str
+    simulated_gpus: str
+    sample_period: float
+    policy: str
+    queue: str
+    estimator: str
+    store_url: str
+    state_dir: str
+    oom_retries: int
+    oom_retry_delay: float
+    reserve_mib: int
+    headroom_mib: int
+    floor_mib: int
+    lock_seconds: float
+    max_tenants: int
+    starvation_seconds: float
+    framework_guards: bool
+    stale_seconds: float
+    strict_validation: bool
+    host: str
+
+    @classmethod
+    def load(cls, get: Callable[[str], str | None], airflow_home: str) -> CarmaSettings:
+        """Read every option through ``get(name)`` (None = unset), fill defaults, validate."""
+        values: dict[str, Any] = {}
+        for opt in OPTIONS:
+            raw = get(opt.name)
+            values[opt.name] = _convert(opt, opt.default if raw is None else raw)
+        home = Path(airflow_home)
+        if not values["store_url"]:
+            values["store_url"] = f"sqlite:///{home / 'carma.db'}"
+        if not values["state_dir"]:
+            values["state_dir"] = str(home / "carma")
+        if not values["host"]:
+            values["host"] = socket.gethostname()
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    @classmethod
+    def from_airflow(cls) -> CarmaSettings:
+        from airflow.configuration import conf
+
+        def get(name: str) -> str | None:
+            value = conf.get("carma", name, fallback=None)
+            return None if value is None else str(value)
+
+        return cls.load(get, os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow"))
+
+    def validate(self) -> None:
+        from carma_airflow.core.estimators import make_estimator
+        from carma_airflow.core.gpu import parse_gpu_list
+        from carma_airflow.core.policies import make_policy
+        from carma_airflow.core.queueing import make_queue
+
+        if self.gpu_backend not in ("nvml", "simulated"):
+            raise ConfigError(f"[carma] gpu_backend = {self.gpu_backend!r}; use nvml or simulated")
+        if self.gpu_backend == "simulated":
+            parse_gpu_list(self.simulated_gpus)
+        make_policy(self.policy)
+        make_queue(self.queue)
+        make_estimator(self.estimator)
+        for name in ("sample_period", "oom_retry_delay", "lock_seconds", "starvation_seconds", "stale_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"[carma] {name} must be > 0")
+        for name in ("reserve_mib", "headroom_mib", "floor_mib", "oom_retries"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"[carma] {name} must be >= 0")
+        if self.max_tenants < 1:
+            raise ConfigError("[carma] max_tenants must be >= 1")
+
+
+def provider_config_section() -> dict[str, Any]:
+    """The ``config`` entry of the provider info."""
+    return {
+        "carma": {
+            "description": "CarmaExecutor: collocation-aware placement of GPU tasks.",
+            "options": {
+                opt.name: {
+                    "description": opt.description,
+                    "version_added": "0.1.0",
+                    "type": opt.type,
+                    "example": opt.example,
+                    "default": opt.default,
+                }
+                for opt in OPTIONS
+            },
+        }
+    }

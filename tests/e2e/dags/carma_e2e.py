@@ -1,0 +1,77 @@
+"""End-to-end DAGs for CarmaExecutor on simulated GPUs (used by tests/e2e)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from airflow.sdk import dag, task
+
+from carma_airflow import gpu_task
+
+
+def _train(peak_mib: int, seconds: float) -> dict[str, object]:
+    from carma_airflow.testing import simulated_training
+
+    out = simulated_training(peak_mib=peak_mib, seconds=seconds)
+    return {
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "order": os.environ.get("CUDA_DEVICE_ORDER"),
+        "peak_mib": out["peak_mib"],
+        "guard": os.environ.get("TF_FORCE_GPU_ALLOW_GROWTH"),
+    }
+
+
+@dag(dag_id="carma_collocate", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
+def collocate() -> None:
+    @task(**gpu_task(memory="8GiB"))
+    def train_a() -> dict[str, object]:
+        return _train(6000, 12)
+
+    @task(**gpu_task(memory="8GiB"))
+    def train_b() -> dict[str, object]:
+        return _train(6000, 12)
+
+    @task(**gpu_task(memory="8GiB"))
+    def train_c() -> dict[str, object]:
+        return _train(6000, 12)
+
+    @task
+    def on_cpu() -> str:
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+    @task(executor="CarmaExecutor", executor_config={"carma": {"gpus": "two", "memory": "12 parsecs"}})
+    def bad_config() -> str:
+        return "must never run"
+
+    train_a()
+    train_b()
+    train_c()
+    on_cpu()
+    bad_config()
+
+
+@dag(dag_id="carma_oom", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
+def oom() -> None:
+    @task(**gpu_task(memory="30GiB", priority=10))
+    def big_long() -> dict[str, object]:
+        return _train(30000, 25)
+
+    @task(**gpu_task(memory="30GiB", priority=5))
+    def big_short() -> dict[str, object]:
+        return _train(30000, 6)
+
+    @task(**gpu_task(memory="2GiB"), retries=0)
+    def underdeclared() -> dict[str, object]:
+        import time
+
+        time.sleep(3)  # the big tenant holds its memory by now
+        return _train(20000, 3)
+
+    big_long()
+    big_short()
+    underdeclared()
+
+
+collocate()
+oom()

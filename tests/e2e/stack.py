@@ -1,0 +1,161 @@
+"""A real, throwaway Airflow 3 deployment for end-to-end tests: api-server, scheduler and
+dag-processor as separate processes, CarmaExecutor on simulated GPUs, SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+DAGS = Path(__file__).with_name("dags")
+EXECUTOR_LINE = "LocalExecutor,carma_airflow.executor.CarmaExecutor"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AirflowStack:
+    def __init__(self, home: Path, db_url: str | None = None, **carma: str) -> None:
+        self.home = home
+        self.port = free_port()
+        self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
+        dags = home / "dags"
+        shutil.copytree(DAGS, dags, dirs_exist_ok=True)
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__EXECUTOR": EXECUTOR_LINE,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url,
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "carma-e2e-secret-not-for-production",
+            "AIRFLOW__API__SECRET_KEY": "carma-e2e-secret-key",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CARMA__GPU_BACKEND": "simulated",
+            "AIRFLOW__CARMA__SAMPLE_PERIOD": "0.5",
+            "AIRFLOW__CARMA__OOM_RETRY_DELAY": "1",
+            "AIRFLOW__CARMA__LOCK_SECONDS": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+        for key, value in carma.items():
+            self.env[key if key.startswith("AIRFLOW__") else f"AIRFLOW__CARMA__{key.upper()}"] = value
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def airflow(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def start(self) -> None:
+        out = self.airflow("db", "migrate", timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        for name, args in (
+            ("api-server", ["api-server", "--port", str(self.port)]),
+            ("dag-processor", ["dag-processor"]),
+            ("scheduler", ["scheduler"]),
+        ):
+            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115  (closed in stop)
+            self.procs[name] = subprocess.Popen(
+                [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v2/monitor/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(1)
+        raise AssertionError("api-server did not become healthy:\n" + self.tail("api-server"))
+
+    def tail(self, name: str, n: int = 4000) -> str:
+        path = self.home / f"{name}.log"
+        return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for name in ("scheduler", "dag-processor", "api-server"):
+            proc = self.procs.get(name)
+            if proc is None:
+                continue
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    # -- metadata DB ---------------------------------------------------------------------
+    def query(self, sql: str, **params: Any) -> list[Any]:
+        engine = sa.create_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                return list(conn.execute(sa.text(sql), params))
+        finally:
+            engine.dispose()
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.query("select dag_id from dag where dag_id = :d", d=dag_id):
+                return
+            time.sleep(1)
+        raise AssertionError(f"DAG {dag_id} never parsed:\n" + self.tail("dag-processor"))
+
+    def trigger(self, dag_id: str) -> str:
+        self.wait_for_dag(dag_id)
+        out = self.airflow("dags", "trigger", dag_id, "-o", "json")
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = self.query("select run_id from dag_run where dag_id = :d order by id desc", d=dag_id)
+        return str(rows[0][0])
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 300) -> str:
+        deadline = time.time() + timeout
+        state = None
+        while time.time() < deadline:
+            rows = self.query("select state from dag_run where dag_id = :d and run_id = :r", d=dag_id, r=run_id)
+            state = rows[0][0] if rows else None
+            if state in ("success", "failed"):
+                return str(state)
+            time.sleep(1)
+        raise AssertionError(f"run {dag_id}/{run_id} still {state} after {timeout}s\n" + self.tail("scheduler"))
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, tuple[str, int]]:
+        rows = self.query(
+            "select task_id, state, try_number from task_instance where dag_id = :d and run_id = :r", d=dag_id, r=run_id
+        )
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str) -> Any:
+        import json
+
+        rows = self.query(
+            "select value from xcom where dag_id = :d and run_id = :r and task_id = :t and key = 'return_value'",
+            d=dag_id,
+            r=run_id,
+            t=task_id,
+        )
+        if not rows:
+            return None
+        value = rows[0][0]
+        return json.loads(value) if isinstance(value, (str, bytes)) else value

@@ -1,0 +1,117 @@
+"""CarmaExecutor without a database or scheduler (see conftest for what is real)."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.utils.state import TaskInstanceState
+from conftest import make_workload, run_until, seen_env, submit
+
+
+def test_tasks_that_fit_share_one_gpu_and_see_only_it(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"a": {"seconds": 1.5}, "b": {"seconds": 1.5}})
+    a, b = make_workload("a", config={"memory": "8GiB"}), make_workload("b", config={"memory": "8GiB"})
+    submit(ex, a, b)
+    assert set(ex.active) == {a.key, b.key}
+    run_until(ex, lambda: not ex.active)
+    env_a, env_b = seen_env("a"), seen_env("b")
+    assert env_a["CUDA_VISIBLE_DEVICES"] == env_b["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-0000"
+    assert env_a["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env_a["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert "placed on GPU 0 (A100-40GB)" in env_b["CARMA_PLACEMENT"]
+    events = ex.get_event_buffer()
+    assert events[a.key][0] == TaskInstanceState.SUCCESS and events[b.key][0] == TaskInstanceState.SUCCESS
+    assert ex.tenants.get("GPU-SIM-0000") == []  # released
+
+
+def test_token_is_issued_anew_at_launch(executor_factory) -> None:
+    ex = executor_factory()
+    w = make_workload("t", config={"memory": 1000})
+    submit(ex, w)
+    run_until(ex, lambda: not ex.active)
+    assert seen_env("t")["token"] not in ("", "old-token")
+
+
+def test_a_task_that_does_not_fit_waits_without_blocking_one_that_does(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"big": {"seconds": 2.0}})
+    big = make_workload("big", config={"memory": "30GiB"})
+    submit(ex, big)
+    huge = make_workload("huge", config={"memory": "30GiB"})
+    small = make_workload("small", config={"memory": "2GiB"})
+    submit(ex, huge, small)
+    assert small.key in ex.active and huge.key in ex.waiting
+    assert huge.key in ex.running  # waiting tasks count against parallelism
+    with pytest.raises(NotImplementedError):
+        ex.revoke_task(ti=huge.ti)  # type: ignore[arg-type]
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
+    assert seen_env("huge")["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-0000"
+
+
+def test_parallelism_counts_waiting_tasks(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", parallelism=2, behaviour={"x": {"seconds": 1.0}})
+    submit(
+        ex,
+        make_workload("x", config={"exclusive": True}),
+        make_workload("y", config={"exclusive": True}),
+        make_workload("z", config={"exclusive": True}),
+    )
+    assert len(ex.running) == 2
+    assert ex.parallelism - len(ex.running) == 0  # heartbeat() offers no more slots
+    assert len(ex.queued_tasks) == 1  # the third stays in the executor's queued_tasks
+
+
+def test_invalid_config_runs_without_gpu_and_carries_the_message(executor_factory) -> None:
+    ex = executor_factory()
+    w = make_workload("bad", config={"gpus": "two"})
+    submit(ex, w)
+    run_until(ex, lambda: not ex.bare)
+    env = seen_env("bad")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "executor_config['carma']['gpus']" in env["CARMA_CONFIG_ERROR"]
+    assert "write an integer" in env["CARMA_CONFIG_ERROR"]
+
+
+def test_never_fitting_task_fails_at_once_with_the_reason(executor_factory) -> None:
+    ex = executor_factory(gpus="2xA100-40GB")
+    w = make_workload("wide", config={"gpus": 4})
+    submit(ex, w)
+    events = ex.get_event_buffer()
+    assert events[w.key][0] == TaskInstanceState.FAILED
+    assert "never fits" in str(events[w.key][1])
+    assert w.key not in ex.running
+
+
+def test_oom_is_recorded_and_the_next_try_goes_elsewhere_with_more_memory(executor_factory) -> None:
+    oom = {
+        "state": "up_for_retry",
+        "failure_kind": "cuda-oom",
+        "exc_type": "OutOfMemoryError",
+        "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+        "peak_mib": 10000,
+    }
+    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.2, "result": oom}})
+    first = make_workload("t", config={"memory": "2GiB"})
+    submit(ex, first)
+    run_until(ex, lambda: not ex.active)
+    crashed = seen_env("t")["CUDA_VISIBLE_DEVICES"]
+    rec = ex.store.latest_for("dag", "t")[0]
+    assert rec.outcome.value == "oom" and rec.peak_mib == 10000
+    second = make_workload("t", try_number=2, config={"memory": "2GiB"})
+    submit(ex, second)
+    assert second.key in ex.active
+    retry = ex.active[second.key].request
+    assert retry.memory.mib >= 12500 and retry.recovered
+    assert ex.active[second.key].decision.gpu_uuids != (crashed,)
+    run_until(ex, lambda: not ex.active)
+    assert seen_env("t", 2)["CARMA_PRIOR_OOM_TRIES"] == "1"
+
+
+def test_successful_runs_teach_the_history_estimator(executor_factory) -> None:
+    ok = {"state": "success", "peak_mib": 7000}
+    ex = executor_factory(behaviour={"learn": {"seconds": 0.1, "result": ok}})
+    submit(ex, make_workload("learn", config={"memory": "10GiB"}))
+    run_until(ex, lambda: not ex.active)
+    assert ex.store.peaks("dag", "learn") == [7000]
+    nxt = make_workload("learn", run_id="run2", config={})
+    submit(ex, nxt)
+    request = ex.active[nxt.key].request if nxt.key in ex.active else ex.waiting[nxt.key].request
+    assert request.memory.source.startswith("history") and request.memory.mib == 7936  # 7000 * 1.1 -> 256 MiB
