@@ -105,7 +105,8 @@ def parse_task_config(executor_config: Any, where: str = "executor_config") -> G
             field = ".".join(str(p) for p in err["loc"]) or "carma"
             hint = _HINTS.get(field.split(".")[0], "see the DAG authoring guide")
             msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{where}['carma']['{field}']: {msg} (got {err.get('input')!r}); write {hint}")
+            advice = "" if "write " in msg else f"; write {hint}"
+            problems.append(f"{where}['carma']['{field}']: {msg} (got {err.get('input')!r}){advice}")
         raise ConfigError("; ".join(problems)) from None
 
 

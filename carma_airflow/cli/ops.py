@@ -21,10 +21,18 @@ def _settings() -> Any:
 
 
 def _store(settings: Any) -> Any:
+    import logging
+
     from carma_airflow.store.store import Store
 
     store = Store(settings.store_url)
-    store.migrate()
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)  # keep --json output clean
+    try:
+        store.migrate()
+    finally:
+        alembic_log.setLevel(level)
     return store
 
 

@@ -479,7 +479,9 @@ class _Pass:
                 lack = f"no host with {n} GPUs {what}"
             summary = f"waiting: {lack} ({short or 'too few candidates on one host'})"
             return Decision(request.key, Outcome.NOT_NOW, rejected=rejected, summary=summary, policy=pol.name)
-        verdicts = tuple(_verdict(f, None, _describe(f, [t.label for t in f.state.tenants])) for f in chosen)
+        verdicts = tuple(
+            _verdict(f, None, _describe(f, [t.label for t in f.state.tenants] + (f.joined or []))) for f in chosen
+        )
         where = ", ".join(f"GPU {f.index} ({f.state.spec.name})" for f in chosen)
         return Decision(
             request.key,
@@ -518,6 +520,7 @@ class _Pass:
             self._take_out(f)
             f.usable_free_mib -= request.memory.mib
             f.tenants += 1
+            f.joined = [*(f.joined or []), request.label]
             f.idle = False
             f.exclusive_tenant = f.exclusive_tenant or self.placer.needs_idle(request)
             f.locked = True

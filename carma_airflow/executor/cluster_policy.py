@@ -42,7 +42,7 @@ def _strict() -> bool:
 
 
 def _fail_at_run(task: Any, message: str) -> None:
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     def execute(*args: Any, **kwargs: Any) -> None:
         raise AirflowFailException(f"CARMA cannot run this task: {message}")

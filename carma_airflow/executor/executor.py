@@ -179,6 +179,9 @@ class CarmaExecutor(BaseExecutor):
         for workload in workload_items:
             key = workload.key
             self.queued_tasks.pop(key, None)
+            if key in self.waiting or key in self.active or key in self.bare:
+                self.log.warning("Task %s handed over twice; keeping the first", key)
+                continue
             self.running.add(key)  # waiting tasks count against parallelism too
             try:
                 self._accept(workload)
@@ -219,7 +222,7 @@ class CarmaExecutor(BaseExecutor):
             return request, 0
         earlier = [
             p
-            for p in self.store.latest_for(ti.dag_id, ti.task_id)
+            for p in self.store.latest_for(ti.dag_id, ti.task_id, run_id=ti.run_id)
             if p.run_id == ti.run_id and p.map_index == ti.map_index and p.try_number < ti.try_number
         ]
         ooms = [p for p in earlier if getattr(p.outcome, "value", p.outcome) == "oom"]
@@ -446,10 +449,11 @@ class CarmaExecutor(BaseExecutor):
 
     # -- scheduler contract ----------------------------------------------------------------
     def revoke_task(self, *, ti: TaskInstance) -> None:
-        if ti.key in self.waiting:
-            # Waiting for a GPU is not being stuck: keep it queued (the scheduler skips
-            # executors that decline), its token is issued anew at launch.
-            raise NotImplementedError("CarmaExecutor keeps tasks that wait for a GPU queued")
+        if ti.key in self.waiting or ti.key in self.active or ti.key in self.bare:
+            # Waiting for a GPU is not being stuck, and a task just launched is still "queued"
+            # until its process reports: keep it (the scheduler skips executors that decline).
+            # A waiting task's token is issued anew at launch.
+            raise NotImplementedError("CarmaExecutor keeps tasks that wait for a GPU or are starting")
         self.queued_tasks.pop(ti.key, None)
         self.running.discard(ti.key)
 

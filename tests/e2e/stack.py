@@ -59,6 +59,10 @@ class AirflowStack:
             "AIRFLOW__CARMA__LOCK_SECONDS": "2",
             "PYTHONUNBUFFERED": "1",
         }
+        if self.db_url.startswith("postgresql+psycopg://"):
+            # Airflow also needs an async driver: psycopg 3 is one
+            async_url = self.db_url.replace("postgresql+psycopg://", "postgresql+psycopg_async://", 1)
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = async_url
         for key, value in carma.items():
             self.env[key if key.startswith("AIRFLOW__") else f"AIRFLOW__CARMA__{key.upper()}"] = value
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -158,4 +162,9 @@ class AirflowStack:
         if not rows:
             return None
         value = rows[0][0]
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
+        if isinstance(value, (str, bytes)):  # SQLite keeps JSON text; PostgreSQL's JSONB comes back decoded
+            try:
+                return json.loads(value)
+            except ValueError:
+                return value
+        return value

@@ -115,3 +115,18 @@ def test_successful_runs_teach_the_history_estimator(executor_factory) -> None:
     submit(ex, nxt)
     request = ex.active[nxt.key].request if nxt.key in ex.active else ex.waiting[nxt.key].request
     assert request.memory.source.startswith("history") and request.memory.mib == 7936  # 7000 * 1.1 -> 256 MiB
+
+
+def test_revoke_keeps_waiting_and_starting_tasks_but_forgets_unknown_ones(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"run": {"seconds": 1.0}})
+    run, wait = make_workload("run", config={"exclusive": True}), make_workload("wait", config={"exclusive": True})
+    submit(ex, run, wait)
+    for w in (run, wait):
+        with pytest.raises(NotImplementedError):
+            ex.revoke_task(ti=w.ti)  # type: ignore[arg-type]
+    stray = make_workload("stray", config={})
+    ex.queue_workload(stray, session=None)  # type: ignore[arg-type]
+    ex.revoke_task(ti=stray.ti)  # type: ignore[arg-type]
+    assert stray.key not in ex.queued_tasks
+    submit(ex, run)  # handed over twice (revoked elsewhere and requeued): ignored, no second process
+    assert list(ex.active) == [run.key]

@@ -27,6 +27,7 @@ class GpuFacts:
     smocc: float
     drama: float
     high_risk: bool
+    joined: list[str] | None = None  # labels of tenants placed on it earlier in the same pass
 
     @property
     def index(self) -> int:

@@ -75,3 +75,20 @@ def oom() -> None:
 
 collocate()
 oom()
+
+
+@dag(dag_id="carma_queue_wait", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
+def queue_wait() -> None:
+    @task(**gpu_task(exclusive=True, priority=10))
+    def first() -> dict[str, object]:
+        return _train(1000, 20)
+
+    @task(**gpu_task(exclusive=True))
+    def second() -> dict[str, object]:
+        return _train(1000, 1)
+
+    first()
+    second()
+
+
+queue_wait()

@@ -1,0 +1,66 @@
+"""What a GPU probe reports, and the protocol every probe follows.
+
+A probe turns the GPUs of one host into frozen :class:`GpuSample` snapshots.  Two probes
+exist: :class:`~carma_airflow.monitor.nvml.NvmlProbe` (real GPUs through NVML, the only code
+that touches NVML) and :class:`~carma_airflow.monitor.simulated.SimulatedProbe` (GPUs that
+exist only in a ledger file, driven by the core's sharing model).
+
+Missing readings are ``None``, never a sentinel.  A GPU that NVML cannot read (lost, fallen off
+the bus, Xid) comes back as a sample whose ``error`` says why; the caller quarantines it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from carma_airflow.core.errors import CarmaError
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process holding memory on a GPU (host PID)."""
+
+    pid: int
+    used_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU (or MIG instance) at one moment."""
+
+    uuid: str
+    index: int  # NVML index; a MIG instance carries its parent's index
+    name: str
+    host: str
+    memory_total_mib: int
+    memory_used_mib: int
+    memory_free_mib: int
+    at: float  # time.time() of the reading
+    busy: float | None = None  # share of time some kernel ran (NVML utilization.gpu / 100)
+    smact: float | None = None  # SM activity, 0..1
+    smocc: float | None = None  # SM occupancy, 0..1
+    drama: float | None = None  # DRAM bandwidth activity, 0..1
+    activity_source: str = "none"  # "gpm" | "utilization" | "simulated" | "none": where smact came from
+    power_w: float | None = None
+    energy_j: float | None = None  # total since the driver (or the simulated GPU) started; take differences
+    processes: tuple[ProcessUsage, ...] = ()
+    error: str | None = None  # the GPU could not be read: the caller quarantines it
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Probe(Protocol):
+    """Reads every GPU of one host."""
+
+    backend: str
+
+    def sample(self) -> list[GpuSample]: ...
+
+    def close(self) -> None: ...
+
+
+class NoGpuDriverError(CarmaError):
+    """NVML could not start on this machine (no driver, driver not loaded, no nvidia-ml-py)."""

@@ -1,0 +1,360 @@
+"""Real GPUs through NVML (``nvidia-ml-py``, import name ``pynvml``): the only code that touches it.
+
+Modelled on nvitop's ``libnvml``: NVML is imported and initialised lazily, under a lock, at the
+first :meth:`NvmlProbe.sample` (never at import, never CUDA); every optional reading goes
+through one choke point, :meth:`NvmlProbe._call`, which turns "not supported" and "function
+not found" into ``None`` and logs it once per function.
+
+Per GPU: memory (``nvmlDeviceGetMemoryInfo``, v2 without driver-reserved memory where the driver
+has it), busy time (``nvmlDeviceGetUtilizationRates``), SM activity, SM occupancy and DRAM
+bandwidth activity from GPM on Hopper and later (two ``nvmlGpmSampleGet`` readings, one sample
+period apart, then ``nvmlGpmMetricsGet``), power (mW) and total energy (mJ), processes (compute
+and MPS).  Without GPM, SM activity falls back to busy time (``activity_source="utilization"``)
+and occupancy and DRAM activity are missing.  A GPU in MIG mode is replaced by its MIG
+instances, each with its own UUID and memory (their ``index`` is the parent's).
+
+A GPU NVML cannot read (lost, fallen off the bus, Xid) becomes a sample with ``error`` set and
+the UUID it had; it never makes :meth:`NvmlProbe.sample` raise.  Without a driver,
+:meth:`NvmlProbe.sample` raises :class:`NoGpuDriverError` with one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from carma_airflow.core.errors import CarmaError
+from carma_airflow.monitor.base import GpuSample, NoGpuDriverError, ProcessUsage
+
+log = logging.getLogger(__name__)
+
+_MIB = 1024 * 1024
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_DRAM_BW_UTIL = 10
+_GPM_METRICS = (GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_DRAM_BW_UTIL)
+_SIMULATED_HINT = "On a machine without a GPU set [carma] gpu_backend = simulated."
+# NVML errors that mean "this reading does not exist here", not "this GPU is broken"
+_MISSING_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_FunctionNotFound",
+    "NVMLError_ArgumentVersionMismatch",
+    "NVMLLibraryMismatchError",
+)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _fraction(percent: float) -> float:
+    return min(1.0, max(0.0, float(percent) / 100.0))
+
+
+def _init_message(nv: Any, exc: BaseException) -> str:
+    kind = type(exc).__name__
+    if isinstance(exc, getattr(nv, "NVMLError_LibraryNotFound", ())):
+        why = "no NVIDIA driver found"
+    elif isinstance(exc, getattr(nv, "NVMLError_DriverNotLoaded", ())):
+        why = "the NVIDIA driver is not loaded"
+    elif isinstance(exc, getattr(nv, "NVMLError_NoPermission", ())):
+        why = "no permission to use the NVIDIA driver"
+    else:
+        why = str(exc).replace("\n", " ")
+    return f"NVML could not start: {why} ({kind}). {_SIMULATED_HINT}"
+
+
+class _Gpm:
+    """GPM sample buffers of one device: two, used in turn, so each reading spans one period."""
+
+    __slots__ = ("bufs", "current", "primed")
+
+    def __init__(self, bufs: tuple[Any, Any] | None) -> None:
+        self.bufs = bufs  # None: the device has no GPM
+        self.current = 0
+        self.primed = False
+
+
+class NvmlProbe:
+    """Samples every GPU (and MIG instance) NVML sees on this host."""
+
+    backend: str = "nvml"
+
+    def __init__(self, host: str = "localhost") -> None:
+        self.host = host
+        self._lock = threading.Lock()
+        self._nv: Any = None
+        self._missing: tuple[type[BaseException], ...] = ()
+        self._logged: set[str] = set()
+        self._gpm: dict[str, _Gpm] = {}
+        self._uuid_by_index: dict[int, str] = {}
+        self._mig_by_index: dict[int, list[str]] = {}
+        self._name_by_uuid: dict[str, str] = {}
+
+    # -- life cycle ------------------------------------------------------------------------
+
+    def sample(self) -> list[GpuSample]:
+        with self._lock:
+            nv = self._ensure_init()
+            now = time.time()
+            try:
+                count = int(nv.nvmlDeviceGetCount())
+            except nv.NVMLError as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                raise CarmaError(f"NVML could not count the GPUs ({why}); check nvidia-smi") from None
+            samples: list[GpuSample] = []
+            for index in range(count):
+                samples.extend(self._read_gpu(nv, index, now))
+            return samples
+
+    def close(self) -> None:
+        with self._lock:
+            nv = self._nv
+            if nv is None:
+                return
+            for state in self._gpm.values():
+                self._free(nv, state)
+            self._gpm.clear()
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError as exc:
+                log.debug("nvmlShutdown failed: %s", exc)
+            self._nv = None
+
+    def _ensure_init(self) -> Any:
+        if self._nv is not None:
+            return self._nv
+        try:
+            nv: Any = importlib.import_module("pynvml")
+        except ImportError:
+            raise NoGpuDriverError(
+                f"NVML could not start: the nvidia-ml-py package is not installed (pip install nvidia-ml-py). "
+                f"{_SIMULATED_HINT}"
+            ) from None
+        try:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
+            raise NoGpuDriverError(_init_message(nv, exc)) from None
+        self._missing = tuple(cls for name in _MISSING_ERRORS if isinstance(cls := getattr(nv, name, None), type))
+        self._nv = nv
+        return nv
+
+    # -- the choke point -------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: Any, name: str | None = None) -> Any:
+        """Call an NVML function; "not supported"/"function not found" -> None, logged once.
+
+        Any other NVML error propagates: the caller turns it into an error sample.
+        """
+        try:
+            return fn(*args)
+        except self._missing as exc:
+            key = name or str(getattr(fn, "__name__", fn))
+            if key not in self._logged:
+                self._logged.add(key)
+                log.info("NVML %s is not available on at least one GPU (%s); that reading is missing", key, exc)
+            return None
+
+    # -- one physical GPU ------------------------------------------------------------------
+
+    def _read_gpu(self, nv: Any, index: int, now: float) -> list[GpuSample]:
+        try:
+            handle = nv.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            self._uuid_by_index[index] = uuid
+            name = self._name(nv, handle, uuid)
+            mode = self._call(nv.nvmlDeviceGetMigMode, handle)
+            if mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE):
+                return self._read_mig(nv, handle, index, name, now)
+            self._mig_by_index.pop(index, None)
+            return [self._read_device(nv, handle, uuid, index, name, now)]
+        except nv.NVMLError as exc:
+            # Report the failure under the UUIDs the placer knows: the MIG instances last
+            # seen, or the GPU itself.
+            uuids = self._mig_by_index.get(index) or [self._uuid_by_index.get(index, f"GPU-UNKNOWN-{index}")]
+            return [self._error_sample(nv, u, index, exc, now) for u in uuids]
+
+    def _read_mig(self, nv: Any, parent: Any, index: int, parent_name: str, now: float) -> list[GpuSample]:
+        slots = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, parent) or 0
+        samples: list[GpuSample] = []
+        for slot in range(int(slots)):
+            try:
+                handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
+            except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
+                continue  # no instance in this slot
+            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+            try:
+                name = self._name(nv, handle, uuid)
+                instance = self._call(nv.nvmlDeviceGetGpuInstanceId, handle)
+                gpm_via = (parent, int(instance)) if instance is not None else None
+                samples.append(self._read_device(nv, handle, uuid, index, name, now, mig_parent=gpm_via))
+            except nv.NVMLError as exc:
+                samples.append(self._error_sample(nv, uuid, index, exc, now))
+        self._mig_by_index[index] = [s.uuid for s in samples]
+        if not samples:
+            log.info("GPU %d (%s) is in MIG mode with no instances: nothing to place on", index, parent_name)
+        return samples
+
+    def _read_device(
+        self,
+        nv: Any,
+        handle: Any,
+        uuid: str,
+        index: int,
+        name: str,
+        now: float,
+        mig_parent: tuple[Any, int] | None = None,
+    ) -> GpuSample:
+        memory = self._memory(nv, handle)
+        if memory is None:
+            return GpuSample(
+                uuid, index, name, self.host, 0, 0, 0, now, error="NVML reports no memory information for this GPU"
+            )
+        total, used, free = memory
+        util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
+        busy = _fraction(util.gpu) if util is not None else None
+        gpm = self._gpm_read(nv, handle, uuid, mig_parent)
+        smocc = drama = None
+        if gpm is not None:
+            smact, smocc, drama = gpm
+            source = "gpm"
+        elif busy is not None:
+            smact, source = busy, "utilization"
+        else:
+            smact, source = None, "none"
+        power = self._call(nv.nvmlDeviceGetPowerUsage, handle)
+        energy = self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+        return GpuSample(
+            uuid=uuid,
+            index=index,
+            name=name,
+            host=self.host,
+            memory_total_mib=total,
+            memory_used_mib=used,
+            memory_free_mib=free,
+            at=now,
+            busy=busy,
+            smact=smact,
+            smocc=smocc,
+            drama=drama,
+            activity_source=source,
+            power_w=float(power) / 1000.0 if power is not None else None,
+            energy_j=float(energy) / 1000.0 if energy is not None else None,
+            processes=self._processes(nv, handle),
+        )
+
+    def _error_sample(self, nv: Any, uuid: str, index: int, exc: BaseException, now: float) -> GpuSample:
+        state = self._gpm.pop(uuid, None)
+        if state is not None:
+            self._free(nv, state)
+        name = self._name_by_uuid.get(uuid, "unknown")
+        return GpuSample(uuid, index, name, self.host, 0, 0, 0, now, error=f"{type(exc).__name__}: {exc}")
+
+    # -- readings --------------------------------------------------------------------------
+
+    def _name(self, nv: Any, handle: Any, uuid: str) -> str:
+        name = self._name_by_uuid.get(uuid)
+        if name is None:
+            name = _text(nv.nvmlDeviceGetName(handle))
+            self._name_by_uuid[uuid] = name
+        return name
+
+    def _memory(self, nv: Any, handle: Any) -> tuple[int, int, int] | None:
+        info = None
+        version = getattr(nv, "nvmlMemory_v2", None)
+        if version is not None:  # v2: "used" leaves out memory the driver reserves
+            info = self._call(nv.nvmlDeviceGetMemoryInfo, handle, version, name="nvmlDeviceGetMemoryInfo_v2")
+        if info is None:
+            info = self._call(nv.nvmlDeviceGetMemoryInfo, handle)
+        if info is None:
+            return None
+        return int(info.total) // _MIB, int(info.used) // _MIB, int(info.free) // _MIB
+
+    def _processes(self, nv: Any, handle: Any) -> tuple[ProcessUsage, ...]:
+        held: dict[int, int] = {}
+        for fn_names in (
+            ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
+            ("nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2"),
+        ):
+            procs = None
+            for fn_name in fn_names:  # the unversioned call needs the newest NVML; fall back
+                fn = getattr(nv, fn_name, None)
+                if fn is not None:
+                    procs = self._call(fn, handle, name=fn_name)
+                if procs is not None:
+                    break
+            for proc in procs or ():
+                used = getattr(proc, "usedGpuMemory", None)  # None where NVML cannot tell (WDDM)
+                pid = int(proc.pid)
+                held[pid] = max(held.get(pid, 0), int(used) // _MIB if used is not None else 0)
+        return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
+
+    def _gpm_read(
+        self, nv: Any, handle: Any, uuid: str, mig_parent: tuple[Any, int] | None
+    ) -> tuple[float, float | None, float | None] | None:
+        """SM activity, SM occupancy, DRAM activity over the last period, or None without GPM."""
+        state = self._gpm.get(uuid)
+        if state is None:
+            state = self._gpm[uuid] = _Gpm(self._gpm_buffers(nv, handle if mig_parent is None else mig_parent[0]))
+        if state.bufs is None:
+            return None
+        buf = state.bufs[state.current]
+        if mig_parent is None:
+            got = self._call(nv.nvmlGpmSampleGet, handle, buf)
+        else:
+            got = self._call(nv.nvmlGpmMigSampleGet, mig_parent[0], mig_parent[1], buf)
+        if got is None:
+            self._free(nv, state)
+            self._gpm[uuid] = _Gpm(None)
+            return None
+        previous = state.bufs[state.current ^ 1]
+        state.current ^= 1
+        if not state.primed:  # one reading so far: the next sample has a period to measure
+            state.primed = True
+            return None
+        request = nv.c_nvmlGpmMetricsGet_t()
+        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(_GPM_METRICS)
+        request.sample1 = previous
+        request.sample2 = buf
+        for i, metric in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric
+        result = self._call(nv.nvmlGpmMetricsGet, request)
+        if result is None:
+            return None
+        values: list[float | None] = []
+        for i in range(len(_GPM_METRICS)):
+            metric = result.metrics[i]
+            values.append(_fraction(metric.value) if int(metric.nvmlReturn) == int(nv.NVML_SUCCESS) else None)
+        smact, smocc, drama = values
+        if smact is None:
+            return None
+        return smact, smocc, drama
+
+    def _gpm_buffers(self, nv: Any, handle: Any) -> tuple[Any, Any] | None:
+        support = self._call(nv.nvmlGpmQueryDeviceSupport, handle)
+        if support is None or not int(support.isSupportedDevice):
+            return None
+        bufs: list[Any] = []
+        try:
+            for _ in range(2):
+                bufs.append(nv.nvmlGpmSampleAlloc())
+        except nv.NVMLError as exc:
+            log.warning("GPM sample buffers could not be allocated (%s); using utilization instead", exc)
+            for buf in bufs:
+                nv.nvmlGpmSampleFree(buf)
+            return None
+        return bufs[0], bufs[1]
+
+    @staticmethod
+    def _free(nv: Any, state: _Gpm) -> None:
+        for buf in state.bufs or ():
+            try:
+                nv.nvmlGpmSampleFree(buf)
+            except nv.NVMLError as exc:
+                log.debug("nvmlGpmSampleFree failed: %s", exc)
+        state.bufs = None

@@ -1,0 +1,1 @@
+"""Alembic migrations of the store (run through ``Store.migrate()``)."""

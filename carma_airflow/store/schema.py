@@ -1,0 +1,172 @@
+"""The store's tables (SQLAlchemy 2 typed declarative), on metadata of their own.
+
+Every table is prefixed ``carma_`` and the migrations keep their version in
+``carma_alembic_version``, so the store can share a database with Airflow's own tables.
+Schema changes go through a new migration in ``migrations/versions``; the test suite checks
+that the migrations and these models agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+TABLE_PREFIX = "carma_"
+VERSION_TABLE = "carma_alembic_version"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Airflow's ID_LEN: dag_id, task_id and run_id are at most 250 characters.
+ID_LEN = 250
+KEY_LEN = 1024
+UUID_LEN = 128
+HOST_LEN = 255
+
+# Row ids: 64-bit on servers; SQLite needs plain INTEGER for an auto-incrementing rowid.
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A point in time, stored in UTC and returned timezone-aware (naive input is taken as UTC).
+
+    PostgreSQL stores ``timestamp with time zone``; SQLite stores naive UTC text.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        utc = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {datetime: UtcDateTime()}
+
+
+class GpuSampleRow(Base):
+    """One downsampled GPU reading (at most one per GPU per sampling interval)."""
+
+    __tablename__ = "carma_gpu_sample"
+    __table_args__ = (Index(None, "gpu_uuid", "at"), Index(None, "at"))
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(HOST_LEN))
+    gpu_uuid: Mapped[str] = mapped_column(String(UUID_LEN))
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(128))
+    at: Mapped[datetime]
+    memory_total_mib: Mapped[int | None] = mapped_column(Integer)
+    memory_used_mib: Mapped[int | None] = mapped_column(Integer)
+    smact: Mapped[float | None] = mapped_column(Float)
+    smocc: Mapped[float | None] = mapped_column(Float)
+    drama: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    energy_j: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+OUTCOME_VALUES = ("waiting", "running", "success", "failed", "oom")
+
+
+class PlacementRow(Base):
+    """One task try: the placement decision, its GPUs, and how the try ended."""
+
+    __tablename__ = "carma_placement"
+    __table_args__ = (
+        CheckConstraint(f"outcome IN ({', '.join(repr(v) for v in OUTCOME_VALUES)})", name="outcome"),
+        Index(None, "dag_id", "task_id"),
+        Index(None, "outcome"),
+    )
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(KEY_LEN), unique=True)
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    run_id: Mapped[str] = mapped_column(String(ID_LEN))
+    map_index: Mapped[int] = mapped_column(Integer)
+    try_number: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(KEY_LEN))
+    decided_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+    outcome: Mapped[str] = mapped_column(String(16))
+    gpu_uuids: Mapped[list[str]] = mapped_column(JSON)
+    host: Mapped[str | None] = mapped_column(String(HOST_LEN))
+    estimate_mib: Mapped[int | None] = mapped_column(Integer)
+    estimate_source: Mapped[str | None] = mapped_column(String(255))
+    peak_mib: Mapped[int | None] = mapped_column(Integer)
+    summary: Mapped[str] = mapped_column(Text)
+    reasons: Mapped[list[str]] = mapped_column(JSON)
+    policy: Mapped[str] = mapped_column(String(64))
+
+
+class OomEventRow(Base):
+    """A CUDA out-of-memory failure of one try (kept even when placements are pruned)."""
+
+    __tablename__ = "carma_oom_event"
+    __table_args__ = (Index(None, "placement_key"), Index(None, "dag_id", "task_id"))
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    placement_key: Mapped[str] = mapped_column(String(KEY_LEN))
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    try_number: Mapped[int] = mapped_column(Integer)
+    gpu_uuid: Mapped[str | None] = mapped_column(String(KEY_LEN))  # one UUID, or several comma-separated
+    peak_mib: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime]
+
+
+class MemoryHistoryRow(Base):
+    """The memory peak of one successful run of a task (what the history estimator learns from)."""
+
+    __tablename__ = "carma_memory_history"
+    __table_args__ = (Index(None, "dag_id", "task_id", "at"),)
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    peak_mib: Mapped[int] = mapped_column(Integer)
+    at: Mapped[datetime]
+    run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+
+
+metadata = Base.metadata
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic filter: look only at the store's own tables (a shared database holds Airflow's)."""
+    if type_ == "table":
+        return name is not None and name.startswith(TABLE_PREFIX) and name != VERSION_TABLE
+    return True

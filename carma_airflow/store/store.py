@@ -1,0 +1,559 @@
+"""The bookkeeping store: GPU samples, placements, OOM events and memory history.
+
+One :class:`Store` per process: it opens connections lazily, and a store carried across
+``fork()`` opens fresh connections in the child instead of sharing the parent's.  Everything
+goes in and out as plain values or the frozen records of :mod:`carma_airflow.store.records`.
+
+SQLite (the default, a file in AIRFLOW_HOME) runs in WAL mode with a busy timeout, and every
+write takes the write lock when its transaction begins (``BEGIN IMMEDIATE``), so the executor,
+task runners and the CLI can use one file at once.  PostgreSQL is the choice for many hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from sqlalchemy import CursorResult, Engine, case, create_engine, delete, event, func, insert, select, text, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.orm import Session
+
+from carma_airflow.store.errors import RecordError, StoreError
+from carma_airflow.store.records import (
+    ACTIVE_OUTCOMES,
+    OomRecord,
+    PlacementRecord,
+    SampleRecord,
+    TryOutcome,
+)
+from carma_airflow.store.schema import VERSION_TABLE, GpuSampleRow, MemoryHistoryRow, OomEventRow, PlacementRow
+from carma_airflow.store.url import default_url, mask_password
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+_WRITE = "carma_write"  # connection execution option: this transaction will write
+_MIGRATE_LOCK = 0x6361726D61  # pg_advisory_xact_lock key ("carma") serialising migrations
+
+
+Moment = datetime | float
+"""A point in time: a datetime (naive means UTC) or seconds since the epoch (``time.time()``)."""
+
+
+def _utc(at: datetime | float) -> datetime:
+    if isinstance(at, datetime):
+        return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        raise RecordError(f"a time must be a datetime or seconds since the epoch, got {at!r}")
+    return datetime.fromtimestamp(at, tz=timezone.utc)
+
+
+def _sample_record(row: GpuSampleRow) -> SampleRecord:
+    return SampleRecord(
+        host=row.host,
+        gpu_uuid=row.gpu_uuid,
+        gpu_index=row.gpu_index,
+        name=row.name,
+        at=row.at,
+        memory_total_mib=row.memory_total_mib,
+        memory_used_mib=row.memory_used_mib,
+        smact=row.smact,
+        smocc=row.smocc,
+        drama=row.drama,
+        power_w=row.power_w,
+        energy_j=row.energy_j,
+        error=row.error,
+    )
+
+
+def _placement_record(row: PlacementRow) -> PlacementRecord:
+    return PlacementRecord(
+        key=row.key,
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        run_id=row.run_id,
+        map_index=row.map_index,
+        try_number=row.try_number,
+        label=row.label,
+        decided_at=row.decided_at,
+        outcome=TryOutcome(row.outcome),
+        gpu_uuids=tuple(row.gpu_uuids),
+        host=row.host,
+        estimate_mib=row.estimate_mib,
+        estimate_source=row.estimate_source,
+        peak_mib=row.peak_mib,
+        summary=row.summary,
+        reasons=tuple(row.reasons),
+        policy=row.policy,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        id=row.id,
+    )
+
+
+def _oom_record(row: OomEventRow) -> OomRecord:
+    return OomRecord(
+        placement_key=row.placement_key,
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        try_number=row.try_number,
+        at=row.at,
+        gpu_uuid=row.gpu_uuid,
+        peak_mib=row.peak_mib,
+        message=row.message,
+        id=row.id,
+    )
+
+
+def _outcome(value: TryOutcome | str) -> TryOutcome:
+    try:
+        return TryOutcome(value)
+    except ValueError:
+        known = ", ".join(o.value for o in TryOutcome)
+        raise RecordError(f"unknown try outcome {value!r}; use one of: {known}") from None
+
+
+def _placement_values(rec: PlacementRecord) -> dict[str, Any]:
+    if not rec.key:
+        raise RecordError(f"placement of {rec.dag_id}.{rec.task_id} has an empty key; give each try a unique key")
+    return {
+        "key": rec.key,
+        "dag_id": rec.dag_id,
+        "task_id": rec.task_id,
+        "run_id": rec.run_id,
+        "map_index": rec.map_index,
+        "try_number": rec.try_number,
+        "label": rec.label,
+        "decided_at": _utc(rec.decided_at),
+        "started_at": None if rec.started_at is None else _utc(rec.started_at),
+        "ended_at": None if rec.ended_at is None else _utc(rec.ended_at),
+        "outcome": _outcome(rec.outcome).value,
+        "gpu_uuids": [str(u) for u in rec.gpu_uuids],
+        "host": rec.host,
+        "estimate_mib": rec.estimate_mib,
+        "estimate_source": rec.estimate_source,
+        "peak_mib": rec.peak_mib,
+        "summary": rec.summary,
+        "reasons": [str(r) for r in rec.reasons],
+        "policy": rec.policy,
+    }
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise RecordError(f"limit must be at least 1, got {limit}")
+
+
+class Store:
+    """The bookkeeping store at one database URL (SQLite or PostgreSQL).
+
+    Nothing connects until the first call.  Call :meth:`migrate` once (it is cheap when the
+    schema is current) before using a new database.
+    """
+
+    def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
+        try:
+            self._url: URL = make_url(url)
+        except sa_exc.ArgumentError:
+            raise StoreError(
+                f"cannot read the store URL {mask_password(url)!r}; write it as sqlite:////abs/path/carma.db "
+                "or postgresql+psycopg://user:password@host:5432/dbname"
+            ) from None
+        self._masked = self._url.render_as_string(hide_password=True)
+        backend = self._url.get_backend_name()
+        if backend not in SUPPORTED_BACKENDS:
+            raise StoreError(
+                f"the store supports SQLite and PostgreSQL, not {backend!r} ({self._masked}); "
+                "use sqlite:///... or postgresql+psycopg://..."
+            )
+        self._sqlite = backend == "sqlite"
+        self.busy_timeout_s = busy_timeout_s
+        connect_args: dict[str, Any] = {"timeout": busy_timeout_s} if self._sqlite else {}
+        try:
+            self._engine: Engine = create_engine(self._url, pool_pre_ping=True, connect_args=connect_args)
+        except (sa_exc.ArgumentError, ImportError) as exc:
+            raise StoreError(
+                f"cannot open the store at {self._masked}: {exc}; check the driver in the URL "
+                "(sqlite:// or postgresql+psycopg://) and that its package is installed"
+            ) from None
+        _forget_connections_across_fork(self._engine)
+        if self._sqlite:
+            _configure_sqlite(self._engine, busy_timeout_s)
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    @property
+    def masked_url(self) -> str:
+        """The database URL with any password replaced by ``***`` (safe for logs and errors)."""
+        return self._masked
+
+    @staticmethod
+    def default_url(airflow_home: str) -> str:
+        """``sqlite:///{airflow_home}/carma.db``."""
+        return default_url(airflow_home)
+
+    def __repr__(self) -> str:
+        return f"Store({self._masked!r})"
+
+    def close(self) -> None:
+        """Close pooled connections (the store opens new ones if used again)."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (``alembic upgrade head``); a no-op when current.
+
+        Safe to call from several processes at once: migrations run one at a time.
+        """
+        from alembic import command
+
+        config = self._alembic_config()
+        with self._connect(write=True) as conn, conn.begin():
+            if not self._sqlite:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATE_LOCK})
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+    def revision(self) -> str | None:
+        """The schema revision of the database, None before the first :meth:`migrate`."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self._connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+
+    def head_revision(self) -> str:
+        """The newest revision this version of carma-airflow ships."""
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(self._alembic_config()).get_current_head()
+        assert head is not None
+        return head
+
+    # -- GPU samples --------------------------------------------------------------------
+
+    def record_samples(self, samples: Sequence[SampleRecord], min_interval_s: float = 30.0) -> int:
+        """Store samples, at most one per GPU per ``min_interval_s``; returns the rows written.
+
+        A sample is kept when it is at least ``min_interval_s`` newer than the last kept
+        sample of its GPU (stored or in this batch); older or closer ones are dropped.
+        """
+        if min_interval_s < 0:
+            raise RecordError(f"min_interval_s must not be negative, got {min_interval_s}")
+        if not samples:
+            return 0
+        uuids = sorted({s.gpu_uuid for s in samples})
+        with self._session(write=True) as session:
+            stmt = (
+                select(GpuSampleRow.gpu_uuid, func.max(GpuSampleRow.at))
+                .where(GpuSampleRow.gpu_uuid.in_(uuids))
+                .group_by(GpuSampleRow.gpu_uuid)
+            )
+            last: dict[str, datetime] = {uuid: _utc(at) for uuid, at in session.execute(stmt)}
+            rows: list[dict[str, Any]] = []
+            for sample in sorted(samples, key=lambda s: _utc(s.at)):
+                at = _utc(sample.at)
+                previous = last.get(sample.gpu_uuid)
+                if previous is not None and (at - previous).total_seconds() < min_interval_s:
+                    continue
+                last[sample.gpu_uuid] = at
+                rows.append(
+                    {
+                        "host": sample.host,
+                        "gpu_uuid": sample.gpu_uuid,
+                        "gpu_index": sample.gpu_index,
+                        "name": sample.name,
+                        "at": at,
+                        "memory_total_mib": sample.memory_total_mib,
+                        "memory_used_mib": sample.memory_used_mib,
+                        "smact": sample.smact,
+                        "smocc": sample.smocc,
+                        "drama": sample.drama,
+                        "power_w": sample.power_w,
+                        "energy_j": sample.energy_j,
+                        "error": sample.error,
+                    }
+                )
+            if rows:
+                session.execute(insert(GpuSampleRow), rows)
+            return len(rows)
+
+    def samples(
+        self, gpu_uuid: str | None = None, since: Moment | None = None, limit: int = 10_000
+    ) -> list[SampleRecord]:
+        """The latest ``limit`` samples (of one GPU, newer than ``since``), oldest first."""
+        _check_limit(limit)
+        stmt = select(GpuSampleRow).order_by(GpuSampleRow.at.desc(), GpuSampleRow.id.desc()).limit(limit)
+        if gpu_uuid is not None:
+            stmt = stmt.where(GpuSampleRow.gpu_uuid == gpu_uuid)
+        if since is not None:
+            stmt = stmt.where(GpuSampleRow.at > _utc(since))
+        with self._session() as session:
+            return [_sample_record(row) for row in reversed(session.scalars(stmt).all())]
+
+    def latest_samples(self) -> list[SampleRecord]:
+        """The newest sample of every GPU ever sampled, by host and GPU index."""
+        newest = select(func.max(GpuSampleRow.id)).group_by(GpuSampleRow.gpu_uuid).scalar_subquery()
+        stmt = (
+            select(GpuSampleRow)
+            .where(GpuSampleRow.id.in_(newest))
+            .order_by(GpuSampleRow.host, GpuSampleRow.gpu_index, GpuSampleRow.gpu_uuid)
+        )
+        with self._session() as session:
+            return [_sample_record(row) for row in session.scalars(stmt)]
+
+    def prune_samples(self, before: Moment) -> int:
+        """Delete samples taken before ``before``; returns how many."""
+        with self._session(write=True) as session:
+            result = session.execute(
+                delete(GpuSampleRow).where(GpuSampleRow.at < _utc(before)),
+                execution_options={"synchronize_session": False},
+            )
+            return cast(CursorResult[Any], result).rowcount
+
+    # -- placements ---------------------------------------------------------------------
+
+    def upsert_placement(self, rec: PlacementRecord) -> int:
+        """Insert the try, or replace every field of the stored try with the same key; returns its id."""
+        values = _placement_values(rec)
+        dialect_insert = sqlite_insert if self._sqlite else pg_insert
+        stmt = dialect_insert(PlacementRow).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[PlacementRow.key],
+            set_={name: stmt.excluded[name] for name in values if name != "key"},
+        )
+        with self._session(write=True) as session:
+            session.execute(stmt, execution_options={"synchronize_session": False})
+            row_id = session.scalar(select(PlacementRow.id).where(PlacementRow.key == rec.key))
+            assert row_id is not None
+            return row_id
+
+    def mark_started(self, key: str, at: Moment) -> bool:
+        """The try's process started at ``at``: a waiting try becomes running.  False if no such key."""
+        stmt = (
+            update(PlacementRow)
+            .where(PlacementRow.key == key)
+            .values(
+                started_at=_utc(at),
+                outcome=case(
+                    (PlacementRow.outcome == TryOutcome.WAITING.value, TryOutcome.RUNNING.value),
+                    else_=PlacementRow.outcome,
+                ),
+            )
+        )
+        return self._update(stmt)
+
+    def mark_ended(self, key: str, at: Moment, outcome: TryOutcome | str, peak_mib: int | None = None) -> bool:
+        """The try ended at ``at`` with ``outcome`` (success, failed or oom).  False if no such key.
+
+        ``peak_mib`` None keeps the peak already stored.
+        """
+        final = _outcome(outcome)
+        if not final.finished:
+            raise RecordError(f"mark_ended needs success, failed or oom, not {final.value!r}; use mark_started")
+        values: dict[str, Any] = {"ended_at": _utc(at), "outcome": final.value}
+        if peak_mib is not None:
+            values["peak_mib"] = peak_mib
+        return self._update(update(PlacementRow).where(PlacementRow.key == key).values(**values))
+
+    def placement(self, key: str) -> PlacementRecord | None:
+        """The try with this key, or None."""
+        with self._session() as session:
+            row = session.scalar(select(PlacementRow).where(PlacementRow.key == key))
+            return None if row is None else _placement_record(row)
+
+    def placements(self, dag_id: str | None = None, limit: int = 500) -> list[PlacementRecord]:
+        """The newest ``limit`` tries (of one DAG), newest first."""
+        _check_limit(limit)
+        stmt = select(PlacementRow).order_by(PlacementRow.id.desc()).limit(limit)
+        if dag_id is not None:
+            stmt = stmt.where(PlacementRow.dag_id == dag_id)
+        return self._placements(stmt)
+
+    def latest_for(
+        self, dag_id: str, task_id: str, run_id: str | None = None, limit: int = 50
+    ) -> list[PlacementRecord]:
+        """The tries of one task (in one run), latest try first."""
+        _check_limit(limit)
+        stmt = (
+            select(PlacementRow)
+            .where(PlacementRow.dag_id == dag_id, PlacementRow.task_id == task_id)
+            .order_by(PlacementRow.id.desc())
+            .limit(limit)
+        )
+        if run_id is not None:
+            stmt = stmt.where(PlacementRow.run_id == run_id)
+        return self._placements(stmt)
+
+    def running(self) -> list[PlacementRecord]:
+        """Tries still waiting or running, oldest first (to rebuild reservations after a restart)."""
+        active = [o.value for o in ACTIVE_OUTCOMES]
+        return self._placements(select(PlacementRow).where(PlacementRow.outcome.in_(active)).order_by(PlacementRow.id))
+
+    # -- OOM events and memory history --------------------------------------------------
+
+    def record_oom(self, ev: OomRecord) -> int:
+        """Store an out-of-memory event; returns its id."""
+        row = OomEventRow(
+            placement_key=ev.placement_key,
+            dag_id=ev.dag_id,
+            task_id=ev.task_id,
+            try_number=ev.try_number,
+            gpu_uuid=ev.gpu_uuid,
+            peak_mib=ev.peak_mib,
+            message=ev.message,
+            at=_utc(ev.at),
+        )
+        with self._session(write=True) as session:
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def ooms(self, dag_id: str | None = None, task_id: str | None = None, limit: int = 100) -> list[OomRecord]:
+        """The newest ``limit`` OOM events (of one DAG, of one task), newest first."""
+        _check_limit(limit)
+        stmt = select(OomEventRow).order_by(OomEventRow.at.desc(), OomEventRow.id.desc()).limit(limit)
+        if dag_id is not None:
+            stmt = stmt.where(OomEventRow.dag_id == dag_id)
+        if task_id is not None:
+            stmt = stmt.where(OomEventRow.task_id == task_id)
+        with self._session() as session:
+            return [_oom_record(row) for row in session.scalars(stmt)]
+
+    def add_peak(self, dag_id: str, task_id: str, peak_mib: int, at: Moment, run_id: str | None = None) -> None:
+        """Remember the memory peak of a successful run of a task."""
+        if peak_mib < 0:
+            raise RecordError(f"peak of {dag_id}.{task_id} must not be negative, got {peak_mib} MiB")
+        row = MemoryHistoryRow(dag_id=dag_id, task_id=task_id, peak_mib=peak_mib, at=_utc(at), run_id=run_id)
+        with self._session(write=True) as session:
+            session.add(row)
+
+    def peaks(self, dag_id: str, task_id: str, limit: int = 5) -> list[int]:
+        """The latest ``limit`` peaks of a task, oldest first (``TaskMemoryInfo.history_mib``)."""
+        _check_limit(limit)
+        stmt = (
+            select(MemoryHistoryRow.peak_mib)
+            .where(MemoryHistoryRow.dag_id == dag_id, MemoryHistoryRow.task_id == task_id)
+            .order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            return list(reversed(session.scalars(stmt).all()))
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _alembic_config(self) -> Config:
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.set_main_option("path_separator", "os")
+        return config
+
+    def _placements(self, stmt: Any) -> list[PlacementRecord]:
+        with self._session() as session:
+            return [_placement_record(row) for row in session.scalars(stmt)]
+
+    def _update(self, stmt: Any) -> bool:
+        with self._session(write=True) as session:
+            result = session.execute(stmt, execution_options={"synchronize_session": False})
+            return cast(CursorResult[Any], result).rowcount > 0
+
+    @contextmanager
+    def _connect(self, write: bool = False) -> Iterator[Connection]:
+        try:
+            with self._engine.connect() as conn:
+                if write:
+                    conn.execution_options(**{_WRITE: True})
+                yield conn
+        except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
+            raise self._error(exc) from exc
+
+    @contextmanager
+    def _session(self, write: bool = False) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back on an error."""
+        try:
+            with Session(self._engine, expire_on_commit=False) as session, session.begin():
+                if write:
+                    session.connection(execution_options={_WRITE: True})
+                yield session
+        except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: sa_exc.SQLAlchemyError) -> StoreError:
+        orig = getattr(exc, "orig", None)
+        detail = " ".join(str(orig if orig is not None else exc).split())
+        if self._url.password:
+            detail = detail.replace(str(self._url.password), "***")
+        lowered = detail.lower()
+        if "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered):
+            hint = "the store's tables are missing: run Store(url).migrate() once for this database"
+        elif self._sqlite and "locked" in lowered:
+            hint = (
+                f"another process held the SQLite file longer than the busy timeout ({self.busy_timeout_s:g} s); "
+                "raise the timeout or use PostgreSQL for many writers"
+            )
+        elif self._sqlite and "unable to open" in lowered:
+            hint = "check that the file's directory exists and that this user may write to it"
+        elif isinstance(exc, sa_exc.IntegrityError):
+            hint = "a record broke a constraint of the store: check the values the caller passed"
+        elif isinstance(exc, (sa_exc.OperationalError, sa_exc.TimeoutError)):
+            hint = (
+                "check that the database server is running and reachable from this host, that the database "
+                "exists, and the user name and password in the store URL"
+            )
+        else:
+            hint = "check that the schema is current (Store(url).migrate())"
+        return StoreError(f"CARMA store at {self._masked} failed: {detail} ({hint})")
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
+    """WAL, a busy timeout, and transactions SQLAlchemy begins itself (IMMEDIATE for writes)."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see _on_begin)
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # A deferred transaction that reads and then writes cannot wait for the lock in WAL
+        # mode (SQLITE_BUSY at once); taking it up front lets the busy timeout apply.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+
+
+def _forget_connections_across_fork(engine: Engine) -> None:
+    """A forked child drops (without closing) the pooled connections it inherited.
+
+    Closing or pinging them would talk on the parent's sockets; ``dispose(close=False)`` is
+    SQLAlchemy's recipe for pools and ``fork()``.  The engine is held weakly.
+    """
+    ref = weakref.ref(engine)
+
+    def _after_fork_in_child() -> None:
+        inherited = ref()
+        if inherited is not None:
+            inherited.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,118 @@
+"""Test helpers shipped with the package: a synthetic GPU workload for simulated GPUs.
+
+:func:`simulated_training` is what a task runs on ``[carma] gpu_backend = simulated``.  It
+behaves like a training script as the rest of carma-airflow sees it: it finds its GPUs in
+``CUDA_VISIBLE_DEVICES`` (simulated UUIDs such as ``GPU-SIM-0002``), ramps its memory up in the
+simulated GPU ledger (``CARMA_SIM_LEDGER``) where the monitor sees it, crashes with a
+PyTorch-style CUDA OOM when a GPU is full, and "trains" more slowly when it shares its GPUs, as
+the core's sharing model says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from carma_airflow.core.sharing import ActivityProfile, SharingModel
+from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
+
+__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown"]
+
+log = logging.getLogger(__name__)
+
+LEDGER_ENV = "CARMA_SIM_LEDGER"
+_RAMP_STEPS = 4
+
+
+def training_slowdown(state: LedgerState, pid: int, uuids: list[str], model: SharingModel) -> float:
+    """How much slower than alone ``pid`` progresses: the sharing model's slowdown on its most
+    crowded GPU (1.0 where it is not a tenant)."""
+    worst = 1.0
+    for uuid in uuids:
+        tenants = state.on(uuid)
+        for i, slowdown in enumerate(model.slowdowns([t.profile for t in tenants])):
+            if tenants[i].pid == pid:
+                worst = max(worst, slowdown)
+    return worst
+
+
+def _label() -> str:
+    dag, task = os.environ.get("AIRFLOW_CTX_DAG_ID"), os.environ.get("AIRFLOW_CTX_TASK_ID")
+    return f"{dag}.{task}" if dag and task else f"simulated_training[{os.getpid()}]"
+
+
+def simulated_training(
+    peak_mib: int,
+    seconds: float,
+    *,
+    activity: float = 0.5,
+    ramp_s: float = 0.5,
+    ledger_path: str | None = None,
+    step_s: float = 0.1,
+) -> dict[str, Any]:
+    """Hold ``peak_mib`` on every visible simulated GPU and train for ``seconds`` of solo work.
+
+    Memory ramps up over ``ramp_s`` in a few steps (:class:`SimulatedCudaOOM` if a GPU is full);
+    training then progresses at ``1 / slowdown`` per wall second, the slowdown coming from the
+    co-tenants in the ledger, re-read every ``step_s``.  Memory is released at the end, crash
+    or not.  Returns ``peak_mib``, ``gpus``, ``wall_s`` (ramp included), ``train_s`` and
+    ``slowdown`` (training wall time over solo work).
+    """
+    if peak_mib < 0 or seconds < 0 or ramp_s < 0 or step_s <= 0:
+        raise ValueError("peak_mib, seconds and ramp_s must be >= 0 and step_s > 0")
+    if not 0.0 <= activity <= 1.0:
+        raise ValueError(f"activity is a share of SM time, between 0 and 1; got {activity}")
+    visible = [u.strip() for u in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip()]
+    if not visible:
+        raise RuntimeError("CUDA error: no CUDA-capable device is detected")
+    path = ledger_path or os.environ.get(LEDGER_ENV)
+    if not path:
+        raise RuntimeError(
+            f"simulated_training needs the simulated GPU ledger: pass ledger_path= or set {LEDGER_ENV} "
+            "(the carma executor sets it when [carma] gpu_backend = simulated)"
+        )
+    ledger = Ledger(path)
+    known = {gpu.uuid for gpu in ledger.gpus()}
+    unknown = [u for u in visible if u not in known]
+    if unknown:
+        raise RuntimeError(
+            f"CUDA error: no CUDA-capable device is detected (CUDA_VISIBLE_DEVICES names {', '.join(unknown)}, "
+            f"which the simulated GPU ledger {path} does not have; it has {', '.join(sorted(known)) or 'none'})"
+        )
+
+    pid = os.getpid()
+    profile = ActivityProfile(activity, activity * 0.6, activity * 0.5)
+    model = SharingModel()
+    label = _label()
+    started = time.monotonic()
+    try:
+        steps = _RAMP_STEPS if peak_mib >= _RAMP_STEPS and ramp_s > 0 else 1
+        for step in range(steps):  # the peak is reached at ramp_s, as a real start-up would
+            time.sleep(ramp_s / steps)
+            chunk = peak_mib // steps + (peak_mib % steps if step == steps - 1 else 0)
+            for ordinal, uuid in enumerate(visible):
+                ledger.allocate(pid, uuid, chunk, profile, label, ordinal=ordinal)
+
+        train_start = last = time.monotonic()
+        done = 0.0
+        while done < seconds:
+            slowdown = training_slowdown(ledger.state(), pid, visible, model)
+            time.sleep(min(step_s, (seconds - done) * slowdown))
+            now = time.monotonic()
+            done += (now - last) / slowdown
+            last = now
+        train_s = last - train_start
+    finally:
+        try:
+            ledger.release(pid)
+        except LedgerError as exc:  # the ledger vanished: nothing left to release
+            log.warning("could not release simulated GPU memory: %s", exc)
+    return {
+        "peak_mib": peak_mib,
+        "gpus": visible,
+        "wall_s": time.monotonic() - started,
+        "train_s": train_s,
+        "slowdown": train_s / done if done > 0 else 1.0,
+    }

@@ -1,0 +1,88 @@
+"""CarmaExecutor inside a real Airflow 3: api-server, scheduler and dag-processor processes,
+simulated 2xA100-40GB GPUs, the exact executor line the docs give, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from stack import EXECUTOR_LINE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.db]
+
+
+def test_docs_give_this_executor_line() -> None:
+    assert EXECUTOR_LINE == "LocalExecutor,carma_airflow.executor.CarmaExecutor"
+
+
+def test_collocation_visibility_cpu_tasks_and_bad_config(airflow_stack) -> None:
+    stack = airflow_stack(simulated_gpus="2xA100-40GB")
+    run = stack.trigger("carma_collocate")
+    assert stack.wait_run("carma_collocate", run) == "failed"  # only because of bad_config
+    states = stack.task_states("carma_collocate", run)
+    assert {t: s for t, (s, _) in states.items()} == {
+        "train_a": "success",
+        "train_b": "success",
+        "train_c": "success",
+        "on_cpu": "success",
+        "bad_config": "failed",
+    }
+    seen = [stack.xcom("carma_collocate", run, t)["visible"] for t in ("train_a", "train_b", "train_c")]
+    assert all(v in ("GPU-SIM-0000", "GPU-SIM-0001") for v in seen)  # one GPU each, by UUID
+    assert len(set(seen)) == 2  # three 8 GiB tasks on two GPUs: two of them share one
+    assert stack.xcom("carma_collocate", run, "train_a")["order"] == "PCI_BUS_ID"
+    assert stack.xcom("carma_collocate", run, "on_cpu") == "<unset>"  # LocalExecutor task, no GPU env
+    logs = list((stack.home / "logs").rglob("task_id=bad_config/*.log"))
+    text = logs[0].read_text()
+    assert "executor_config['carma']['gpus']" in text and "write an integer" in text
+    shared = [t for t, v in zip(("train_a", "train_b", "train_c"), seen, strict=True) if seen.count(v) == 2]
+    placed_text = (next((stack.home / "logs").rglob(f"task_id={shared[-1]}/*.log"))).read_text()
+    assert "[carma] placed on GPU" in placed_text and "co-tenants: carma_collocate." in placed_text
+
+
+def test_underdeclared_task_ooms_then_succeeds_elsewhere_with_retries_zero(airflow_stack) -> None:
+    stack = airflow_stack(simulated_gpus="2xA100-40GB")
+    run = stack.trigger("carma_oom")
+    assert stack.wait_run("carma_oom", run) == "success"
+    assert stack.task_states("carma_oom", run)["underdeclared"] == ("success", 2)
+    history = stack.query(
+        "select try_number, state, retry_reason from task_instance_history "
+        "where dag_id = 'carma_oom' and task_id = 'underdeclared'"
+    )
+    assert len(history) == 1 and history[0][0] == 1
+    assert "CUDA out of memory" in history[0][2]  # the retry and its reason, as the UI shows them
+    out = stack.airflow("carma", "placements", "--dag-id", "carma_oom", "--json")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    rows = {(r["task_id"], r["try_number"]): r for r in json.loads(out.stdout[out.stdout.index("[") :])}
+    first, second = rows[("underdeclared", 1)], rows[("underdeclared", 2)]
+    assert first["outcome"] == "oom" and first["peak_mib"] is not None
+    assert second["outcome"] == "success" and second["gpu_uuids"] != first["gpu_uuids"]
+    assert second["estimate_mib"] > first["peak_mib"]  # planned from what the crash reached
+    for key in (
+        "dag_id",
+        "task_id",
+        "run_id",
+        "map_index",
+        "try_number",
+        "gpu_uuids",
+        "decided_at",
+        "started_at",
+        "ended_at",
+        "outcome",
+        "estimate_mib",
+        "peak_mib",
+        "reasons",
+    ):
+        assert key in second
+
+
+def test_waiting_past_task_queued_timeout_loses_nothing(airflow_stack) -> None:
+    stack = airflow_stack(
+        simulated_gpus="1xA100-40GB",
+        AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="8",
+        AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL="2",
+    )
+    run = stack.trigger("carma_queue_wait")
+    assert stack.wait_run("carma_queue_wait", run) == "success"
+    states = stack.task_states("carma_queue_wait", run)
+    assert states["second"] == ("success", 1)  # waited ~20 s > 8 s timeout, never revoked, fresh token

@@ -1,0 +1,107 @@
+"""Migrations: create the schema, are idempotent, match the models, stay clear of Airflow's tables."""
+
+from __future__ import annotations
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Column, Integer, MetaData, String, create_engine, inspect, text
+from store_helpers import placement
+
+from carma_airflow.store import Store
+from carma_airflow.store.schema import VERSION_TABLE, include_name, metadata
+from carma_airflow.store.store import MIGRATIONS_DIR
+
+pytestmark = pytest.mark.db
+
+TABLES = {"carma_gpu_sample", "carma_placement", "carma_oom_event", "carma_memory_history"}
+
+
+def _tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _diff(url: str, target: MetaData) -> list[object]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn, opts={"include_name": include_name, "compare_type": True, "version_table": VERSION_TABLE}
+            )
+            return list(compare_metadata(context, target))
+    finally:
+        engine.dispose()
+
+
+def test_migrate_creates_the_tables_on_an_empty_database(db_url: str) -> None:
+    assert not _tables(db_url) & TABLES
+    store = Store(db_url)
+    assert store.revision() is None
+    store.migrate()
+    assert _tables(db_url) >= TABLES | {VERSION_TABLE}
+    assert store.revision() == store.head_revision() == "0001"
+    store.close()
+
+
+def test_migrate_twice_is_a_no_op(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate()
+    store.upsert_placement(placement("kept"))
+    store.migrate()
+    assert store.revision() == "0001"
+    assert [p.key for p in store.placements()] == ["kept"]
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == ["0001"]
+    engine.dispose()
+    store.close()
+
+
+def test_migrations_match_the_models(store: Store, any_url: str) -> None:
+    assert _diff(any_url, metadata) == []
+
+
+def test_model_comparison_would_see_a_difference(store: Store, any_url: str) -> None:
+    # Guard against a vacuous check above: a changed copy of the models does show up.
+    changed = MetaData(naming_convention=metadata.naming_convention)
+    for table in metadata.tables.values():
+        table.to_metadata(changed)
+    changed.tables["carma_placement"].append_column(Column("extra", Integer, nullable=True))
+    changed.tables["carma_placement"].c.policy.type = String(32)
+    kinds = {diff[0][0] if isinstance(diff, list) else diff[0] for diff in _diff(any_url, changed)}  # type: ignore[index]
+    assert {"add_column", "modify_type"} <= kinds
+
+
+def test_version_table_does_not_touch_airflows_alembic_version(db_url: str) -> None:
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('airflow-head')"))
+    store = Store(db_url)
+    store.migrate()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["airflow-head"]
+    engine.dispose()
+    assert store.revision() == "0001"
+    store.close()
+
+
+def test_downgrade_to_base_removes_the_tables(store: Store, any_url: str) -> None:
+    assert _tables(any_url) >= TABLES
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    engine = create_engine(any_url)
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "base")
+    engine.dispose()
+    assert not _tables(any_url) & TABLES
+    store.migrate()
+    assert _tables(any_url) >= TABLES
