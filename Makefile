@@ -17,18 +17,20 @@ demo: $(STAMP)
 	mkdir -p out
 	$(BIN)/carma compare --trace t1 --gpus 4xA100-40GB --plot out/compare_t1.png
 
-## test: set up, then lint, type-check and run the whole test suite (what CI runs)
+## test: set up, then lint, type-check and run the whole test suite (what CI runs):
+## unit tests in parallel, then the end-to-end suite (real Airflow, SQLite and PostgreSQL) serially
 test: $(STAMP) lint typecheck unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check carma_airflow tests bench
-	$(BIN)/ruff format --check carma_airflow tests bench
+	$(BIN)/ruff check carma_airflow tests bench dags
+	$(BIN)/ruff format --check carma_airflow tests bench dags
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 --ignore=tests/e2e
+	$(BIN)/pytest -q tests/e2e
 
 ## bench: the paper's table and the speed figures (prints; not part of the tests)
 bench: $(STAMP)

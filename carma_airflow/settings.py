@@ -226,3 +226,24 @@ def provider_config_section() -> dict[str, Any]:
             },
         }
     }
+
+
+def options_markdown() -> str:
+    """The configuration reference page (docs/configuration.md is this text; a test keeps it so)."""
+    lines = [
+        "# Configuration reference: the `[carma]` section",
+        "",
+        "Generated from `carma_airflow/settings.py` (`python -m carma_airflow.settings > docs/configuration.md`).",
+        "Every option can also be set as `AIRFLOW__CARMA__<OPTION>`; `airflow config list --section carma` shows them.",
+        "",
+        "| option | type | default | what it does |",
+        "|---|---|---|---|",
+    ]
+    for opt in OPTIONS:
+        default = f"`{opt.default}`" if opt.default else "(empty)"
+        lines.append(f"| `{opt.name}` | {opt.type} | {default} | {opt.description} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(options_markdown(), end="")

@@ -1,0 +1,50 @@
+"""The [carma] options: documented, listed by `airflow config list`, validated, env-settable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from carma_airflow.core.errors import ConfigError
+from carma_airflow.settings import OPTIONS, CarmaSettings, options_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_configuration_page_is_generated_from_the_options() -> None:
+    assert (ROOT / "docs" / "configuration.md").read_text() == options_markdown()
+
+
+def test_airflow_config_list_shows_every_carma_option(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["AIRFLOW_HOME"] = str(tmp_path)
+    env["AIRFLOW__CARMA__POLICY"] = "most-free-memory"
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    out = subprocess.run(
+        [airflow, "config", "list", "--section", "carma", "--show-values", "--include-descriptions"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for opt in OPTIONS:
+        assert f"{opt.name} =" in out.stdout, opt.name
+        assert opt.description.split(".")[0][:40] in out.stdout.replace("\n# ", " "), opt.name
+    assert "policy = most-free-memory" in out.stdout  # AIRFLOW__CARMA__ variables are honoured
+
+
+def test_settings_fill_defaults_and_reject_bad_values(tmp_path: Path) -> None:
+    s = CarmaSettings.load(lambda name: None, str(tmp_path))
+    assert s.store_url == f"sqlite:///{tmp_path / 'carma.db'}" and s.policy == "interference-aware"
+    with pytest.raises(ConfigError, match=r"\[carma\] sample_period = 'often' is not a valid float"):
+        CarmaSettings.load(lambda name: "often" if name == "sample_period" else None, str(tmp_path))
+    with pytest.raises(ConfigError, match="unknown policy"):
+        CarmaSettings.load(lambda name: "fastest" if name == "policy" else None, str(tmp_path))
+    with pytest.raises(ConfigError, match="gpu_backend"):
+        CarmaSettings.load(lambda name: "cuda" if name == "gpu_backend" else None, str(tmp_path))
