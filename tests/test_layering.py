@@ -1,14 +1,28 @@
-"""The core and the simulator must not pull in Airflow, NVML or SQLAlchemy (design.md)."""
+"""One-way dependencies (design.md): core, sim, monitor and the task helpers load neither Airflow
+nor SQLAlchemy, and NVML is loaded only by monitor/nvml.py when a probe first samples."""
 
 import subprocess
 import sys
 
 import pytest
 
-FORBIDDEN = ("airflow", "pynvml", "sqlalchemy")
+FORBIDDEN = ("airflow", "pynvml", "sqlalchemy", "torch")
 
 
-@pytest.mark.parametrize("module", ["carma_airflow", "carma_airflow.core", "carma_airflow.sim"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "carma_airflow",
+        "carma_airflow.core",
+        "carma_airflow.sim",
+        "carma_airflow.monitor",
+        "carma_airflow.monitor.nvml",
+        "carma_airflow.monitor.sampler",
+        "carma_airflow.monitor.simulated",
+        "carma_airflow.testing",
+        "carma_airflow.store.records",
+    ],
+)
 def test_import_loads_no_airflow_nvml_or_sqlalchemy(module: str) -> None:
     code = (
         f"import sys, {module}\n"

@@ -110,6 +110,7 @@ class CarmaExecutor(BaseExecutor):
         self._by_request: dict[str, TaskInstanceKey] = {}
         self.monitor: Monitor | None = None
         self.store: Store | None = None
+        self._samples_at = 0.0
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -355,6 +356,7 @@ class CarmaExecutor(BaseExecutor):
 
     # -- completion ------------------------------------------------------------------------
     def sync(self) -> None:
+        self._record_samples()
         for ti_key, process in list(self.bare.items()):
             if not process.is_alive():
                 process.join(timeout=0)
@@ -408,6 +410,24 @@ class CarmaExecutor(BaseExecutor):
         self.change_state(ti_key, state)
 
     # -- store -----------------------------------------------------------------------------
+    def _record_samples(self, every_s: float = 30.0) -> None:
+        """Keep a downsampled history of GPU telemetry (one row per GPU per ``every_s``)."""
+        if self.monitor is None or self.store is None or time.time() - self._samples_at < every_s:
+            return
+        from carma_airflow.store.records import SampleRecord
+
+        self._samples_at = time.time()
+        records = [
+            SampleRecord(host=s.host, gpu_uuid=s.uuid, gpu_index=s.index, name=s.name, at=s.at,
+                         memory_total_mib=s.memory_total_mib, memory_used_mib=s.memory_used_mib, smact=s.smact,
+                         smocc=s.smocc, drama=s.drama, power_w=s.power_w, energy_j=s.energy_j, error=s.error)
+            for s in self.monitor.latest().values()
+        ]
+        try:
+            self.store.record_samples(records, min_interval_s=every_s)
+        except CarmaError:
+            self.log.exception("carma store: could not record GPU samples")
+
     def _record(
         self,
         ti: Any,

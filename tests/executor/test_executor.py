@@ -130,3 +130,13 @@ def test_revoke_keeps_waiting_and_starting_tasks_but_forgets_unknown_ones(execut
     assert stray.key not in ex.queued_tasks
     submit(ex, run)  # handed over twice (revoked elsewhere and requeued): ignored, no second process
     assert list(ex.active) == [run.key]
+
+
+def test_gpu_samples_are_kept_downsampled(executor_factory) -> None:
+    ex = executor_factory(gpus="2xA100-40GB")
+    ex.monitor.sample_once()
+    ex.sync()
+    ex.sync()  # within the interval: no second row
+    rows = ex.store.samples()
+    assert sorted(r.gpu_uuid for r in rows) == ["GPU-SIM-0000", "GPU-SIM-0001"]
+    assert all(r.memory_total_mib == 40960 for r in rows)
