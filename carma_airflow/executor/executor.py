@@ -418,9 +418,21 @@ class CarmaExecutor(BaseExecutor):
 
         self._samples_at = time.time()
         records = [
-            SampleRecord(host=s.host, gpu_uuid=s.uuid, gpu_index=s.index, name=s.name, at=s.at,
-                         memory_total_mib=s.memory_total_mib, memory_used_mib=s.memory_used_mib, smact=s.smact,
-                         smocc=s.smocc, drama=s.drama, power_w=s.power_w, energy_j=s.energy_j, error=s.error)
+            SampleRecord(
+                host=s.host,
+                gpu_uuid=s.uuid,
+                gpu_index=s.index,
+                name=s.name,
+                at=_utc(s.at),
+                memory_total_mib=s.memory_total_mib,
+                memory_used_mib=s.memory_used_mib,
+                smact=s.smact,
+                smocc=s.smocc,
+                drama=s.drama,
+                power_w=s.power_w,
+                energy_j=s.energy_j,
+                error=s.error,
+            )
             for s in self.monitor.latest().values()
         ]
         try:
