@@ -1,0 +1,44 @@
+"""CUDA OOM gets its own bounded retries; other failures follow the author's retries."""
+
+from __future__ import annotations
+
+import pytest
+from airflow.sdk.definitions.retry_policy import RetryAction
+
+from carma_airflow.executor.retry import PRIOR_OOMS_ENV, CudaOomRetryPolicy
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+def test_oom_is_retried_with_a_reason_while_oom_tries_remain(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = CudaOomRetryPolicy(author_retries=0, oom_retries=2, oom_delay_s=3)
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
+    d = policy.evaluate(OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), 1, 2)
+    assert d.action is RetryAction.RETRY and d.retry_delay.total_seconds() == 3
+    assert "CUDA out of memory" in d.reason and "OOM retry 1 of 2" in d.reason
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "2")
+    last = policy.evaluate(RuntimeError("CUDA error: out of memory"), 3, 2)
+    assert last.action is RetryAction.FAIL and "declare more memory" in last.reason
+
+
+def test_other_failures_follow_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = CudaOomRetryPolicy(author_retries=1, oom_retries=2)
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
+    assert policy.evaluate(ValueError("bad row"), 1, 3).action is RetryAction.RETRY  # author's retry 1 of 1
+    assert policy.evaluate(ValueError("bad row"), 2, 3).action is RetryAction.FAIL  # spent
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "1")  # an OOM try came first: it does not use the author's retry
+    assert policy.evaluate(ValueError("bad row"), 2, 3).action is RetryAction.RETRY
+
+
+def test_author_retries_zero_means_other_failures_fail_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PRIOR_OOMS_ENV, raising=False)
+    d = CudaOomRetryPolicy(author_retries=0, oom_retries=2).evaluate(KeyError("x"), 1, 2)
+    assert d.action is RetryAction.FAIL and "retries are spent" in d.reason
+
+
+def test_policy_round_trips_through_serialization() -> None:
+    p = CudaOomRetryPolicy(1, 3, 7.5)
+    q = CudaOomRetryPolicy.deserialize(p.serialize())
+    assert (q.author_retries, q.oom_retries, q.oom_delay_s) == (1, 3, 7.5)
