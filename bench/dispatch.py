@@ -20,10 +20,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from carma_airflow.devstack import AirflowStack
 
-from stack import AirflowStack  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _dt(value: object) -> datetime:

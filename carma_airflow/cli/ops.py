@@ -167,3 +167,23 @@ def why_cmd(
         typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
         for line in r.reasons[:10]:
             typer.echo(f"  {line}")
+
+
+@app.command("demo")
+@one_line_errors
+def demo_cmd(
+    keep: Annotated[bool, typer.Option("--keep", help="leave Airflow running and print its URL")] = False,
+    stop: Annotated[bool, typer.Option("--stop", help="stop a demo left running with --keep")] = False,
+    home: Annotated[str, typer.Option(help="AIRFLOW_HOME of the demo (wiped first)")] = ".demo/airflow",
+    out: Annotated[str, typer.Option(help="folder for the timeline PNG")] = "out",
+) -> None:
+    """Run the main job: Airflow + CarmaExecutor on simulated 4xA100-40GB, the demo DAG, a report."""
+    from pathlib import Path
+
+    from carma_airflow.demo import run_demo, stop_demo
+
+    if stop:
+        stop_demo(Path(home))
+        typer.echo("demo stopped")
+        return
+    raise typer.Exit(run_demo(Path(home), keep=keep, out_dir=Path(out)))

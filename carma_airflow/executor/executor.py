@@ -464,7 +464,7 @@ class CarmaExecutor(BaseExecutor):
                     map_index=ti.map_index,
                     try_number=ti.try_number,
                     label=request.label,
-                    decided_at=_utc(time.time()),
+                    decided_at=_utc(request.submitted_at),  # when the executor took the try
                     started_at=_utc(started_at) if started_at else None,
                     outcome=TryOutcome(outcome),
                     gpu_uuids=tuple(gpu_uuids or ()),

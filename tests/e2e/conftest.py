@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,9 +10,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).parent))
+from carma_airflow.devstack import AirflowStack
 
-from stack import AirflowStack
+DAGS = Path(__file__).with_name("dags")
 
 PG_ADMIN = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -51,7 +50,7 @@ def airflow_stack(tmp_path: Path, backend: str | None) -> Iterator[Callable[...,
         home.mkdir()
         if backend is not None:
             carma.setdefault("store_url", backend)
-        stack = AirflowStack(home, db_url=backend, **carma)
+        stack = AirflowStack(home, DAGS, db_url=backend, **carma)
         made.append(stack)
         stack.start()
         return stack

@@ -4,7 +4,8 @@ simulated 2xA100-40GB GPUs, the exact executor line the docs give, SQLite and Po
 from __future__ import annotations
 
 import pytest
-from stack import EXECUTOR_LINE
+
+from carma_airflow.devstack import EXECUTOR_LINE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

@@ -1,5 +1,6 @@
-"""A real, throwaway Airflow 3 deployment for end-to-end tests: api-server, scheduler and
-dag-processor as separate processes, CarmaExecutor on simulated GPUs, SQLite or PostgreSQL."""
+"""A real, throwaway Airflow 3 deployment: api-server, scheduler and dag-processor as separate
+processes, CarmaExecutor on simulated GPUs, SQLite or PostgreSQL.  Used by the demo, the
+end-to-end tests and the dispatch benchmark; it is a development tool, not a production launcher."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
-DAGS = Path(__file__).with_name("dags")
+
 EXECUTOR_LINE = "LocalExecutor,carma_airflow.executor.CarmaExecutor"
 
 
@@ -29,12 +30,15 @@ def free_port() -> int:
 
 
 class AirflowStack:
-    def __init__(self, home: Path, db_url: str | None = None, **carma: str) -> None:
+    def __init__(
+        self, home: Path, dags: Path, db_url: str | None = None, port: int | None = None, **carma: str
+    ) -> None:
         self.home = home
-        self.port = free_port()
+        self.port = port or free_port()
         self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
-        dags = home / "dags"
-        shutil.copytree(DAGS, dags, dirs_exist_ok=True)
+        dags_copy = home / "dags"
+        shutil.copytree(dags, dags_copy, dirs_exist_ok=True)
+        dags = dags_copy
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
             "AIRFLOW_HOME": str(home),

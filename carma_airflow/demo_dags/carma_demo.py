@@ -1,0 +1,1 @@
+../../dags/carma_demo.py

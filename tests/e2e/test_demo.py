@@ -1,0 +1,46 @@
+"""`carma demo` (what `make demo` runs): finishes, shows an OOM recovered, stops what it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_demo_runs_reports_and_cleans_up(tmp_path: Path) -> None:
+    carma = str(Path(sys.executable).with_name("carma"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    home = tmp_path / "demo" / "airflow"
+    out = subprocess.run(
+        [carma, "demo", "--home", str(home), "--out", str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "carma_demo: success" in out.stdout
+    assert "oom -> success" in out.stdout.replace("\n", " ").replace("│", " ").replace("  ", " ") or (
+        "oom" in out.stdout and "maskrcnn" in out.stdout
+    )
+    assert "Simulator on the same tasks: exclusive" in out.stdout
+    assert (tmp_path / "out" / "demo_timeline.png").read_bytes()[:4] == b"\x89PNG"
+    assert "stopped every process the demo started" in out.stdout
+    pids = json.loads((home / "pids.json").read_text())
+    assert pids and not any(_alive(p) for p in pids)
