@@ -105,6 +105,9 @@ class CarmaExecutor(BaseExecutor):
         self.waiting: dict[TaskInstanceKey, _Waiting] = {}
         self.active: dict[TaskInstanceKey, _Active] = {}
         self.bare: dict[TaskInstanceKey, Any] = {}  # tasks run without GPUs (invalid executor_config)
+        # a next try that arrived while the process of its previous try is still ending: it is
+        # planned (recovery after an OOM) once that try's outcome and GPUs are known
+        self.deferred: dict[TaskInstanceKey, ExecuteTask] = {}
         self.tenants: dict[str, list[Tenant]] = {}
         self.last_placed: dict[str, float] = {}
         self._by_request: dict[str, TaskInstanceKey] = {}
@@ -180,8 +183,12 @@ class CarmaExecutor(BaseExecutor):
         for workload in workload_items:
             key = workload.key
             self.queued_tasks.pop(key, None)
-            if key in self.waiting or key in self.active or key in self.bare:
+            if key in self.waiting or key in self.active or key in self.bare or key in self.deferred:
                 self.log.warning("Task %s handed over twice; keeping the first", key)
+                continue
+            if self._previous_try_active(key):
+                self.running.add(key)
+                self.deferred[key] = workload
                 continue
             self.running.add(key)  # waiting tasks count against parallelism too
             try:
@@ -192,6 +199,24 @@ class CarmaExecutor(BaseExecutor):
                 self.log.error("Task %s has an invalid executor_config: %s", key, exc)
                 self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
         self._schedule()
+
+    def _previous_try_active(self, key: TaskInstanceKey) -> bool:
+        return any(
+            (k.dag_id, k.task_id, k.run_id, k.map_index) == (key.dag_id, key.task_id, key.run_id, key.map_index)
+            and k.try_number < key.try_number
+            for k in self.active
+        )
+
+    def _accept_deferred(self) -> None:
+        for key, workload in list(self.deferred.items()):
+            if self._previous_try_active(key):
+                continue
+            del self.deferred[key]
+            try:
+                self._accept(workload)
+            except ConfigError as exc:
+                self.log.error("Task %s has an invalid executor_config: %s", key, exc)
+                self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
 
     def _accept(self, workload: ExecuteTask) -> None:
         assert self.store is not None
@@ -369,6 +394,7 @@ class CarmaExecutor(BaseExecutor):
                 continue
             active.process.join(timeout=0)
             self._finish(ti_key, active, active.process.exitcode)
+        self._accept_deferred()
         self._schedule()
 
     def _finish(self, ti_key: TaskInstanceKey, active: _Active, exitcode: int | None) -> None:
@@ -481,7 +507,7 @@ class CarmaExecutor(BaseExecutor):
 
     # -- scheduler contract ----------------------------------------------------------------
     def revoke_task(self, *, ti: TaskInstance) -> None:
-        if ti.key in self.waiting or ti.key in self.active or ti.key in self.bare:
+        if ti.key in self.waiting or ti.key in self.active or ti.key in self.bare or ti.key in self.deferred:
             # Waiting for a GPU is not being stuck, and a task just launched is still "queued"
             # until its process reports: keep it (the scheduler skips executors that decline).
             # A waiting task's token is issued anew at launch.

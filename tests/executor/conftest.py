@@ -76,6 +76,7 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
     (out_dir / f"{task_id}.{workload.ti.try_number}.json").write_text(json.dumps(env))
     time.sleep(behaviour.get("seconds", 0.2))
     write_result(TryResult(**behaviour.get("result", {"state": "success", "peak_mib": 1000})))
+    time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report
     return 0
 
 

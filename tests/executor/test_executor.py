@@ -140,3 +140,23 @@ def test_gpu_samples_are_kept_downsampled(executor_factory) -> None:
     rows = ex.store.samples()
     assert sorted(r.gpu_uuid for r in rows) == ["GPU-SIM-0000", "GPU-SIM-0001"]
     assert all(r.memory_total_mib == 40960 for r in rows)
+
+
+def test_next_try_arriving_while_the_crashed_try_is_still_ending_is_planned_after_it(executor_factory) -> None:
+    import time
+
+    oom = {"state": "up_for_retry", "failure_kind": "cuda-oom", "message": "CUDA out of memory", "peak_mib": 10000}
+    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.1, "result": oom, "linger": 1.5}})
+    first = make_workload("t", config={"memory": "2GiB"})
+    submit(ex, first)
+    result = ex.active[first.key].result_path
+    deadline = time.time() + 10
+    while not result.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    second = make_workload("t", try_number=2, config={"memory": "2GiB"})
+    submit(ex, second)  # the scheduler already retries; try 1's process has not ended yet
+    assert second.key in ex.deferred and second.key in ex.running
+    with pytest.raises(NotImplementedError):
+        ex.revoke_task(ti=second.ti)  # type: ignore[arg-type]
+    run_until(ex, lambda: second.key in ex.active or not ex.deferred)
+    assert ex.active[second.key].request.memory.mib >= 12500  # planned from the crash, not the 2 GiB
