@@ -12,8 +12,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[all]'
 	touch $(STAMP)
 
-## demo: set up, then compare every policy on the paper's trace (simulated 4xA100-40GB)
+## demo: set up, then run the main job: a throwaway Airflow with CarmaExecutor on simulated
+## 4xA100-40GB (SQLite), the demo DAG, live progress, a report and out/demo_timeline.png
 demo: $(STAMP)
+	$(BIN)/carma demo
+
+## compare: every placement policy on the paper's trace, in the simulator (out/compare_t1.png)
+compare: $(STAMP)
 	mkdir -p out
 	$(BIN)/carma compare --trace t1 --gpus 4xA100-40GB --plot out/compare_t1.png
 
@@ -36,6 +41,7 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/paper_table.py
 	$(BIN)/python bench/speed.py
+	$(BIN)/python bench/dispatch.py
 
 clean:
 	rm -rf $(VENV) out .demo .pytest_cache .mypy_cache .ruff_cache
