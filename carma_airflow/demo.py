@@ -26,6 +26,27 @@ from rich.table import Table
 
 GPUS = "4xA100-40GB"
 DAG_ID = "carma_demo"
+SCALE_S_PER_MINUTE = 0.2  # one catalogue minute of solo training takes this long in the demo
+DEMO_TASKS = (  # task types of the paper's catalogue that dags/carma_demo.py trains
+    "vgg3",
+    "resnet3",
+    "Xception3",
+    "BERT_large",
+    "Inception",
+    "resnet",
+    "vgg",
+    "efficientNet",
+    "mobilenet2",
+    "UNet",
+    "resnet18_cifar100_20e_1",
+    "efficientNet_cifar100_20e_2",
+    "mobilenet_cifar100_20e_3",
+    "resnet34_cifar100_20e_1",
+    "Inception2",
+    "dlrm",
+    "xlnet_base_cased_2",
+    "maskrcnn",
+)
 
 
 def _stop_previous(home: Path) -> None:
@@ -93,8 +114,8 @@ def _exclusive_prediction() -> tuple[float, float]:
     from carma_airflow.sim import SimConfig, simulate
     from carma_airflow.sim.workload import Arrival, load_catalog, packaged
 
-    scale = 0.2 / 60  # the DAG's 0.2 s per catalogue minute
-    names = _demo_tasks()
+    scale = SCALE_S_PER_MINUTE / 60
+    names = DEMO_TASKS
     catalog = load_catalog(packaged("task_catalog.csv"))
     arrivals = [Arrival(i, 0.0, replace(catalog[n], solo_s=catalog[n].solo_s * scale)) for i, n in enumerate(names)]
     base = SimConfig(gpus=tuple(parse_gpu_list(GPUS)))
@@ -102,17 +123,6 @@ def _exclusive_prediction() -> tuple[float, float]:
     excl = simulate(replace(base, policy="exclusive", estimator="gpumemnet", queue="fifo", sharing=model), arrivals)
     ours = simulate(replace(base, sharing=model), arrivals)
     return excl.makespan_s, ours.makespan_s
-
-
-def _demo_tasks() -> tuple[str, ...]:
-    """The TASKS tuple of the demo DAG file, read without importing Airflow."""
-    import ast
-
-    text = (Path(__file__).with_name("demo_dags") / "carma_demo.py").read_text()
-    start = text.index("TASKS = (")
-    end = text.index(")", start)
-    names = ast.literal_eval(text[start + len("TASKS = ") : end + 1])
-    return tuple(str(n) for n in names)
 
 
 def run_demo(home: Path, keep: bool = False, out_dir: Path | None = None, timeout_s: float = 600) -> int:

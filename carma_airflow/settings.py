@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.store.url import default_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,12 @@ OPTIONS: tuple[Option, ...] = (
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
+def option_default(name: str) -> Any:
+    """The typed default of one option (for code that reads Airflow's conf directly)."""
+    opt = next(o for o in OPTIONS if o.name == name)
+    return _convert(opt, opt.default)
+
+
 def _convert(option: Option, raw: str) -> Any:
     text = raw.strip()
     try:
@@ -167,7 +174,7 @@ class CarmaSettings:
             values[opt.name] = _convert(opt, opt.default if raw is None else raw)
         home = Path(airflow_home)
         if not values["store_url"]:
-            values["store_url"] = f"sqlite:///{home / 'carma.db'}"
+            values["store_url"] = default_url(str(home))
         if not values["state_dir"]:
             values["state_dir"] = str(home / "carma")
         if not values["host"]:

@@ -15,29 +15,9 @@ from airflow.sdk import dag, task
 
 from carma_airflow import gpu_task
 from carma_airflow.core.sharing import activity_profile
+from carma_airflow.demo import DEMO_TASKS, SCALE_S_PER_MINUTE
 from carma_airflow.sim.workload import load_catalog, packaged
 
-SCALE_S_PER_MINUTE = 0.2
-TASKS = (
-    "vgg3",
-    "resnet3",
-    "Xception3",
-    "BERT_large",
-    "Inception",
-    "resnet",
-    "vgg",
-    "efficientNet",
-    "mobilenet2",
-    "UNet",
-    "resnet18_cifar100_20e_1",
-    "efficientNet_cifar100_20e_2",
-    "mobilenet_cifar100_20e_3",
-    "resnet34_cifar100_20e_1",
-    "Inception2",
-    "dlrm",
-    "xlnet_base_cased_2",
-    "maskrcnn",
-)
 # The four largest (each over 12 GiB, the longest runs) go first, one per idle GPU.  maskrcnn
 # waits for its data on a CPU task, then is placed first beside one of them, where its 8000 MiB
 # GPUMemNet estimate looks fine but its real 28606 MiB peak does not fit: CUDA OOM, then a retry
@@ -76,7 +56,7 @@ def carma_demo() -> None:
 
     catalog = load_catalog(packaged("task_catalog.csv"))
     results = []
-    for name in TASKS:
+    for name in DEMO_TASKS:
         t = catalog[name]
         estimate = t.gpumemnet_mib or 0
         config = gpu_task(

@@ -47,12 +47,12 @@ def _workload(trace: str, catalog: str, gpus: int, seed: int) -> list[Arrival]:
     return load_trace(trace, cat)
 
 
-def _config(gpus: str, policy: str, estimator: str, queue: str | None, seed: int) -> SimConfig:
+def _config(gpus: str, policy: str, estimator: str, queue: str | None) -> SimConfig:
     specs = parse_gpu_list(gpus)
     make_policy(policy)  # validate names early, with the error that lists valid ones
     make_estimator(estimator)
     make_queue(queue or DEFAULT_QUEUE)
-    return SimConfig(gpus=tuple(specs), policy=policy, estimator=estimator, queue=queue or DEFAULT_QUEUE, seed=seed)
+    return SimConfig(gpus=tuple(specs), policy=policy, estimator=estimator, queue=queue or DEFAULT_QUEUE)
 
 
 @app.command("simulate")
@@ -68,7 +68,7 @@ def simulate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
-    cfg = _config(gpus, policy, estimator, queue, seed)
+    cfg = _config(gpus, policy, estimator, queue)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     summary = simulate(cfg, arrivals).summary()
     if as_json:
@@ -103,7 +103,7 @@ def compare_cmd(
         fail("--policies is empty; give e.g. magm,interference-aware")
     for name in names:
         make_policy(name)
-    cfg = _config(gpus, DEFAULT_POLICY, estimator, queue, seed)
+    cfg = _config(gpus, DEFAULT_POLICY, estimator, queue)
     if plot is not None and not plot.parent.exists():
         fail(f"cannot write {plot}: folder {plot.parent} does not exist")
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)

@@ -17,6 +17,7 @@ from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
 
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.settings import option_default
 from carma_airflow.task_config import EXECUTOR_NAME, parse_task_config
 
 
@@ -29,8 +30,8 @@ def is_carma_task(task: Any) -> bool:
 def _oom_settings() -> tuple[int, float]:
     from airflow.configuration import conf
 
-    retries = conf.getint("carma", "oom_retries", fallback=2)
-    delay = conf.getfloat("carma", "oom_retry_delay", fallback=5.0)
+    retries = conf.getint("carma", "oom_retries", fallback=option_default("oom_retries"))
+    delay = conf.getfloat("carma", "oom_retry_delay", fallback=option_default("oom_retry_delay"))
     return max(0, retries), max(0.0, delay)
 
 
@@ -38,7 +39,7 @@ def _oom_settings() -> tuple[int, float]:
 def _strict() -> bool:
     from airflow.configuration import conf
 
-    return conf.getboolean("carma", "strict_validation", fallback=False)
+    return conf.getboolean("carma", "strict_validation", fallback=option_default("strict_validation"))
 
 
 def _fail_at_run(task: Any, message: str) -> None:

@@ -28,9 +28,10 @@ from airflow.utils.state import TaskInstanceState
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import CarmaError, ConfigError
 from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
-from carma_airflow.core.gpu import Tenant, parse_gpu_list
+from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.queueing import Backfill, make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, RetryPlan, plan_recovery
 from carma_airflow.core.settings import PlacementSettings
@@ -139,7 +140,7 @@ class CarmaExecutor(BaseExecutor):
             store.migrate()
         self.store = store
         policy = make_policy(settings.policy)
-        if hasattr(policy, "max_tenants") and settings.policy in ("interference-aware", "carma", "default", "ia"):
+        if isinstance(policy, InterferenceAware):
             policy.max_tenants = settings.max_tenants
         self.placer = Placer(
             policy,
@@ -191,14 +192,17 @@ class CarmaExecutor(BaseExecutor):
                 self.deferred[key] = workload
                 continue
             self.running.add(key)  # waiting tasks count against parallelism too
-            try:
-                self._accept(workload)
-            except ConfigError as exc:
-                # Run it without GPUs: in the task process the cluster policy makes it fail with
-                # this message as the first line of its log; the rest of the DAG is untouched.
-                self.log.error("Task %s has an invalid executor_config: %s", key, exc)
-                self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
+            self._take(key, workload)
         self._schedule()
+
+    def _take(self, key: TaskInstanceKey, workload: ExecuteTask) -> None:
+        try:
+            self._accept(workload)
+        except ConfigError as exc:
+            # Run it without GPUs: in the task process the cluster policy makes it fail with
+            # this message as the first line of its log; the rest of the DAG is untouched.
+            self.log.error("Task %s has an invalid executor_config: %s", key, exc)
+            self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
 
     def _previous_try_active(self, key: TaskInstanceKey) -> bool:
         return any(
@@ -212,11 +216,7 @@ class CarmaExecutor(BaseExecutor):
             if self._previous_try_active(key):
                 continue
             del self.deferred[key]
-            try:
-                self._accept(workload)
-            except ConfigError as exc:
-                self.log.error("Task %s has an invalid executor_config: %s", key, exc)
-                self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
+            self._take(key, workload)
 
     def _accept(self, workload: ExecuteTask) -> None:
         assert self.store is not None
@@ -528,4 +528,4 @@ def _utc(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-__all__ = ["CarmaExecutor", "parse_gpu_list"]
+__all__ = ["CarmaExecutor"]

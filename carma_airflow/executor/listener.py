@@ -66,6 +66,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     exc_type = type(error).__name__ if isinstance(error, BaseException) else None
     message = str(error) if error is not None else None
     failure = classify_failure(exc_type, message)
+    peak = _peak_mib()
     state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
     write_result(
         TryResult(
@@ -73,8 +74,8 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
             failure_kind=failure.kind.value,
             exc_type=exc_type,
             message=(message or "")[:2000],
-            peak_mib=_peak_mib(),
+            peak_mib=peak,
         )
     )
     if failure.is_oom:
-        print(f"[carma] CUDA out of memory recognised ({failure.evidence}); peak {_peak_mib()} MiB", flush=True)
+        print(f"[carma] CUDA out of memory recognised ({failure.evidence}); peak {peak} MiB", flush=True)

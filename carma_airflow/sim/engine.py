@@ -47,7 +47,6 @@ class SimConfig:
     settings: PlacementSettings = DEFAULT_SETTINGS
     sharing: SharingModel = field(default_factory=SharingModel)
     recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
-    seed: int = 0
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:
