@@ -95,6 +95,9 @@ class PlacementRecord:
     policy: str = ""
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    pid: int | None = None  # the try's process, once launched
+    pid_start: int | None = None  # that process's start time (clock ticks since boot): guards PID reuse
+    ti_id: str | None = None  # Airflow's task-instance UUID
     id: int | None = None
 
     @classmethod

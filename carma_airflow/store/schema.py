@@ -129,6 +129,9 @@ class PlacementRow(Base):
     summary: Mapped[str] = mapped_column(Text)
     reasons: Mapped[list[str]] = mapped_column(JSON)
     policy: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int | None] = mapped_column(Integer)  # the try's process (restart reconciliation)
+    pid_start: Mapped[int | None] = mapped_column(BigInteger)  # its start time, clock ticks since boot
+    ti_id: Mapped[str | None] = mapped_column(String(64))  # Airflow's task-instance UUID
 
 
 class OomEventRow(Base):
@@ -160,6 +163,16 @@ class MemoryHistoryRow(Base):
     peak_mib: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+
+
+class SnapshotRow(Base):
+    """One named JSON document, rewritten in place (an executor's live view, read by the UI)."""
+
+    __tablename__ = "carma_snapshot"
+
+    name: Mapped[str] = mapped_column(String(HOST_LEN), primary_key=True)
+    at: Mapped[datetime]
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 metadata = Base.metadata

@@ -34,7 +34,14 @@ from carma_airflow.store.records import (
     SampleRecord,
     TryOutcome,
 )
-from carma_airflow.store.schema import VERSION_TABLE, GpuSampleRow, MemoryHistoryRow, OomEventRow, PlacementRow
+from carma_airflow.store.schema import (
+    VERSION_TABLE,
+    GpuSampleRow,
+    MemoryHistoryRow,
+    OomEventRow,
+    PlacementRow,
+    SnapshotRow,
+)
 from carma_airflow.store.url import default_url, mask_password
 
 if TYPE_CHECKING:
@@ -97,6 +104,9 @@ def _placement_record(row: PlacementRow) -> PlacementRecord:
         policy=row.policy,
         started_at=row.started_at,
         ended_at=row.ended_at,
+        pid=row.pid,
+        pid_start=row.pid_start,
+        ti_id=row.ti_id,
         id=row.id,
     )
 
@@ -146,6 +156,9 @@ def _placement_values(rec: PlacementRecord) -> dict[str, Any]:
         "summary": rec.summary,
         "reasons": [str(r) for r in rec.reasons],
         "policy": rec.policy,
+        "pid": rec.pid,
+        "pid_start": rec.pid_start,
+        "ti_id": rec.ti_id,
     }
 
 
@@ -215,8 +228,8 @@ class Store:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest revision (``alembic upgrade head``); a no-op when current.
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to ``revision`` (default the newest: ``alembic upgrade head``); a no-op when current.
 
         Safe to call from several processes at once: migrations run one at a time.
         """
@@ -227,7 +240,7 @@ class Store:
             if not self._sqlite:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATE_LOCK})
             config.attributes["connection"] = conn
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
 
     def revision(self) -> str | None:
         """The schema revision of the database, None before the first :meth:`migrate`."""
@@ -371,6 +384,10 @@ class Store:
             values["peak_mib"] = peak_mib
         return self._update(update(PlacementRow).where(PlacementRow.key == key).values(**values))
 
+    def mark_launched(self, key: str, pid: int, pid_start: int | None) -> bool:
+        """The try's process is ``pid`` (started at ``pid_start`` ticks since boot).  False if no such key."""
+        return self._update(update(PlacementRow).where(PlacementRow.key == key).values(pid=pid, pid_start=pid_start))
+
     def placement(self, key: str) -> PlacementRecord | None:
         """The try with this key, or None."""
         with self._session() as session:
@@ -454,6 +471,29 @@ class Store:
         )
         with self._session() as session:
             return list(reversed(session.scalars(stmt).all()))
+
+    # -- snapshots (an executor's live view, read by the UI page) ------------------------
+
+    def put_snapshot(self, name: str, at: Moment, body: dict[str, Any]) -> None:
+        """Write (or replace) the JSON document ``name``."""
+        if not name:
+            raise RecordError("a snapshot needs a non-empty name")
+        values = {"name": name, "at": _utc(at), "body": body}
+        dialect_insert = sqlite_insert if self._sqlite else pg_insert
+        stmt = dialect_insert(SnapshotRow).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[SnapshotRow.name], set_={"at": stmt.excluded.at, "body": stmt.excluded.body}
+        )
+        with self._session(write=True) as session:
+            session.execute(stmt, execution_options={"synchronize_session": False})
+
+    def snapshots(self, prefix: str = "") -> dict[str, tuple[datetime, dict[str, Any]]]:
+        """Every snapshot whose name starts with ``prefix``: name -> (written at, document)."""
+        stmt = (
+            select(SnapshotRow).where(SnapshotRow.name.startswith(prefix, autoescape=True)).order_by(SnapshotRow.name)
+        )
+        with self._session() as session:
+            return {row.name: (row.at, dict(row.body)) for row in session.scalars(stmt)}
 
     # -- plumbing -----------------------------------------------------------------------
 

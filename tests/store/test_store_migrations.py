@@ -14,6 +14,8 @@ from carma_airflow.store import Store
 from carma_airflow.store.schema import VERSION_TABLE, include_name, metadata
 from carma_airflow.store.store import MIGRATIONS_DIR
 
+HEAD = Store("sqlite://").head_revision()
+
 pytestmark = pytest.mark.db
 
 TABLES = {"carma_gpu_sample", "carma_placement", "carma_oom_event", "carma_memory_history"}
@@ -45,7 +47,7 @@ def test_migrate_creates_the_tables_on_an_empty_database(db_url: str) -> None:
     assert store.revision() is None
     store.migrate()
     assert _tables(db_url) >= TABLES | {VERSION_TABLE}
-    assert store.revision() == store.head_revision() == "0001"
+    assert store.revision() == store.head_revision() == HEAD
     store.close()
 
 
@@ -54,12 +56,35 @@ def test_migrate_twice_is_a_no_op(db_url: str) -> None:
     store.migrate()
     store.upsert_placement(placement("kept"))
     store.migrate()
-    assert store.revision() == "0001"
+    assert store.revision() == HEAD
     assert [p.key for p in store.placements()] == ["kept"]
     engine = create_engine(db_url)
     with engine.connect() as conn:
-        assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == ["0001"]
+        assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [HEAD]
     engine.dispose()
+    store.close()
+
+
+def test_upgrade_from_0001_keeps_rows_and_adds_process_columns(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0001")  # a database left by the first release
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_placement (key, dag_id, task_id, run_id, map_index, try_number, label, decided_at,"
+                " outcome, gpu_uuids, summary, reasons, policy) VALUES ('old', 'd', 't', 'r', -1, 1, 'd.t',"
+                " '2026-01-01 00:00:00+00:00', 'running', '[]', 's', '[]', 'p')"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD
+    old = store.placement("old")
+    assert old is not None and old.pid is None and old.outcome == "running"
+    assert store.mark_launched("old", 4242, 99)
+    again = store.placement("old")
+    assert again is not None and (again.pid, again.pid_start) == (4242, 99)
     store.close()
 
 
@@ -88,7 +113,7 @@ def test_version_table_does_not_touch_airflows_alembic_version(db_url: str) -> N
     with engine.connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["airflow-head"]
     engine.dispose()
-    assert store.revision() == "0001"
+    assert store.revision() == HEAD
     store.close()
 
 
