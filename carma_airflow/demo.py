@@ -61,6 +61,9 @@ def _stop_previous(home: Path) -> None:
         for pid in json.loads(pids.read_text()):
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(pid), signal.SIGKILL)
+    from carma_airflow.devstack import kill_task_processes
+
+    kill_task_processes(home)
 
 
 def _progress(states: dict[str, tuple[str, int]], elapsed: float) -> Table:

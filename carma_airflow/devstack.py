@@ -29,6 +29,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def task_processes(home: Path) -> list[int]:
+    """PIDs of processes started for the Airflow at ``home`` (their AIRFLOW_HOME is it).
+
+    Task processes of CarmaExecutor run in sessions of their own (they outlive an executor
+    restart), so stopping the scheduler's process group does not reach them.
+    """
+    wanted = f"AIRFLOW_HOME={home}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_task_processes(home: Path, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL, every process of the Airflow at ``home`` still running."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = task_processes(home)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.time() + grace_s
+        while pids and time.time() < deadline and task_processes(home):
+            time.sleep(0.2)
+
+
 class AirflowStack:
     def __init__(
         self, home: Path, dags: Path, db_url: str | None = None, port: int | None = None, **carma: str
@@ -112,6 +144,7 @@ class AirflowStack:
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
+        kill_task_processes(self.home)
 
     # -- metadata DB ---------------------------------------------------------------------
     def query(self, sql: str, **params: Any) -> list[Any]:

@@ -115,6 +115,38 @@ OPTIONS: tuple[Option, ...] = (
         "True",
     ),
     Option("host", "string", "", "Name of this GPU host in placements and the store. Empty: the hostname.", "gpu-01"),
+    Option(
+        "dispatch",
+        "string",
+        "local",
+        "How placed tasks start: local (a process per task on the scheduler's host) or celery "
+        "(on the chosen GPU host's Celery worker; every GPU host runs `carma agent` and a worker).",
+        "celery",
+    ),
+    Option(
+        "fault_kill_seconds",
+        "float",
+        "10.0",
+        "A GPU that NVML reports failed (lost, off the bus, Xid) for this long gets its tasks stopped, "
+        "so they retry on healthy GPUs.",
+        "30",
+    ),
+    Option("snapshot_period", "float", "2.0", "Seconds between two live snapshots for the UI page.", "5"),
+    Option(
+        "host_timeout_seconds",
+        "float",
+        "30.0",
+        "celery dispatch: a GPU host whose agent sent no heartbeat for this long leaves placement "
+        "and its tasks are handled as lost.",
+        "60",
+    ),
+    Option(
+        "queue_prefix",
+        "string",
+        "carma-",
+        "celery dispatch: a GPU host's Celery queue is this prefix followed by the host name.",
+        "gpu-",
+    ),
 )
 
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -164,6 +196,11 @@ class CarmaSettings:
     stale_seconds: float
     strict_validation: bool
     host: str
+    dispatch: str
+    fault_kill_seconds: float
+    snapshot_period: float
+    host_timeout_seconds: float
+    queue_prefix: str
 
     @classmethod
     def load(cls, get: Callable[[str], str | None], airflow_home: str) -> CarmaSettings:
@@ -206,7 +243,18 @@ class CarmaSettings:
         make_policy(self.policy)
         make_queue(self.queue)
         make_estimator(self.estimator)
-        for name in ("sample_period", "oom_retry_delay", "lock_seconds", "starvation_seconds", "stale_seconds"):
+        if self.dispatch not in ("local", "celery"):
+            raise ConfigError(f"[carma] dispatch = {self.dispatch!r}; use local or celery")
+        for name in (
+            "sample_period",
+            "oom_retry_delay",
+            "lock_seconds",
+            "starvation_seconds",
+            "stale_seconds",
+            "fault_kill_seconds",
+            "snapshot_period",
+            "host_timeout_seconds",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"[carma] {name} must be > 0")
         for name in ("reserve_mib", "headroom_mib", "floor_mib", "oom_retries"):

@@ -15,14 +15,12 @@ issued anew at launch.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.executors.base_executor import BaseExecutor, get_execution_api_server_url
+from airflow.executors.base_executor import BaseExecutor
 from airflow.utils.state import TaskInstanceState
 
 from carma_airflow.core.decision import Decision, Outcome
@@ -36,7 +34,8 @@ from carma_airflow.core.queueing import Backfill, make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, RetryPlan, plan_recovery
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
-from carma_airflow.executor.outcome import RESULT_ENV, TryResult, read_result
+from carma_airflow.executor.launch import Ended, Launcher, LocalLauncher, TaskHandle
+from carma_airflow.executor.outcome import RESULT_ENV, TryResult
 from carma_airflow.executor.retry import PRIOR_OOMS_ENV
 from carma_airflow.executor.view import build_view
 from carma_airflow.settings import CarmaSettings
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.taskinstancekey import TaskInstanceKey
 
-    from carma_airflow.monitor.sampler import Monitor
+    from carma_airflow.monitor.base import GpuSource
     from carma_airflow.store.store import Store
 
 GUARDS = {
@@ -75,22 +74,10 @@ class _Active:
     workload: ExecuteTask
     request: TaskRequest
     decision: Decision
-    process: Any  # multiprocessing.Process
+    handle: TaskHandle
     started_at: float
     result_path: Path
     tenants: list[str] = field(default_factory=list)
-
-
-def _run_in_child(workload: ExecuteTask, env: dict[str, str], server: str) -> None:
-    """Body of the per-task process: set this task's devices, then run it like LocalExecutor."""
-    os.environ.update(env)
-    code = BaseExecutor.run_workload(
-        workload,
-        server=server,
-        proctitle=f"airflow worker -- CarmaExecutor: {workload.display_name}",
-        subprocess_logs_to_stdout=True,
-    )
-    os._exit(code if isinstance(code, int) else 0)
 
 
 class CarmaExecutor(BaseExecutor):
@@ -105,14 +92,15 @@ class CarmaExecutor(BaseExecutor):
         self.settings: CarmaSettings | None = None
         self.waiting: dict[TaskInstanceKey, _Waiting] = {}
         self.active: dict[TaskInstanceKey, _Active] = {}
-        self.bare: dict[TaskInstanceKey, Any] = {}  # tasks run without GPUs (invalid executor_config)
+        self.bare: dict[TaskInstanceKey, TaskHandle] = {}  # tasks run without GPUs (invalid executor_config)
         # a next try that arrived while the process of its previous try is still ending: it is
         # planned (recovery after an OOM) once that try's outcome and GPUs are known
         self.deferred: dict[TaskInstanceKey, ExecuteTask] = {}
         self.tenants: dict[str, list[Tenant]] = {}
         self.last_placed: dict[str, float] = {}
         self._by_request: dict[str, TaskInstanceKey] = {}
-        self.monitor: Monitor | None = None
+        self.monitor: GpuSource | None = None
+        self._host_of: dict[str, str] = {}  # GPU UUID -> its host
         self.store: Store | None = None
         self._samples_at = 0.0
 
@@ -120,7 +108,7 @@ class CarmaExecutor(BaseExecutor):
     def start(self) -> None:
         self.configure(CarmaSettings.from_airflow())
 
-    def configure(self, settings: CarmaSettings, monitor: Monitor | None = None, store: Store | None = None) -> None:
+    def configure(self, settings: CarmaSettings, monitor: GpuSource | None = None, store: Store | None = None) -> None:
         """Read configuration once and build the monitor, store and placer (tests pass fakes)."""
         from carma_airflow.monitor.sampler import Monitor, make_probe
         from carma_airflow.store.store import Store
@@ -129,16 +117,25 @@ class CarmaExecutor(BaseExecutor):
         state = Path(settings.state_dir)
         (state / "results").mkdir(parents=True, exist_ok=True)
         self.ledger_path = state / "simulated-gpus.json"
-        if monitor is None:
-            probe = make_probe(settings.gpu_backend, settings.simulated_gpus, self.ledger_path, host=settings.host)
-            monitor = Monitor(probe, period_s=settings.sample_period)
-            monitor.sample_once()  # fail fast with the probe's own message (no driver, bad spec)
-            monitor.start()
-        self.monitor = monitor
         if store is None:
             store = Store(settings.store_url)
             store.migrate()
         self.store = store
+        self.launcher: Launcher = LocalLauncher()
+        if settings.dispatch == "celery":
+            # GPUs of every host come from their agents through the store; tries go to the
+            # chosen host's Celery queue (carma_airflow.distributed)
+            from carma_airflow.distributed.dispatch import celery_backend
+
+            self.launcher, cluster_monitor = celery_backend(settings, store)
+            monitor = monitor or cluster_monitor
+        if monitor is None:
+            probe = make_probe(settings.gpu_backend, settings.simulated_gpus, self.ledger_path, host=settings.host)
+            local = Monitor(probe, period_s=settings.sample_period)
+            local.sample_once()  # fail fast with the probe's own message (no driver, bad spec)
+            local.start()
+            monitor = local
+        self.monitor = monitor
         policy = make_policy(settings.policy)
         if isinstance(policy, InterferenceAware):
             policy.max_tenants = settings.max_tenants
@@ -156,7 +153,6 @@ class CarmaExecutor(BaseExecutor):
             self.queue.starvation_s = settings.starvation_seconds
         self.estimator = make_estimator(settings.estimator, settings.floor_mib)
         self.recovery = RecoverySettings(max_oom_retries=settings.oom_retries, headroom_mib=settings.headroom_mib)
-        self._ctx = multiprocessing.get_context("fork")
         self.log.info(
             "CarmaExecutor started: %s backend, policy %s, queue %s, store %s",
             settings.gpu_backend,
@@ -166,16 +162,17 @@ class CarmaExecutor(BaseExecutor):
         )
 
     def end(self) -> None:
-        for active in list(self.active.values()):
-            active.process.join()
-        self.sync()
+        while self.active or self.bare:
+            self.sync()
+            time.sleep(0.5)
         if self.monitor is not None:
             self.monitor.stop()
 
     def terminate(self) -> None:
         for active in self.active.values():
-            if active.process.is_alive():
-                active.process.terminate()
+            active.handle.kill()
+        for handle in self.bare.values():
+            handle.kill()
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -202,7 +199,9 @@ class CarmaExecutor(BaseExecutor):
             # Run it without GPUs: in the task process the cluster policy makes it fail with
             # this message as the first line of its log; the rest of the DAG is untouched.
             self.log.error("Task %s has an invalid executor_config: %s", key, exc)
-            self._start_process(key, workload, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)})
+            env = {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)}
+            assert self.settings is not None
+            self.bare[key] = self._start_process(workload, env, self._result_path(workload), self.settings.host)
 
     def _previous_try_active(self, key: TaskInstanceKey) -> bool:
         return any(
@@ -277,6 +276,7 @@ class CarmaExecutor(BaseExecutor):
             return
         now = time.time()
         samples = list(self.monitor.latest().values())
+        self._host_of.update((s.uuid, s.host) for s in samples)
         view = build_view(
             now,
             samples,
@@ -328,7 +328,7 @@ class CarmaExecutor(BaseExecutor):
         waiting = self.waiting.pop(ti_key)
         workload = waiting.workload
         # the token is issued anew in _start_process: a task may have waited longer than it lives
-        result_path = Path(self.settings.state_dir) / "results" / f"{workload.ti.id}.json"
+        result_path = self._result_path(workload)
         result_path.unlink(missing_ok=True)
         env = {
             "CUDA_VISIBLE_DEVICES": ",".join(decision.gpu_uuids),
@@ -341,9 +341,12 @@ class CarmaExecutor(BaseExecutor):
             env.update(GUARDS)
         if self.settings.gpu_backend == "simulated":
             env["CARMA_SIM_LEDGER"] = str(self.ledger_path)
-        process = self._start_process(ti_key, workload, env)
+        host = (
+            self._host_of.get(decision.gpu_uuids[0], self.settings.host) if decision.gpu_uuids else self.settings.host
+        )
+        handle = self._start_process(workload, env, result_path, host)
         now = time.time()
-        active = _Active(workload, waiting.request, decision, process, now, result_path, list(decision.gpu_uuids))
+        active = _Active(workload, waiting.request, decision, handle, now, result_path, list(decision.gpu_uuids))
         self.active[ti_key] = active
         for uuid in decision.gpu_uuids:
             self.tenants.setdefault(uuid, []).append(
@@ -367,42 +370,39 @@ class CarmaExecutor(BaseExecutor):
             reasons=[str(v) for v in decision.chosen + decision.rejected[:8]],
         )
 
-    def _start_process(self, ti_key: TaskInstanceKey, workload: ExecuteTask, env: dict[str, str]) -> Any:
+    def _result_path(self, workload: ExecuteTask) -> Path:
+        assert self.settings is not None
+        return Path(self.settings.state_dir) / "results" / f"{workload.ti.id}.json"
+
+    def _start_process(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
         from airflow.executors.workloads import ExecuteTask as _ExecuteTask
 
         workload.token = _ExecuteTask.generate_token(str(workload.ti.id), self.jwt_generator)
-        process = self._ctx.Process(
-            target=_run_in_child, args=(workload, env, get_execution_api_server_url()), daemon=False
-        )
-        process.start()
-        if "CARMA_CONFIG_ERROR" in env:
-            self.bare[ti_key] = process
-        return process
+        return self.launcher.launch(workload, env, result_path, host)
 
     # -- completion ------------------------------------------------------------------------
     def sync(self) -> None:
         self._record_samples()
-        for ti_key, process in list(self.bare.items()):
-            if not process.is_alive():
-                process.join(timeout=0)
+        for ti_key, handle in list(self.bare.items()):
+            ended = handle.poll()
+            if ended is not None:
                 del self.bare[ti_key]
-                self.change_state(
-                    ti_key, TaskInstanceState.SUCCESS if process.exitcode == 0 else TaskInstanceState.FAILED
-                )
+                state = TaskInstanceState.SUCCESS if ended.exitcode == 0 else TaskInstanceState.FAILED
+                self.change_state(ti_key, state)
         for ti_key, active in list(self.active.items()):
-            if active.process.is_alive():
-                continue
-            active.process.join(timeout=0)
-            self._finish(ti_key, active, active.process.exitcode)
+            ended = active.handle.poll()
+            if ended is not None:
+                self._finish(ti_key, active, ended)
         self._accept_deferred()
         self._schedule()
 
-    def _finish(self, ti_key: TaskInstanceKey, active: _Active, exitcode: int | None) -> None:
+    def _finish(self, ti_key: TaskInstanceKey, active: _Active, ended: Ended) -> None:
         assert self.store is not None
         del self.active[ti_key]
         for uuid in active.tenants:
             self.tenants[uuid] = [t for t in self.tenants.get(uuid, []) if t.key != active.request.key]
-        result = read_result(active.result_path)
+        result = ended.result
+        exitcode = ended.exitcode
         ti = active.workload.ti
         now = time.time()
         if result is None:
@@ -410,7 +410,7 @@ class CarmaExecutor(BaseExecutor):
             result = TryResult(
                 state="failed",
                 failure_kind="killed" if kind == "killed" else "other",
-                message=f"task process ended with exit code {exitcode} ({kind})",
+                message=ended.lost or f"task process ended with exit code {exitcode} ({kind})",
             )
         outcome = "success" if result.state == "success" else ("oom" if result.is_oom else "failed")
         self.store.mark_ended(request_key(ti_key), now, outcome, result.peak_mib)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.risk import MetricWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +65,22 @@ class Probe(Protocol):
 
 class NoGpuDriverError(CarmaError):
     """NVML could not start on this machine (no driver, driver not loaded, no nvidia-ml-py)."""
+
+
+class GpuSource(Protocol):
+    """What the executor reads GPUs from: this host's :class:`~carma_airflow.monitor.sampler.Monitor`,
+    or (celery dispatch) a view over every host's agent samples in the store."""
+
+    def latest(self) -> dict[str, GpuSample]:
+        """The newest sample of every GPU, by UUID."""
+        ...
+
+    def window(self, uuid: str) -> MetricWindow:
+        """The recent activity of one GPU (for the risk analysis)."""
+        ...
+
+    def age(self, uuid: str, now: float | None = None) -> float:
+        """Seconds since the GPU's newest sample (infinite when never sampled)."""
+        ...
+
+    def stop(self) -> None: ...
