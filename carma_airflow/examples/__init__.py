@@ -1,0 +1,1 @@
+"""Example workloads for the DAGs in ``dags/`` (importable, so tests can run them)."""
