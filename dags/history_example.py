@@ -8,9 +8,11 @@
 2. Second run: the estimate is that peak plus 10 %, rounded up to 256 MiB (6656 MiB), with
    the source ``history (1 run(s), max 6000 MiB)``.
 
-``carma placements --dag-id carma_history_example`` shows both estimates and where they came
-from.  Runs on simulated GPUs (``[carma] gpu_backend = simulated``) with carma's synthetic
-workload; on real GPUs the peak comes from PyTorch's own counters.
+``carma why carma_history_example.train`` shows both tries with their estimates and where they
+came from (``memory estimate 5120 MiB from floor; peak 6000 MiB``, then ``memory estimate 6656 MiB
+from history (1 run(s), max 6000 MiB)``).  Runs on simulated GPUs (``[carma] gpu_backend =
+simulated``) with carma's synthetic workload; on real GPUs the peak comes from PyTorch's own
+counters.
 """
 
 from __future__ import annotations
