@@ -1,0 +1,336 @@
+"""What the GPU page shows, assembled from the store: one JSON-ready dict.
+
+The api-server is not the scheduler: it cannot see the executor's memory.  Everything here comes
+from the bookkeeping store: the executors' live snapshots (``executor:<host>``, written every few
+seconds), the placements and the OOM events.  No FastAPI, no templates: the HTML page and the
+JSON endpoint render the same dict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
+from carma_airflow.store.url import mask_password
+from carma_airflow.ui.timeline import Lane, TimelineBar, layout
+
+if TYPE_CHECKING:
+    from carma_airflow.store.store import Store
+
+SNAPSHOT_PREFIX = "executor:"
+SNAPSHOT_VERSION = 1
+STALE_AFTER_S = 30.0  # a snapshot older than this: its executor is not running
+PLACEMENT_LIMIT = 300
+OOM_LIMIT = 50
+MIN_WINDOW_S = 30.0
+MAX_WINDOW_S = 24 * 3600.0
+
+
+def build_state(
+    store: Store, *, now: datetime | None = None, window_s: float | None = None, stale_after_s: float = STALE_AFTER_S
+) -> dict[str, Any]:
+    """The page's data: executors, GPUs with tenants, waiting tasks, timeline, OOMs and recoveries.
+
+    ``window_s`` is how far back the timeline reaches; None: back to the oldest of the latest
+    placements (at least 2 minutes, at most 24 hours).
+    """
+    now = now or datetime.now(timezone.utc)
+    executors, gpus, waiting = _live(store.snapshots(SNAPSHOT_PREFIX), now, stale_after_s)
+    placements = store.placements(limit=PLACEMENT_LIMIT)
+    one_host = len({g["host"] for g in gpus}) <= 1
+    gpu_names = {g["uuid"]: _gpu_label(g, one_host) for g in gpus}
+    return {
+        "version": 1,
+        "generated_at": now.isoformat(),
+        "store": mask_password(store.masked_url),
+        "stale_after_s": stale_after_s,
+        "executors": executors,
+        "gpus": gpus,
+        "waiting": waiting,
+        "timeline": _timeline(placements, gpus, gpu_names, now, window_s),
+        "ooms": [_oom(ev, store, gpu_names) for ev in store.ooms(limit=OOM_LIMIT)],
+        "counts": _counts(placements),
+    }
+
+
+# -- live snapshots --------------------------------------------------------------------------
+
+
+def _live(
+    snapshots: Mapping[str, tuple[datetime, dict[str, Any]]], now: datetime, stale_after_s: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    executors: list[dict[str, Any]] = []
+    gpus: list[dict[str, Any]] = []
+    waiting: list[dict[str, Any]] = []
+    for name, (written_at, body) in sorted(snapshots.items()):
+        at = _epoch_dt(body.get("at")) or written_at
+        age = max(0.0, (now - at).total_seconds())
+        version = body.get("version")
+        host = _str(body.get("host")) or name.removeprefix(SNAPSHOT_PREFIX)
+        executor: dict[str, Any] = {
+            "name": name,
+            "host": host,
+            "at": at.isoformat(),
+            "age_s": round(age, 1),
+            "stale": age > stale_after_s,
+            "policy": _str(body.get("policy")),
+            "backend": _str(body.get("backend")),
+            "queue": _str(body.get("queue")),
+            "running": _int(body.get("running")),
+            "dispatch": _str(body.get("dispatch")),
+            "pass_median_ms": _float(_dict(body.get("passes")).get("median_ms")),
+            "pending_store_writes": _int(body.get("pending_store_writes")),
+            "problem": None if version == SNAPSHOT_VERSION else f"snapshot version {version!r} is not understood",
+        }
+        executors.append(executor)
+        if executor["problem"]:
+            continue
+        for raw in _dicts(body.get("gpus")):
+            gpus.append(_gpu(raw, host, now, executor["stale"]))
+        for raw in _dicts(body.get("waiting")):
+            waiting.append(_waiting(raw, host, now))
+    gpus.sort(key=lambda g: (g["host"], g["index"], g["uuid"]))
+    waiting.sort(key=lambda w: -w["waiting_s"])
+    return executors, gpus, waiting
+
+
+def _gpu(raw: Mapping[str, Any], host: str, now: datetime, stale: bool) -> dict[str, Any]:
+    total = _int(raw.get("memory_total_mib"))
+    used = _int(raw.get("memory_used_mib"))
+    free = raw.get("memory_free_mib")
+    tenants: list[dict[str, Any]] = [
+        {
+            "label": _str(t.get("label")),
+            "key": _str(t.get("key")),
+            "reserved_mib": _int(t.get("reserved_mib")),
+            "since": _iso(_epoch_dt(t.get("since"))),
+            "for_s": _age(_epoch_dt(t.get("since")), now),
+        }
+        for t in _dicts(raw.get("tenants"))
+    ]
+    return {
+        "uuid": _str(raw.get("uuid")),
+        "index": _int(raw.get("index")),
+        "name": _str(raw.get("name")),
+        "host": _str(raw.get("host")) or host,
+        "memory_total_mib": total,
+        "memory_used_mib": used,
+        "memory_free_mib": _int(free) if isinstance(free, (int, float)) else max(0, total - used),
+        "memory_used_pct": _pct(used, total),
+        "reserved_mib": sum(t["reserved_mib"] for t in tenants),
+        "reserved_pct": _pct(sum(t["reserved_mib"] for t in tenants), total),
+        "smact": _float(raw.get("smact")),
+        "health": _str(raw.get("health")) or "unknown",
+        "health_reason": _str(raw.get("health_reason")),
+        "risk": _str(raw.get("risk")) or "unknown",
+        "tenants": tenants,
+        "snapshot_stale": stale,
+    }
+
+
+def _waiting(raw: Mapping[str, Any], host: str, now: datetime) -> dict[str, Any]:
+    since = _epoch_dt(raw.get("since"))
+    return {
+        "label": _str(raw.get("label")),
+        "key": _str(raw.get("key")),
+        "host": host,
+        "since": _iso(since),
+        "waiting_s": _age(since, now) or 0.0,
+        "memory_mib": _int(raw.get("memory_mib")),
+        "gpus": _int(raw.get("gpus")) or 1,
+        "try_number": _int(raw.get("try_number")),
+        "reason": _str(raw.get("reason")),
+    }
+
+
+def _gpu_label(gpu: Mapping[str, Any], one_host: bool) -> str:
+    return f"GPU {gpu['index']}" if one_host else f"{gpu['host']} GPU {gpu['index']}"
+
+
+# -- placements and OOMs ---------------------------------------------------------------------
+
+
+def _placement(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "key": p.key,
+        "label": p.label or f"{p.dag_id}.{p.task_id}",
+        "dag_id": p.dag_id,
+        "task_id": p.task_id,
+        "run_id": p.run_id,
+        "map_index": p.map_index,
+        "try_number": p.try_number,
+        "outcome": str(p.outcome),
+        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids],
+        "gpu_uuids": list(p.gpu_uuids),
+        "host": p.host,
+        "decided_at": _iso(p.decided_at),
+        "started_at": _iso(p.started_at),
+        "ended_at": _iso(p.ended_at),
+        "estimate_mib": p.estimate_mib,
+        "estimate_source": p.estimate_source,
+        "peak_mib": p.peak_mib,
+        "summary": p.summary,
+        "policy": p.policy,
+    }
+
+
+def _timeline(
+    placements: Sequence[PlacementRecord],
+    gpus: Sequence[Mapping[str, Any]],
+    gpu_names: Mapping[str, str],
+    now: datetime,
+    window_s: float | None,
+) -> dict[str, Any]:
+    lanes = [Lane(g["uuid"], gpu_names[g["uuid"]], f"{g['name']} · {g['host']}") for g in gpus]
+    known = {lane.key for lane in lanes}
+    for p in placements:  # GPUs a placement used that no live snapshot lists (an executor gone, a GPU removed)
+        for u in p.gpu_uuids:
+            if u not in known:
+                known.add(u)
+                lanes.append(Lane(u, f"{p.host or '?'} {_short_uuid(u)}", ""))
+    if window_s is None:
+        oldest = min((p.decided_at for p in placements), default=now)
+        window_s = (now - oldest).total_seconds() * 1.03
+    window_s = min(max(window_s, MIN_WINDOW_S), MAX_WINDOW_S)
+    start = now - timedelta(seconds=window_s)
+    names = {lane.key: lane.label for lane in lanes}
+    bars = [
+        TimelineBar(
+            key=p.key,
+            label=p.label or f"{p.dag_id}.{p.task_id}",
+            try_number=p.try_number,
+            outcome=str(p.outcome),
+            lanes=p.gpu_uuids,
+            decided_at=p.decided_at,
+            started_at=p.started_at,
+            ended_at=p.ended_at,
+            detail=_bar_detail(p, names),
+        )
+        for p in placements
+    ]
+    timeline = layout(lanes, bars, start, now)
+    timeline["placements"] = [_placement(p, names) for p in placements]
+    return timeline
+
+
+def _bar_detail(p: PlacementRecord, names: Mapping[str, str]) -> str:
+    where = ", ".join(names.get(u, _short_uuid(u)) for u in p.gpu_uuids) or "no GPU"
+    parts = [f"{p.label or p.dag_id + '.' + p.task_id} try {p.try_number}: {p.outcome} on {where}"]
+    if p.started_at is not None:
+        waited = (p.started_at - p.decided_at).total_seconds()
+        parts.append(f"started {_hms(p.started_at)} after {waited:.0f} s waiting")
+    if p.ended_at is not None:
+        parts.append(f"ended {_hms(p.ended_at)}")
+    if p.estimate_mib is not None:
+        parts.append(f"estimate {p.estimate_mib} MiB ({p.estimate_source or '?'})")
+    if p.peak_mib is not None:
+        parts.append(f"peak {p.peak_mib} MiB")
+    if p.summary:
+        parts.append(p.summary)
+    return "\n".join(parts)
+
+
+def _oom(ev: OomRecord, store: Store, gpu_names: Mapping[str, str]) -> dict[str, Any]:
+    failed = store.placement(ev.placement_key)
+    run_id = failed.run_id if failed is not None else None
+    later = [
+        p for p in store.latest_for(ev.dag_id, ev.task_id, run_id=run_id, limit=20) if p.try_number > ev.try_number
+    ]
+    recovery = min(later, key=lambda p: p.try_number) if later else None
+    gpu_uuids = [u for u in (ev.gpu_uuid or "").split(",") if u]
+    return {
+        "at": _iso(ev.at),
+        "label": (failed.label if failed is not None and failed.label else f"{ev.dag_id}.{ev.task_id}"),
+        "dag_id": ev.dag_id,
+        "task_id": ev.task_id,
+        "run_id": run_id,
+        "try_number": ev.try_number,
+        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in gpu_uuids],
+        "estimate_mib": failed.estimate_mib if failed is not None else None,
+        "peak_mib": ev.peak_mib,
+        "message": ev.message[:300],
+        "recovery": None if recovery is None else _recovery(recovery, gpu_names),
+    }
+
+
+def _recovery(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any]:
+    where = ", ".join(gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids)
+    text = {
+        TryOutcome.SUCCESS: f"recovered: try {p.try_number} succeeded on {where}",
+        TryOutcome.RUNNING: f"retrying: try {p.try_number} runs on {where}",
+        TryOutcome.WAITING: f"try {p.try_number} waits for a GPU with room",
+        TryOutcome.OOM: f"try {p.try_number} ran out of memory again on {where}",
+        TryOutcome.FAILED: f"try {p.try_number} failed on {where or 'no GPU'}",
+    }[p.outcome]
+    return {
+        "try_number": p.try_number,
+        "outcome": str(p.outcome),
+        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids],
+        "estimate_mib": p.estimate_mib,
+        "estimate_source": p.estimate_source,
+        "text": text,
+        "summary": p.summary,
+    }
+
+
+def _counts(placements: Sequence[PlacementRecord]) -> dict[str, int]:
+    counts = {o.value: 0 for o in TryOutcome}
+    for p in placements:
+        counts[p.outcome.value] += 1
+    return counts
+
+
+# -- small coercions: a snapshot is data from another process, maybe another version ----------
+
+
+def _dicts(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return int(value)
+
+
+def _pct(part: int, whole: int) -> float:
+    return round(min(100.0, max(0.0, 100.0 * part / whole)), 1) if whole > 0 else 0.0
+
+
+def _epoch_dt(value: Any) -> datetime | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()
+
+
+def _age(at: datetime | None, now: datetime) -> float | None:
+    return None if at is None else round(max(0.0, (now - at).total_seconds()), 1)
+
+
+def _hms(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%H:%M:%S")
+
+
+def _short_uuid(uuid: str) -> str:
+    return uuid if len(uuid) <= 16 else uuid[:12] + "…"
