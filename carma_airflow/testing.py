@@ -98,7 +98,14 @@ def simulated_training(
         train_start = last = time.monotonic()
         done = 0.0
         while done < seconds:
-            slowdown = training_slowdown(ledger.state(), pid, visible, model)
+            state = ledger.state()
+            failed = [u for u in visible if u in state.faults]
+            if failed:  # as CUDA reports a GPU lost under a running kernel (Xid 79 and the like)
+                why = state.faults[failed[0]]
+                raise RuntimeError(
+                    f"CUDA error: unspecified launch failure on {failed[0]} (simulated GPU fault: {why})"
+                )
+            slowdown = training_slowdown(state, pid, visible, model)
             time.sleep(min(step_s, (seconds - done) * slowdown))
             now = time.monotonic()
             done += (now - last) / slowdown

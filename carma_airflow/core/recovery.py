@@ -24,6 +24,7 @@ class FailureKind(enum.Enum):
     CUDA_OOM = "cuda-oom"
     PROBABLE_OOM = "probable-oom"  # CUDNN_STATUS_NOT_INITIALIZED on a nearly full GPU
     KILLED = "killed"  # SIGKILL / exit 137 / host OOM killer
+    GPU_FAULT = "gpu-fault"  # the device failed under the task (Xid 79 / 48 / 94 and the like)
     OTHER = "other"
 
 
@@ -50,6 +51,22 @@ _OOM_PATTERNS = re.compile(
             r"CUDA_ERROR_OUT_OF_MEMORY",
             r"RESOURCE_EXHAUSTED: Out of memory",
             r"cudaErrorMemoryAllocation",
+        ]
+    ),
+    re.IGNORECASE,
+)
+_GPU_FAULT = re.compile(
+    "|".join(
+        [
+            r"unspecified launch failure",
+            r"fallen off the bus",
+            r"GPU is lost",
+            r"NVML_ERROR_GPU_IS_LOST",
+            r"uncorrectable ECC error",
+            r"ECC error encountered",
+            r"cudaErrorECCUncorrectable",
+            r"CUDA_ERROR_ECC_UNCORRECTABLE",
+            r"\bXid\b",
         ]
     ),
     re.IGNORECASE,
@@ -83,6 +100,9 @@ def classify_failure(
     match = _OOM_PATTERNS.search(text)
     if match:
         return Failure(FailureKind.CUDA_OOM, f"message contains {match.group(0)!r}")
+    fault = _GPU_FAULT.search(text)
+    if fault:
+        return Failure(FailureKind.GPU_FAULT, f"message contains {fault.group(0)!r}")
     probable = _PROBABLE.search(text)
     if probable and gpu_nearly_full:
         return Failure(FailureKind.PROBABLE_OOM, f"{probable.group(0)} on a nearly full GPU")

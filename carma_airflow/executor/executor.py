@@ -16,7 +16,9 @@ issued anew at launch.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,7 @@ from airflow.utils.state import TaskInstanceState
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import CarmaError, ConfigError
 from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
-from carma_airflow.core.gpu import Tenant
+from carma_airflow.core.gpu import ClusterView, Tenant
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.interference_aware import InterferenceAware
@@ -34,6 +36,7 @@ from carma_airflow.core.queueing import Backfill, make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, RetryPlan, plan_recovery
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.executor import metrics
 from carma_airflow.executor.launch import Ended, Launcher, LocalLauncher, TaskHandle
 from carma_airflow.executor.outcome import RESULT_ENV, TryResult
 from carma_airflow.executor.retry import PRIOR_OOMS_ENV
@@ -71,13 +74,15 @@ class _Waiting:
 
 @dataclass(slots=True)
 class _Active:
-    workload: ExecuteTask
+    ti: Any  # the workload's TaskInstanceDTO, or the TaskInstance of an adopted try
     request: TaskRequest
-    decision: Decision
+    gpu_uuids: tuple[str, ...]
     handle: TaskHandle
     started_at: float
     result_path: Path
-    tenants: list[str] = field(default_factory=list)
+    prior_ooms: int = 0
+    fault: str | None = None  # why the executor stopped the try (its GPU failed)
+    adopted: bool = True  # reported to the scheduler through change_state (False: an orphan we only watch)
 
 
 class CarmaExecutor(BaseExecutor):
@@ -103,6 +108,15 @@ class CarmaExecutor(BaseExecutor):
         self._host_of: dict[str, str] = {}  # GPU UUID -> its host
         self.store: Store | None = None
         self._samples_at = 0.0
+        # tries an earlier executor on this host started whose processes still run (restart)
+        self.orphans: dict[str, _Active] = {}
+        # how recent tries of each task ended (try, outcome, peak, estimate, GPUs): recovery
+        # plans from memory, so it works while the store is unreachable
+        self._recent: dict[tuple[str, str, str, int], list[tuple[int, str, int | None, int, tuple[str, ...]]]] = {}
+        self._pending: deque[tuple[str, tuple[Any, ...]]] = deque()  # store writes waiting for the store
+        self._faulted_since: dict[str, float] = {}
+        self._pass_ms: deque[float] = deque(maxlen=256)
+        self._snapshot_at = 0.0
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,6 +174,7 @@ class CarmaExecutor(BaseExecutor):
             self.queue.name,
             store.masked_url,
         )
+        self._reconcile()
 
     def end(self) -> None:
         while self.active or self.bare:
@@ -221,7 +236,11 @@ class CarmaExecutor(BaseExecutor):
         assert self.store is not None
         ti = workload.ti
         config = parse_task_config(ti.executor_config, where=f"task {ti.task_id!r}: executor_config")
-        history = tuple(self.store.peaks(ti.dag_id, ti.task_id))
+        try:
+            history = tuple(self.store.peaks(ti.dag_id, ti.task_id))
+        except CarmaError as exc:  # the store is down: place from what was declared
+            self.log.warning("carma store unreachable (%s): no learned memory for %s", exc, ti.task_id)
+            history = ()
         need = self.estimator.estimate(TaskMemoryInfo(declared_mib=config.memory, history_mib=history))
         assert need is not None  # the estimator chain ends with the floor
         request = TaskRequest(
@@ -242,42 +261,48 @@ class CarmaExecutor(BaseExecutor):
 
     def _recover(self, ti: Any, request: TaskRequest) -> tuple[TaskRequest, int]:
         """After CUDA OOM tries of the same run, plan this try with the recovery planner."""
-        assert self.store is not None
         if ti.try_number <= 1:
             return request, 0
-        earlier = [
-            p
-            for p in self.store.latest_for(ti.dag_id, ti.task_id, run_id=ti.run_id)
-            if p.run_id == ti.run_id and p.map_index == ti.map_index and p.try_number < ti.try_number
-        ]
-        ooms = [p for p in earlier if getattr(p.outcome, "value", p.outcome) == "oom"]
-        last = max(earlier, key=lambda p: p.try_number, default=None)
-        if last is None or getattr(last.outcome, "value", last.outcome) != "oom":
+        earlier = [t for t in self._recent.get(_try_family(ti), []) if t[0] < ti.try_number]
+        if not earlier:  # tries of an earlier executor: from the store
+            try:
+                assert self.store is not None
+                earlier = [
+                    (p.try_number, str(p.outcome), p.peak_mib, p.estimate_mib or 0, tuple(p.gpu_uuids))
+                    for p in self.store.latest_for(ti.dag_id, ti.task_id, run_id=ti.run_id)
+                    if p.run_id == ti.run_id and p.map_index == ti.map_index and p.try_number < ti.try_number
+                ]
+            except CarmaError as exc:
+                self.log.warning("carma store unreachable (%s): try %s planned afresh", exc, ti.try_number)
+        ooms = [t for t in earlier if t[1] == "oom"]
+        last = max(earlier, key=lambda t: t[0], default=None)
+        if last is None or last[1] != "oom":
             return request, len(ooms)
-        previous = replace(request, try_number=last.try_number)
-        if last.estimate_mib:
-            previous = replace(previous, memory=replace(request.memory, mib=max(request.memory.mib, last.estimate_mib)))
+        last_try, _, peak_mib, estimate_mib, gpus = last
+        previous = replace(request, try_number=last_try)
+        if estimate_mib:
+            previous = replace(previous, memory=replace(request.memory, mib=max(request.memory.mib, estimate_mib)))
         plan = plan_recovery(
             previous,
             Failure(FailureKind.CUDA_OOM, "recorded by CarmaExecutor"),
             oom_retries_done=len(ooms) - 1,
-            peak_mib=last.peak_mib,
-            crashed_gpus=tuple(last.gpu_uuids),
+            peak_mib=peak_mib,
+            crashed_gpus=gpus,
             now=time.time(),
             settings=self.recovery,
         )
         if isinstance(plan, RetryPlan):
+            metrics.recovery("retried")
             return replace(plan.request, key=request.key, try_number=ti.try_number), len(ooms)
         return request, len(ooms)
 
     # -- scheduling ------------------------------------------------------------------------
-    def _schedule(self) -> None:
-        if not self.waiting or self.monitor is None or self.settings is None:
-            return
-        now = time.time()
+    def _view(self, now: float) -> ClusterView:
+        """The GPUs as the placer sees them now: samples, windows, health, reservations."""
+        assert self.monitor is not None and self.settings is not None
         samples = list(self.monitor.latest().values())
         self._host_of.update((s.uuid, s.host) for s in samples)
-        view = build_view(
+        return build_view(
             now,
             samples,
             {s.uuid: self.monitor.window(s.uuid) for s in samples},
@@ -286,6 +311,12 @@ class CarmaExecutor(BaseExecutor):
             {s.uuid: self.monitor.age(s.uuid) for s in samples},
             self.settings.stale_seconds,
         )
+
+    def _schedule(self) -> None:
+        if not self.waiting or self.monitor is None or self.settings is None:
+            return
+        now = time.time()
+        view = self._view(now)
         plan = self.queue.plan([w.request for w in self.waiting.values()], now)
         result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
         for decision in result.placed:
@@ -297,6 +328,7 @@ class CarmaExecutor(BaseExecutor):
             waiting = self.waiting[ti_key]
             if decision.outcome is Outcome.NEVER_FITS:
                 self.log.error("Task %s can never be placed: %s", ti_key, decision.summary)
+                metrics.never_fits(ti_key.dag_id, ti_key.task_id)
                 self._record(waiting.workload.ti, waiting.request, outcome="failed", summary=decision.summary)
                 del self.waiting[ti_key]
                 self.fail(ti_key, info=decision.summary)
@@ -346,20 +378,13 @@ class CarmaExecutor(BaseExecutor):
         )
         handle = self._start_process(workload, env, result_path, host)
         now = time.time()
-        active = _Active(workload, waiting.request, decision, handle, now, result_path, list(decision.gpu_uuids))
-        self.active[ti_key] = active
-        for uuid in decision.gpu_uuids:
-            self.tenants.setdefault(uuid, []).append(
-                Tenant(
-                    key=waiting.request.key,
-                    label=waiting.request.label,
-                    reserved_mib=waiting.request.memory.mib,
-                    placed_at=now,
-                    exclusive=self.placer.needs_idle(waiting.request),
-                )
-            )
-            self.last_placed[uuid] = now
+        self.active[ti_key] = _Active(
+            workload.ti, waiting.request, decision.gpu_uuids, handle, now, result_path, waiting.prior_ooms
+        )
+        self._reserve(waiting.request, decision.gpu_uuids, now)
         self.log.info("Task %s %s", ti_key, decision.summary)
+        metrics.placed(self.placer.policy.name, decision.collocated)
+        metrics.wait_seconds(now - waiting.request.submitted_at)
         self._record(
             workload.ti,
             waiting.request,
@@ -368,7 +393,22 @@ class CarmaExecutor(BaseExecutor):
             gpu_uuids=list(decision.gpu_uuids),
             started_at=now,
             reasons=[str(v) for v in decision.chosen + decision.rejected[:8]],
+            host=host,
+            pid=(handle.pid, handle.pid_start),
         )
+
+    def _reserve(self, request: TaskRequest, gpu_uuids: Sequence[str], now: float) -> None:
+        for uuid in gpu_uuids:
+            self.tenants.setdefault(uuid, []).append(
+                Tenant(
+                    key=request.key,
+                    label=request.label,
+                    reserved_mib=request.memory.mib,
+                    placed_at=now,
+                    exclusive=self.placer.needs_idle(request),
+                )
+            )
+            self.last_placed[uuid] = now
 
     def _result_path(self, workload: ExecuteTask) -> Path:
         assert self.settings is not None
@@ -382,6 +422,7 @@ class CarmaExecutor(BaseExecutor):
 
     # -- completion ------------------------------------------------------------------------
     def sync(self) -> None:
+        self._flush_store()
         self._record_samples()
         for ti_key, handle in list(self.bare.items()):
             ended = handle.poll()
@@ -389,21 +430,44 @@ class CarmaExecutor(BaseExecutor):
                 del self.bare[ti_key]
                 state = TaskInstanceState.SUCCESS if ended.exitcode == 0 else TaskInstanceState.FAILED
                 self.change_state(ti_key, state)
+        self._stop_tries_on_failed_gpus()
         for ti_key, active in list(self.active.items()):
             ended = active.handle.poll()
             if ended is not None:
                 self._finish(ti_key, active, ended)
+        for rkey, orphan in list(self.orphans.items()):
+            ended = orphan.handle.poll()
+            if ended is not None:
+                del self.orphans[rkey]
+                self._release(orphan)
+                self._end_try(orphan, ended)
         self._accept_deferred()
-        self._schedule()
+        if self.waiting:
+            started = time.perf_counter()
+            self._schedule()
+            took_ms = (time.perf_counter() - started) * 1000
+            self._pass_ms.append(took_ms)
+            metrics.decision_time(took_ms)
+        metrics.waiting(len(self.waiting))
+        metrics.running(len(self.active))
+        self._publish_snapshot()
+
+    def _release(self, active: _Active) -> None:
+        for uuid in active.gpu_uuids:
+            self.tenants[uuid] = [t for t in self.tenants.get(uuid, []) if t.key != active.request.key]
 
     def _finish(self, ti_key: TaskInstanceKey, active: _Active, ended: Ended) -> None:
-        assert self.store is not None
         del self.active[ti_key]
-        for uuid in active.tenants:
-            self.tenants[uuid] = [t for t in self.tenants.get(uuid, []) if t.key != active.request.key]
+        self._release(active)
+        self._end_try(active, ended)
+        self.change_state(ti_key, TaskInstanceState.SUCCESS if _exit_ok(ended) else TaskInstanceState.FAILED)
+
+    def _end_try(self, active: _Active, ended: Ended) -> None:
+        """Record how a try ended: outcome, peak, OOM event, learned memory, the final word."""
+        assert self.settings is not None
         result = ended.result
         exitcode = ended.exitcode
-        ti = active.workload.ti
+        ti = active.ti
         now = time.time()
         if result is None:
             kind = "killed" if exitcode in (-9, 137) else "no result"
@@ -413,29 +477,180 @@ class CarmaExecutor(BaseExecutor):
                 message=ended.lost or f"task process ended with exit code {exitcode} ({kind})",
             )
         outcome = "success" if result.state == "success" else ("oom" if result.is_oom else "failed")
-        self.store.mark_ended(request_key(ti_key), now, outcome, result.peak_mib)
+        summary = None
+        if active.fault:
+            summary = f"stopped: {active.fault}; the retry goes to a healthy GPU"
+        elif outcome == "oom":
+            summary = self._oom_summary(active, result)
+        elif outcome == "failed":
+            summary = f"failed: {result.failure_kind or 'other'}: {(result.message or '')[:300]}"
+        key = active.request.key
+        self._write("mark_ended", key, now, outcome, result.peak_mib, summary)
+        self._recent[_try_family(ti)] = [
+            *self._recent.get(_try_family(ti), [])[-7:],
+            (ti.try_number, outcome, result.peak_mib, active.request.memory.mib, active.gpu_uuids),
+        ]
         if result.is_oom:
             from carma_airflow.store.records import OomRecord
 
-            self.store.record_oom(
+            self._write(
+                "record_oom",
                 OomRecord(
-                    placement_key=request_key(ti_key),
+                    placement_key=key,
                     dag_id=ti.dag_id,
                     task_id=ti.task_id,
                     try_number=ti.try_number,
-                    gpu_uuid=",".join(active.decision.gpu_uuids),
+                    gpu_uuid=",".join(active.gpu_uuids),
                     peak_mib=result.peak_mib,
                     message=(result.message or "")[:2000],
                     at=_utc(now),
-                )
+                ),
             )
-            self.log.warning("Task %s hit CUDA OOM at %s MiB on %s", ti_key, result.peak_mib, active.decision.gpu_uuids)
-        elif outcome == "success" and result.peak_mib:
-            self.store.add_peak(ti.dag_id, ti.task_id, result.peak_mib, _utc(now), ti.run_id)
-        state = TaskInstanceState.SUCCESS if exitcode == 0 else TaskInstanceState.FAILED
-        self.change_state(ti_key, state)
+            self.log.warning("Task %s %s", active.request.label, summary)
+            metrics.oom(ti.dag_id, ti.task_id)
+            if active.prior_ooms + 1 > self.settings.oom_retries:
+                metrics.recovery("gave_up")
+        elif outcome == "success":
+            if result.peak_mib:
+                self._write("add_peak", ti.dag_id, ti.task_id, result.peak_mib, _utc(now), ti.run_id)
+            if active.prior_ooms:
+                metrics.recovery("recovered")
+
+    def _oom_summary(self, active: _Active, result: TryResult) -> str:
+        """What an OOM try says; on the last allowed OOM try, what to declare instead."""
+        assert self.settings is not None
+        reached = result.peak_mib or active.request.memory.mib
+        where = ",".join(active.gpu_uuids)
+        if active.prior_ooms + 1 <= self.settings.oom_retries:
+            return f"CUDA OOM at {reached} MiB on {where}; retried on a GPU with more free memory"
+        suggest = -(-int(reached * self.recovery.growth + self.recovery.headroom_mib) // 1024)
+        return (
+            f"CUDA OOM on {active.prior_ooms + 1} tries, the last at {reached} MiB on {where}; no more OOM retries. "
+            f"Declare executor_config={{'carma': {{'memory': '{suggest}GiB'}}}} (or exclusive=True, or a larger "
+            f"gpu_model) for this task"
+        )
+
+    # -- GPU faults ------------------------------------------------------------------------
+    def _stop_tries_on_failed_gpus(self) -> None:
+        """A GPU NVML reports failed for ``fault_kill_seconds``: stop the tries that use it.
+
+        Usually such a try fails on its own first (CUDA reports the lost device); this ends one
+        that hangs instead, so its retry can go to a healthy GPU.
+        """
+        if self.monitor is None or self.settings is None:
+            return
+        now = time.time()
+        failed: dict[str, str] = {}
+        for sample in self.monitor.latest().values():
+            if sample.error:
+                since = self._faulted_since.setdefault(sample.uuid, now)
+                if now - since >= self.settings.fault_kill_seconds:
+                    failed[sample.uuid] = sample.error
+            else:
+                self._faulted_since.pop(sample.uuid, None)
+        for active in self.active.values():
+            hit = next((u for u in active.gpu_uuids if u in failed), None)
+            if hit is not None and active.fault is None:
+                active.fault = f"GPU {hit} failed ({failed[hit]})"
+                self.log.error("Task %s: %s; stopping it", active.request.label, active.fault)
+                active.handle.kill()
+
+    # -- restart: adoption and reconciliation -----------------------------------------------
+    def _reconcile(self) -> None:
+        """After a restart: tries an earlier executor on this host left behind in the store.
+
+        A try whose process still runs keeps its GPUs reserved (until the scheduler hands it
+        over through ``try_adopt_task_instances``, or until it ends); one whose process is gone
+        is ended from its result file; one that never started is closed (the scheduler queues
+        its task again).
+        """
+        assert self.store is not None and self.settings is not None
+        from carma_airflow.executor.launch import PidHandle
+
+        try:
+            left = [r for r in self.store.running() if r.host in (self.settings.host, None)]
+        except CarmaError:
+            self.log.exception("carma store unreachable at start: no reconciliation of earlier tries")
+            return
+        now = time.time()
+        for rec in left:
+            if rec.outcome == "waiting" or rec.pid is None or rec.ti_id is None:
+                self._write(
+                    "mark_ended", rec.key, now, "failed", None, "not started before the executor restarted; requeued"
+                )
+                continue
+            handle = PidHandle(rec.pid, rec.pid_start, Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json")
+            orphan = _Active(
+                ti=_StoredTi(rec.dag_id, rec.task_id, rec.run_id, rec.map_index, rec.try_number),
+                request=self._request_of(rec),
+                gpu_uuids=tuple(rec.gpu_uuids),
+                handle=handle,
+                started_at=rec.started_at.timestamp() if rec.started_at else now,
+                result_path=handle.result_path,
+                adopted=False,
+            )
+            ended = handle.poll()
+            if ended is not None:
+                self._end_try(orphan, ended)
+                continue
+            self.orphans[rec.key] = orphan
+            self._reserve(orphan.request, orphan.gpu_uuids, orphan.started_at)
+            self.log.info("Try %s (pid %s) outlived the previous executor; its GPUs stay reserved", rec.key, rec.pid)
+
+    def _request_of(self, rec: Any) -> TaskRequest:
+        from carma_airflow.core.task import MemoryNeed
+
+        return TaskRequest(
+            key=rec.key,
+            label=rec.label or f"{rec.dag_id}.{rec.task_id}",
+            memory=MemoryNeed(rec.estimate_mib or 0, rec.estimate_source or "store"),
+            gpus=max(1, len(rec.gpu_uuids)),
+            submitted_at=rec.decided_at.timestamp(),
+            try_number=rec.try_number,
+        )
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        """Take over tries of a dead scheduler whose processes still run here; the rest are reset."""
+        not_adopted = []
+        for ti in tis:
+            orphan = self.orphans.pop(request_key(ti.key), None)
+            if orphan is None or orphan.handle.poll() is not None:
+                if orphan is not None:  # ended meanwhile: the next sync would have closed it
+                    self.orphans[orphan.request.key] = orphan
+                not_adopted.append(ti)
+                continue
+            orphan.ti = ti
+            orphan.adopted = True
+            self.active[ti.key] = orphan
+            self._by_request[orphan.request.key] = ti.key
+            self.running.add(ti.key)
+            self.log.info("Adopted %s (pid %s) on %s", ti.key, orphan.handle.pid, ",".join(orphan.gpu_uuids))
+        return not_adopted
 
     # -- store -----------------------------------------------------------------------------
+    def _write(self, method: str, *args: Any) -> None:
+        """A store write; while the store is unreachable, kept in order and retried each heartbeat."""
+        if self._pending:
+            self._pending.append((method, args))
+            self._flush_store()
+            return
+        try:
+            getattr(self.store, method)(*args)
+        except CarmaError as exc:
+            self._pending.append((method, args))
+            self.log.warning("carma store unreachable (%s); %d write(s) kept for later", exc, len(self._pending))
+
+    def _flush_store(self) -> None:
+        while self._pending:
+            method, args = self._pending[0]
+            try:
+                getattr(self.store, method)(*args)
+            except CarmaError:
+                return
+            self._pending.popleft()
+            if not self._pending:
+                self.log.info("carma store reachable again; buffered writes done")
+
     def _record_samples(self, every_s: float = 30.0) -> None:
         """Keep a downsampled history of GPU telemetry (one row per GPU per ``every_s``)."""
         if self.monitor is None or self.store is None or time.time() - self._samples_at < every_s:
@@ -463,8 +678,37 @@ class CarmaExecutor(BaseExecutor):
         ]
         try:
             self.store.record_samples(records, min_interval_s=every_s)
-        except CarmaError:
-            self.log.exception("carma store: could not record GPU samples")
+        except CarmaError as exc:  # telemetry history may have gaps; nothing is owed to anyone
+            self.log.warning("carma store: GPU samples not recorded (%s)", exc)
+
+    def _publish_snapshot(self) -> None:
+        """The live view for the UI page: GPUs, tenants, waiting tasks with their reasons."""
+        if self.store is None or self.settings is None or self.monitor is None:
+            return
+        now = time.time()
+        if now - self._snapshot_at < self.settings.snapshot_period:
+            return
+        self._snapshot_at = now
+        from carma_airflow.executor.snapshot import build_snapshot
+
+        view = self._view(now)
+        metrics.gpu_gauges(self.placer.facts(view))
+        body = build_snapshot(
+            now=now,
+            settings=self.settings,
+            policy=self.placer.policy.name,
+            queue=self.queue.name,
+            view=view,
+            waiting=[(w.request, w.last_summary) for w in self.waiting.values()],
+            running=len(self.active),
+            pass_ms=list(self._pass_ms),
+            pending_writes=len(self._pending),
+            errors={s.uuid: s.error for s in self.monitor.latest().values() if s.error},
+        )
+        try:
+            self.store.put_snapshot(f"executor:{self.settings.host}", now, body)
+        except CarmaError as exc:
+            self.log.debug("carma store: snapshot not written (%s)", exc)
 
     def _record(
         self,
@@ -476,34 +720,35 @@ class CarmaExecutor(BaseExecutor):
         gpu_uuids: list[str] | None = None,
         started_at: float | None = None,
         reasons: list[str] | None = None,
+        host: str | None = None,
+        pid: tuple[int | None, int | None] = (None, None),
     ) -> None:
-        assert self.store is not None and self.settings is not None
+        assert self.settings is not None
         from carma_airflow.store.records import PlacementRecord, TryOutcome
 
-        try:
-            self.store.upsert_placement(
-                PlacementRecord(
-                    key=request.key,
-                    dag_id=ti.dag_id,
-                    task_id=ti.task_id,
-                    run_id=ti.run_id,
-                    map_index=ti.map_index,
-                    try_number=ti.try_number,
-                    label=request.label,
-                    decided_at=_utc(request.submitted_at),  # when the executor took the try
-                    started_at=_utc(started_at) if started_at else None,
-                    outcome=TryOutcome(outcome),
-                    gpu_uuids=tuple(gpu_uuids or ()),
-                    host=self.settings.host,
-                    estimate_mib=request.memory.mib,
-                    estimate_source=request.memory.source,
-                    summary=summary,
-                    reasons=tuple(reasons or ()),
-                    policy=self.placer.policy.name,
-                )
-            )
-        except CarmaError:
-            self.log.exception("carma store write failed; placement goes on from memory")
+        record = PlacementRecord(
+            key=request.key,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+            try_number=ti.try_number,
+            label=request.label,
+            decided_at=_utc(request.submitted_at),  # when the executor took the try
+            started_at=_utc(started_at) if started_at else None,
+            outcome=TryOutcome(outcome),
+            gpu_uuids=tuple(gpu_uuids or ()),
+            host=host or self.settings.host,
+            estimate_mib=request.memory.mib,
+            estimate_source=request.memory.source,
+            summary=summary,
+            reasons=tuple(reasons or ()),
+            policy=self.placer.policy.name,
+            pid=pid[0],
+            pid_start=pid[1],
+            ti_id=str(ti.id) if getattr(ti, "id", None) else None,
+        )
+        self._write("upsert_placement", record)
 
     # -- scheduler contract ----------------------------------------------------------------
     def revoke_task(self, *, ti: TaskInstance) -> None:
@@ -520,6 +765,29 @@ class CarmaExecutor(BaseExecutor):
         from carma_airflow.executor.cli import carma_cli_commands
 
         return carma_cli_commands()
+
+
+@dataclass(frozen=True, slots=True)
+class _StoredTi:
+    """The identity of a try known only from the store (an orphan not handed over yet)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+    try_number: int
+    id: None = None
+
+
+def _try_family(ti: Any) -> tuple[str, str, str, int]:
+    return (ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+
+
+def _exit_ok(ended: Ended) -> bool:
+    """What the scheduler is told: the process's exit code, or, unknown, what the try reported."""
+    if ended.exitcode is not None:
+        return ended.exitcode == 0
+    return ended.result is not None and ended.result.state == "success"
 
 
 def _utc(ts: float) -> Any:

@@ -23,7 +23,7 @@ PLACEMENT_ENV = "CARMA_PLACEMENT"
 log = logging.getLogger("carma")
 
 
-def _peak_mib() -> int | None:
+def peak_mib_of_this_process() -> int | None:
     """Peak GPU memory of this process: simulated ledger, else PyTorch's own counters if loaded."""
     ledger_path = os.environ.get("CARMA_SIM_LEDGER")
     if ledger_path:
@@ -56,7 +56,7 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     if os.environ.get(RESULT_ENV):
-        write_result(TryResult(state="success", peak_mib=_peak_mib()))
+        write_result(TryResult(state="success", peak_mib=peak_mib_of_this_process()))
 
 
 @hookimpl
@@ -66,7 +66,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     exc_type = type(error).__name__ if isinstance(error, BaseException) else None
     message = str(error) if error is not None else None
     failure = classify_failure(exc_type, message)
-    peak = _peak_mib()
+    peak = peak_mib_of_this_process()
     state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
     write_result(
         TryResult(

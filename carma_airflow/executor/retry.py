@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from carma_airflow.core.recovery import classify_failure
+from carma_airflow.core.recovery import FailureKind, classify_failure
 
 PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
 
@@ -35,8 +35,19 @@ class CudaOomRetryPolicy(RetryPolicy):
                     reason=f"CUDA out of memory ({failure.evidence}); CARMA retries it on a GPU with more free "
                     f"memory (OOM retry {prior_ooms + 1} of {self.oom_retries})",
                 )
-            return RetryDecision.fail(
-                reason=f"CUDA out of memory on {prior_ooms + 1} tries; declare more memory in executor_config"
+            from carma_airflow.executor.listener import peak_mib_of_this_process
+
+            reached = peak_mib_of_this_process()
+            if reached:
+                declare = f"executor_config={{'carma': {{'memory': '{-(-int(reached * 1.25 + 2048) // 1024)}GiB'}}}}"
+                told = f", the last at {reached} MiB; CARMA's OOM retries are spent. Declare {declare}"
+            else:
+                told = "; CARMA's OOM retries are spent. Declare more memory in executor_config"
+            return RetryDecision.fail(reason=f"CUDA out of memory on {prior_ooms + 1} tries{told} (or exclusive=True)")
+        if failure.kind is FailureKind.GPU_FAULT and try_number < max_tries:
+            return RetryDecision.retry(
+                delay=timedelta(seconds=self.oom_delay_s),
+                reason=f"the GPU failed under the task ({failure.evidence}); CARMA retries it on a healthy GPU",
             )
         other_failures = try_number - prior_ooms  # tries that failed for other reasons, this one included
         if other_failures <= self.author_retries:

@@ -74,6 +74,18 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
     }
     env["token"] = workload.token
     (out_dir / f"{task_id}.{workload.ti.try_number}.json").write_text(json.dumps(env))
+    if "train" in behaviour:  # a real simulated training run on the GPUs it was given
+        from carma_airflow.core.recovery import classify_failure
+        from carma_airflow.testing import simulated_training
+
+        try:
+            simulated_training(**behaviour["train"])
+        except Exception as exc:
+            failure = classify_failure(type(exc).__name__, str(exc))
+            write_result(TryResult("failed", failure.kind.value, type(exc).__name__, str(exc)))
+            return 1
+        write_result(TryResult("success", peak_mib=behaviour["train"]["peak_mib"]))
+        return 0
     time.sleep(behaviour.get("seconds", 0.2))
     write_result(TryResult(**behaviour.get("result", {"state": "success", "peak_mib": 1000})))
     time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report

@@ -100,7 +100,7 @@ def test_oom_is_recorded_and_the_next_try_goes_elsewhere_with_more_memory(execut
     assert second.key in ex.active
     retry = ex.active[second.key].request
     assert retry.memory.mib >= 12500 and retry.recovered
-    assert ex.active[second.key].decision.gpu_uuids != (crashed,)
+    assert ex.active[second.key].gpu_uuids != (crashed,)
     run_until(ex, lambda: not ex.active)
     assert seen_env("t", 2)["CARMA_PRIOR_OOM_TRIES"] == "1"
 

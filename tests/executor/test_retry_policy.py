@@ -20,7 +20,37 @@ def test_oom_is_retried_with_a_reason_while_oom_tries_remain(monkeypatch: pytest
     assert "CUDA out of memory" in d.reason and "OOM retry 1 of 2" in d.reason
     monkeypatch.setenv(PRIOR_OOMS_ENV, "2")
     last = policy.evaluate(RuntimeError("CUDA error: out of memory"), 3, 2)
-    assert last.action is RetryAction.FAIL and "declare more memory" in last.reason
+    assert last.action is RetryAction.FAIL and "Declare more memory in executor_config" in last.reason
+
+
+def test_the_final_oom_message_says_what_memory_was_reached_and_what_to_declare(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    import os
+
+    from carma_airflow.core.gpu import parse_gpu_list
+    from carma_airflow.core.sharing import ActivityProfile
+    from carma_airflow.monitor.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "gpus.json")
+    ledger.init(parse_gpu_list("1xA100-40GB"))
+    uuid = ledger.gpus()[0].uuid
+    ledger.allocate(os.getpid(), uuid, 30000, ActivityProfile(0.5, 0.3, 0.2), "t")
+    monkeypatch.setenv("CARMA_SIM_LEDGER", str(tmp_path / "gpus.json"))
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "2")
+    last = CudaOomRetryPolicy(author_retries=0, oom_retries=2).evaluate(RuntimeError("CUDA out of memory"), 3, 2)
+    # 30000 MiB reached -> 30000 * 1.25 + 2048 = 39548 MiB -> 39 GiB
+    assert last.action is RetryAction.FAIL
+    assert "on 3 tries, the last at 30000 MiB" in last.reason and "'memory': '39GiB'" in last.reason
+
+
+def test_a_gpu_fault_is_retried_on_a_healthy_gpu_while_tries_remain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
+    policy = CudaOomRetryPolicy(author_retries=0, oom_retries=2)
+    fault = RuntimeError("CUDA error: unspecified launch failure on GPU-SIM-0001 (simulated GPU fault: Xid 79)")
+    d = policy.evaluate(fault, 1, 2)
+    assert d.action is RetryAction.RETRY and "healthy GPU" in d.reason
+    assert policy.evaluate(fault, 3, 3).action is RetryAction.FAIL  # every try used
 
 
 def test_other_failures_follow_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,211 @@
+"""Faults provoked for real against CarmaExecutor: killed processes, failing GPUs, a lost store,
+an executor that dies while its tasks run, OOM loops and tasks that can never fit.
+
+The executor, monitor (simulated GPUs in a ledger file), placer and store are the real ones; the
+task supervisor is the conftest's fake at ``run_workload``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from airflow.utils.state import TaskInstanceState
+from conftest import make_workload, run_until, submit
+from tcp_proxy import TcpProxy
+
+from carma_airflow.monitor.ledger import Ledger
+from carma_airflow.store.records import TryOutcome
+
+OOM = {
+    "state": "up_for_retry",
+    "failure_kind": "cuda-oom",
+    "exc_type": "OutOfMemoryError",
+    "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+    "peak_mib": 20000,
+}
+
+
+def _snapshot(ex):
+    snaps = ex.store.snapshots("executor:")
+    assert len(snaps) == 1
+    return next(iter(snaps.values()))[1]
+
+
+def test_a_sigkilled_task_releases_its_gpus_and_is_not_taken_for_an_oom(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"t": {"seconds": 30}})
+    w = make_workload("t", config={"memory": "8GiB"})
+    submit(ex, w)
+    pid = ex.active[w.key].handle.pid
+    assert pid and [t.key for t in ex.tenants["GPU-SIM-0000"]]
+    os.kill(pid, signal.SIGKILL)  # as the host's OOM killer would
+    run_until(ex, lambda: not ex.active)
+    assert ex.get_event_buffer()[w.key][0] == TaskInstanceState.FAILED
+    assert ex.tenants["GPU-SIM-0000"] == []
+    rec = ex.store.latest_for("dag", "t")[0]
+    assert rec.outcome == TryOutcome.FAILED and "killed" in rec.summary
+    assert ex.store.ooms() == []
+    # the next try is not planned as an OOM recovery: same estimate, no crashed GPU avoided
+    submit(ex, make_workload("t", try_number=2, config={"memory": "8GiB"}))
+    retry = next(iter(ex.active.values())).request
+    assert retry.memory.mib == 8192 and not retry.recovered
+
+
+def test_a_task_on_a_failing_gpu_fails_with_the_fault_and_its_retry_goes_to_a_healthy_gpu(executor_factory) -> None:
+    train = {"peak_mib": 6000, "seconds": 30, "ramp_s": 0.2}
+    ex = executor_factory(
+        gpus="2xA100-40GB", behaviour={"t": {"train": train}}, fault_kill_seconds="60", snapshot_period="0.1"
+    )
+    w = make_workload("t", config={"memory": "8GiB"})
+    submit(ex, w)
+    (gpu,) = ex.active[w.key].gpu_uuids
+    run_until(ex, lambda: any(a.pid > 0 for a in Ledger(ex.ledger_path).allocations()))
+    Ledger(ex.ledger_path).set_fault(gpu, "Xid 79: GPU has fallen off the bus")
+    run_until(ex, lambda: not ex.active)  # the training run fails by itself, long before 60 s
+    rec = ex.store.latest_for("dag", "t")[0]
+    assert rec.outcome == TryOutcome.FAILED and "gpu-fault" in rec.summary
+    assert "unspecified launch failure" in rec.summary
+    run_until(ex, lambda: any(g["health"] == "quarantined" for g in _snapshot(ex)["gpus"]))
+    bad = next(g for g in _snapshot(ex)["gpus"] if g["uuid"] == gpu)
+    assert bad["health"] == "quarantined" and "fallen off the bus" in bad["health_reason"]
+    w2 = make_workload("t", try_number=2, config={"memory": "8GiB"})
+    submit(ex, w2)
+    assert ex.active[w2.key].gpu_uuids != (gpu,)
+    # healthy again: it takes placements again
+    Ledger(ex.ledger_path).set_fault(gpu, None)
+    other = make_workload("u", config={"memory": "8GiB", "exclusive": True})
+    run_until(ex, lambda: ex.monitor.latest()[gpu].error is None)
+    submit(ex, other)
+    run_until(ex, lambda: other.key in ex.active)
+    assert ex.active[other.key].gpu_uuids == (gpu,)
+
+
+def test_a_task_hanging_on_a_failed_gpu_is_stopped_after_the_grace_time(executor_factory) -> None:
+    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 60}}, fault_kill_seconds="1")
+    w = make_workload("t", config={"memory": "8GiB"})
+    submit(ex, w)
+    (gpu,) = ex.active[w.key].gpu_uuids
+    Ledger(ex.ledger_path).set_fault(gpu, "Xid 48: double bit ECC error")
+    started = time.time()
+    run_until(ex, lambda: not ex.active, timeout=20)
+    assert time.time() - started < 15
+    assert ex.get_event_buffer()[w.key][0] == TaskInstanceState.FAILED
+    rec = ex.store.latest_for("dag", "t")[0]
+    assert rec.outcome == TryOutcome.FAILED and f"stopped: GPU {gpu} failed (Xid 48" in rec.summary
+    assert ex.tenants[gpu] == []
+
+
+def test_an_oom_loop_ends_with_what_memory_it_reached_and_what_to_declare(executor_factory) -> None:
+    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.2, "result": OOM}}, oom_retries="1")
+    for try_number in (1, 2):
+        submit(ex, make_workload("t", try_number=try_number, config={"memory": "2GiB"}))
+        run_until(ex, lambda: not ex.active)
+    first, last = sorted(ex.store.latest_for("dag", "t"), key=lambda p: p.try_number)
+    assert "retried on a GPU with more free memory" in first.summary
+    assert "CUDA OOM on 2 tries, the last at 20000 MiB" in last.summary
+    assert "'memory': '27GiB'" in last.summary  # 20000 * 1.25 + 2048 MiB, in GiB rounded up
+    assert len(ex.store.ooms()) == 2
+
+
+@pytest.mark.parametrize(
+    ("config", "why"),
+    [({"memory": "60GiB"}, "60"), ({"gpus": 4, "memory": "1GiB"}, "4 GPUs")],
+)
+def test_a_task_that_can_never_fit_fails_at_once(executor_factory, config, why) -> None:
+    ex = executor_factory(gpus="2xA100-40GB")
+    w = make_workload("t", config=config)
+    submit(ex, w)
+    state, info = ex.get_event_buffer()[w.key]
+    assert state == TaskInstanceState.FAILED and why in str(info)
+    assert not ex.waiting and w.key not in ex.running
+
+
+def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executor_factory) -> None:
+    first = executor_factory(gpus="2xA100-40GB", behaviour={"long": {"seconds": 4}, "short": {"seconds": 0.1}})
+    long, short = make_workload("long", config={"memory": "8GiB"}), make_workload("short", config={"memory": "8GiB"})
+    submit(first, long, short)
+    long_gpu = first.active[long.key].gpu_uuids
+    time.sleep(1.0)  # "short" ends while no executor watches it
+    # the executor dies: nothing of it runs any more, its task processes do
+    first.monitor.stop()
+    first.active.clear()
+    first.running.clear()
+
+    second = executor_factory(gpus="2xA100-40GB")
+    assert set(second.orphans) == {first_key(long)}  # short ended: closed from its result file
+    short_rec = second.store.latest_for("dag", "short")[0]
+    assert short_rec.outcome == TryOutcome.SUCCESS
+    # the running try keeps its GPU reserved before the scheduler hands it over
+    assert [t.key for t in second.tenants[long_gpu[0]]] == [first_key(long)]
+    stray = make_workload("gone").ti  # a try this host knows nothing about: the scheduler resets it
+    assert second.try_adopt_task_instances([long.ti, stray]) == [stray]
+    assert long.key in second.active and long.key in second.running
+    run_until(second, lambda: not second.active, timeout=20)
+    assert second.get_event_buffer()[long.key][0] == TaskInstanceState.SUCCESS
+    assert second.store.latest_for("dag", "long")[0].outcome == TryOutcome.SUCCESS
+    assert second.tenants[long_gpu[0]] == []
+
+
+def first_key(w) -> str:
+    from carma_airflow.executor.executor import request_key
+
+    return request_key(w.key)
+
+
+# -- the store goes away ----------------------------------------------------------------------
+PG_ADMIN_URL = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def pg_behind_proxy() -> Iterator[tuple[str, TcpProxy]]:
+    name = f"carma_outage_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = sa.engine.make_url(PG_ADMIN_URL)
+    proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+    proxy.up()
+    yield url.set(port=proxy.port, database=name).render_as_string(hide_password=False), proxy
+    proxy.down()
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+OUTAGE_S = float(os.environ.get("CARMA_OUTAGE_SECONDS", "60"))
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_factory, pg_behind_proxy) -> None:
+    url, proxy = pg_behind_proxy
+    ex = executor_factory(gpus="2xA100-40GB", store_url=url, snapshot_period="0.2")
+    before = make_workload("before", config={"memory": "4GiB"})
+    submit(ex, before)
+    run_until(ex, lambda: not ex.active)
+
+    proxy.down()  # PostgreSQL is gone for the executor
+    cut = time.time()
+    during = [make_workload(f"during{i}", config={"memory": "4GiB"}) for i in range(6)]
+    submit(ex, *during)
+    assert len(ex.active) == 6  # placed from memory
+    run_until(ex, lambda: not ex.active)
+    assert ex._pending  # the writes are kept
+    while time.time() - cut < OUTAGE_S:
+        ex.sync()
+        time.sleep(0.5)
+    events = ex.get_event_buffer()
+    assert all(events[w.key][0] == TaskInstanceState.SUCCESS for w in during)
+
+    proxy.up()
+    run_until(ex, lambda: not ex._pending, timeout=30)
+    records = {p.task_id: p for p in ex.store.placements()}
+    assert set(records) == {"before"} | {w.ti.task_id for w in during}
+    assert all(r.outcome == TryOutcome.SUCCESS and r.gpu_uuids and r.pid for r in records.values())
+    assert ex.store.peaks("dag", "during0") == [1000]  # learned memory reached the store too
+    assert _snapshot(ex)["pending_store_writes"] == 0
