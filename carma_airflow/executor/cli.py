@@ -28,16 +28,21 @@ def _why(args: argparse.Namespace) -> None:
     _forward(["why", args.task, *(["--json"] if args.json else [])])
 
 
+def _agent(args: argparse.Namespace) -> None:
+    _forward(["agent", *(["--once"] if args.once else [])])
+
+
 def carma_cli_commands() -> list[Any]:
     from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand
 
     as_json = Arg(("--json",), help="print JSON", action="store_true")  # type: ignore[no-untyped-call]
     dag_id = Arg(("--dag-id",), help="only this DAG")  # type: ignore[no-untyped-call]
     task = Arg(("task",), help="DAG_ID.TASK_ID")  # type: ignore[no-untyped-call]
+    once = Arg(("--once",), help="publish one heartbeat, print it, exit", action="store_true")  # type: ignore[no-untyped-call]
     return [
         GroupCommand(
             name="carma",
-            help="CARMA GPU placement: GPUs, placements, and why a task waits",
+            help="CARMA GPU placement: GPUs, placements, why a task waits, and the GPU host agent",
             subcommands=(
                 ActionCommand(name="gpus", help="live GPU table", func=_gpus, args=(as_json,)),
                 ActionCommand(
@@ -45,6 +50,12 @@ def carma_cli_commands() -> list[Any]:
                 ),
                 ActionCommand(
                     name="why", help="why a task waits or went where it went", func=_why, args=(task, as_json)
+                ),
+                ActionCommand(
+                    name="agent",
+                    help="this GPU host's agent: publish its GPUs and a heartbeat (dispatch = celery)",
+                    func=_agent,
+                    args=(once,),
                 ),
             ),
         )

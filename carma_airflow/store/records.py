@@ -151,3 +151,48 @@ class OomRecord:
     peak_mib: int | None = None
     message: str = ""
     id: int | None = None
+
+
+# -- hosts and agents (multi-host) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HostRecord:
+    """One GPU host as its agent last published it: a heartbeat and the newest reading of every GPU.
+
+    ``gpus`` holds one plain dict per GPU (the fields of a monitor ``GpuSample``; JSON-safe), so
+    the executor can rebuild the host's samples without a query per GPU.  ``queue`` is the Celery
+    queue the host's worker consumes.
+    """
+
+    host: str
+    queue: str
+    heartbeat_at: datetime
+    started_at: datetime
+    backend: str = ""
+    agent_version: str = ""
+    pid: int | None = None
+    gpus: tuple[dict[str, object], ...] = ()
+    worker_at: datetime | None = None  # written by the host's Celery worker (Store.worker_beat), not the agent
+    worker_pid: int | None = None
+
+
+DISPATCH_STATES = ("sent", "ended", "lost")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRecord:
+    """One try sent to a host's Celery queue, and how that dispatch ended.
+
+    ``key`` is the placement key of the try.  ``state``: ``sent`` (in the queue or running),
+    ``ended`` (the worker returned), ``lost`` (the host stopped answering; ``reason`` says why).
+    """
+
+    key: str
+    host: str
+    queue: str
+    celery_id: str
+    dispatched_at: datetime
+    state: str = "sent"
+    ended_at: datetime | None = None
+    reason: str | None = None

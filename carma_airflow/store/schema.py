@@ -175,6 +175,49 @@ class SnapshotRow(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
+# -- hosts and agents (multi-host) --------------------------------------------------------
+
+
+class HostRow(Base):
+    """One GPU host: its agent's heartbeat and the newest reading of each of its GPUs (JSON)."""
+
+    __tablename__ = "carma_host"
+
+    host: Mapped[str] = mapped_column(String(HOST_LEN), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(HOST_LEN))
+    backend: Mapped[str] = mapped_column(String(32))
+    agent_version: Mapped[str] = mapped_column(String(64))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    worker_at: Mapped[datetime | None]  # the host's Celery worker said it is alive (None: stopped)
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
+
+
+DISPATCH_STATE_VALUES = ("sent", "ended", "lost")
+
+
+class DispatchRow(Base):
+    """One try sent to a GPU host's Celery queue (the worker checks it is still wanted)."""
+
+    __tablename__ = "carma_dispatch"
+    __table_args__ = (
+        CheckConstraint(f"state IN ({', '.join(repr(v) for v in DISPATCH_STATE_VALUES)})", name="state"),
+        Index(None, "host", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(KEY_LEN), unique=True)
+    host: Mapped[str] = mapped_column(String(HOST_LEN))
+    queue: Mapped[str] = mapped_column(String(HOST_LEN))
+    celery_id: Mapped[str] = mapped_column(String(64))
+    dispatched_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(16))
+    ended_at: Mapped[datetime | None]
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
 metadata = Base.metadata
 
 

@@ -29,6 +29,9 @@ from sqlalchemy.orm import Session
 from carma_airflow.store.errors import RecordError, StoreError
 from carma_airflow.store.records import (
     ACTIVE_OUTCOMES,
+    DISPATCH_STATES,
+    DispatchRecord,
+    HostRecord,
     OomRecord,
     PlacementRecord,
     SampleRecord,
@@ -36,7 +39,9 @@ from carma_airflow.store.records import (
 )
 from carma_airflow.store.schema import (
     VERSION_TABLE,
+    DispatchRow,
     GpuSampleRow,
+    HostRow,
     MemoryHistoryRow,
     OomEventRow,
     PlacementRow,
@@ -108,6 +113,34 @@ def _placement_record(row: PlacementRow) -> PlacementRecord:
         pid_start=row.pid_start,
         ti_id=row.ti_id,
         id=row.id,
+    )
+
+
+def _host_record(row: HostRow) -> HostRecord:
+    return HostRecord(
+        host=row.host,
+        queue=row.queue,
+        heartbeat_at=row.heartbeat_at,
+        started_at=row.started_at,
+        backend=row.backend,
+        agent_version=row.agent_version,
+        pid=row.pid,
+        gpus=tuple(dict(g) for g in row.gpus),
+        worker_at=row.worker_at,
+        worker_pid=row.worker_pid,
+    )
+
+
+def _dispatch_record(row: DispatchRow) -> DispatchRecord:
+    return DispatchRecord(
+        key=row.key,
+        host=row.host,
+        queue=row.queue,
+        celery_id=row.celery_id,
+        dispatched_at=row.dispatched_at,
+        state=row.state,
+        ended_at=row.ended_at,
+        reason=row.reason,
     )
 
 
@@ -371,10 +404,17 @@ class Store:
         )
         return self._update(stmt)
 
-    def mark_ended(self, key: str, at: Moment, outcome: TryOutcome | str, peak_mib: int | None = None) -> bool:
+    def mark_ended(
+        self,
+        key: str,
+        at: Moment,
+        outcome: TryOutcome | str,
+        peak_mib: int | None = None,
+        summary: str | None = None,
+    ) -> bool:
         """The try ended at ``at`` with ``outcome`` (success, failed or oom).  False if no such key.
 
-        ``peak_mib`` None keeps the peak already stored.
+        ``peak_mib`` None keeps the peak already stored; ``summary`` None keeps the summary.
         """
         final = _outcome(outcome)
         if not final.finished:
@@ -382,6 +422,8 @@ class Store:
         values: dict[str, Any] = {"ended_at": _utc(at), "outcome": final.value}
         if peak_mib is not None:
             values["peak_mib"] = peak_mib
+        if summary is not None:
+            values["summary"] = summary
         return self._update(update(PlacementRow).where(PlacementRow.key == key).values(**values))
 
     def mark_launched(self, key: str, pid: int, pid_start: int | None) -> bool:
@@ -560,6 +602,109 @@ class Store:
         else:
             hint = "check that the schema is current (Store(url).migrate())"
         return StoreError(f"CARMA store at {self._masked} failed: {detail} ({hint})")
+
+    # -- hosts and agents (multi-host) ----------------------------------------------------
+
+    def publish_host(self, rec: HostRecord) -> None:
+        """Write (or replace) a GPU host's row: its heartbeat and the newest reading of its GPUs.
+
+        The worker's heartbeat (``worker_at``, ``worker_pid``) is the worker's to write: an
+        existing one is kept, and a new row starts without one.
+        """
+        if not rec.host:
+            raise RecordError("a GPU host needs a non-empty name ([carma] host)")
+        values = {
+            "host": rec.host,
+            "queue": rec.queue,
+            "backend": rec.backend,
+            "agent_version": rec.agent_version,
+            "pid": rec.pid,
+            "started_at": _utc(rec.started_at),
+            "heartbeat_at": _utc(rec.heartbeat_at),
+            "gpus": [dict(g) for g in rec.gpus],
+        }
+        dialect_insert = sqlite_insert if self._sqlite else pg_insert
+        stmt = dialect_insert(HostRow).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[HostRow.host], set_={name: stmt.excluded[name] for name in values if name != "host"}
+        )
+        with self._session(write=True) as session:
+            session.execute(stmt, execution_options={"synchronize_session": False})
+
+    def hosts(self) -> list[HostRecord]:
+        """Every GPU host an agent ever published, by name."""
+        with self._session() as session:
+            return [_host_record(row) for row in session.scalars(select(HostRow).order_by(HostRow.host))]
+
+    def host(self, name: str) -> HostRecord | None:
+        """The row of one GPU host, or None."""
+        with self._session() as session:
+            row = session.get(HostRow, name)
+            return None if row is None else _host_record(row)
+
+    def worker_beat(self, name: str, at: Moment | None, pid: int | None = None) -> bool:
+        """The Celery worker of host ``name`` is alive at ``at`` (None: it stopped).  False if no such host yet."""
+        when = None if at is None else _utc(at)
+        return self._update(update(HostRow).where(HostRow.host == name).values(worker_at=when, worker_pid=pid))
+
+    def forget_host(self, name: str) -> bool:
+        """Remove a GPU host (decommissioned); False if there was none."""
+        return self._update(delete(HostRow).where(HostRow.host == name))
+
+    def record_dispatch(self, rec: DispatchRecord) -> None:
+        """Write (or replace) the dispatch of one try to a host's queue."""
+        if rec.state not in DISPATCH_STATES:
+            raise RecordError(f"unknown dispatch state {rec.state!r}; use one of: {', '.join(DISPATCH_STATES)}")
+        if not rec.key:
+            raise RecordError(f"dispatch to {rec.host} has an empty key; give each try a unique key")
+        values = {
+            "key": rec.key,
+            "host": rec.host,
+            "queue": rec.queue,
+            "celery_id": rec.celery_id,
+            "dispatched_at": _utc(rec.dispatched_at),
+            "state": rec.state,
+            "ended_at": None if rec.ended_at is None else _utc(rec.ended_at),
+            "reason": rec.reason,
+        }
+        dialect_insert = sqlite_insert if self._sqlite else pg_insert
+        stmt = dialect_insert(DispatchRow).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[DispatchRow.key], set_={name: stmt.excluded[name] for name in values if name != "key"}
+        )
+        with self._session(write=True) as session:
+            session.execute(stmt, execution_options={"synchronize_session": False})
+
+    def dispatch(self, key: str) -> DispatchRecord | None:
+        """The dispatch of the try with this placement key, or None."""
+        with self._session() as session:
+            row = session.scalar(select(DispatchRow).where(DispatchRow.key == key))
+            return None if row is None else _dispatch_record(row)
+
+    def dispatches(self, host: str | None = None, state: str | None = None, limit: int = 1000) -> list[DispatchRecord]:
+        """The newest ``limit`` dispatches (to one host, in one state), newest first."""
+        _check_limit(limit)
+        stmt = select(DispatchRow).order_by(DispatchRow.id.desc()).limit(limit)
+        if host is not None:
+            stmt = stmt.where(DispatchRow.host == host)
+        if state is not None:
+            stmt = stmt.where(DispatchRow.state == state)
+        with self._session() as session:
+            return [_dispatch_record(row) for row in session.scalars(stmt)]
+
+    def end_dispatch(self, key: str, at: Moment, state: str, reason: str | None = None) -> bool:
+        """A sent try ended (``ended``) or its host was lost (``lost``).  False if it was not ``sent``.
+
+        Only the first ending counts: a try declared lost stays lost when its worker answers late.
+        """
+        if state not in ("ended", "lost"):
+            raise RecordError(f"end_dispatch needs 'ended' or 'lost', not {state!r}")
+        stmt = (
+            update(DispatchRow)
+            .where(DispatchRow.key == key, DispatchRow.state == "sent")
+            .values(state=state, ended_at=_utc(at), reason=reason)
+        )
+        return self._update(stmt)
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:

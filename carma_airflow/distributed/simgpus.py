@@ -1,0 +1,54 @@
+"""Simulated GPUs of one host among several: UUIDs that name the host.
+
+The ledger names simulated GPUs ``GPU-SIM-0000``, ``GPU-SIM-0001``, ... on every host, so two
+simulated hosts would share UUIDs and the cluster view (keyed by UUID) would mix them up.
+:class:`HostLedger` creates the ledger with ``GPU-SIM-<host>-0000`` instead; everything that
+reads the ledger afterwards (the probe, :func:`carma_airflow.testing.simulated_training`) takes
+the UUIDs from the file, so nothing else changes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from carma_airflow.core.gpu import GpuSpec, parse_gpu_list
+from carma_airflow.monitor.base import Probe
+from carma_airflow.monitor.ledger import LEDGER_VERSION, Ledger, _spec_dict
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def host_sim_uuid(host: str, index: int) -> str:
+    """UUID of simulated GPU ``index`` of ``host`` (characters a UUID list cannot hold become ``_``)."""
+    return f"GPU-SIM-{_UNSAFE.sub('_', host)}-{index:04d}"
+
+
+class HostLedger(Ledger):
+    """A simulated GPU ledger whose UUIDs name the host (see the module docstring)."""
+
+    def init(self, gpus: list[GpuSpec], host: str = "localhost") -> None:
+        wanted = [{"uuid": host_sim_uuid(host, i), "index": i, "spec": _spec_dict(s)} for i, s in enumerate(gpus)]
+        with self._locked(exclusive=True):
+            data = self._read(missing_ok=True)
+            if data is not None and data.get("host") == host and data.get("gpus") == wanted:
+                return
+            self._write(
+                {"version": LEDGER_VERSION, "host": host, "gpus": wanted, "allocations": [], "peaks": {}, "faults": {}}
+            )
+
+
+def ledger_path(state_dir: str) -> Path:
+    """Where a host keeps its simulated GPU ledger (the same file the executor uses on one host)."""
+    return Path(state_dir) / "simulated-gpus.json"
+
+
+def host_probe(backend: str, simulated_gpus: str, state_dir: str, host: str) -> Probe:
+    """The probe of one GPU host: NVML, or simulated GPUs with host-qualified UUIDs."""
+    if backend.strip().lower() == "simulated":
+        from carma_airflow.monitor.simulated import SimulatedProbe
+
+        return SimulatedProbe(HostLedger(ledger_path(state_dir)), parse_gpu_list(simulated_gpus), host)
+    from carma_airflow.monitor.sampler import make_probe
+
+    return make_probe(backend, simulated_gpus, ledger_path(state_dir), host=host)
