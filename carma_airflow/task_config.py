@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.units import parse_mib
 
 EXECUTOR_NAME = "CarmaExecutor"
@@ -28,9 +28,11 @@ _HINTS = {
     "memory": "per-GPU memory such as '12GiB', '800MiB' or an int of MiB, or leave it out to estimate",
     "exclusive": "true or false",
     "gpu_model": "a GPU model name such as 'A100' or 'H100-80GB'",
-    "priority": "an integer (higher runs first)",
+    "priority": "an integer from -2147483648 to 2147483647 (higher runs first)",
     "activity": "a number between 0 and 1 (expected SM activity, used by simulated GPUs)",
 }
+_MAX_PROBLEMS = 5
+_KEYS_HINT = "string keys only: gpus, memory, exclusive, gpu_model, priority"
 
 
 class GpuTaskConfig(BaseModel):
@@ -42,11 +44,11 @@ class GpuTaskConfig(BaseModel):
     memory: int | None = None  # MiB per GPU, None = estimate it
     exclusive: bool = False
     gpu_model: str | None = None
-    priority: int = 0
+    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)  # Airflow's priority_weight range
 
-    @field_validator("gpus", mode="before")
+    @field_validator("gpus", "priority", mode="before")
     @classmethod
-    def _gpus_int(cls, value: Any) -> Any:
+    def _whole_number(cls, value: Any) -> Any:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise ValueError("must be a whole number")
         return value
@@ -90,23 +92,29 @@ def parse_task_config(executor_config: Any, where: str = "executor_config") -> G
         return GpuTaskConfig()
     if not isinstance(executor_config, dict):
         raise ConfigError(
-            f"{where} must be a dict such as {{'carma': {{'gpus': 1}}}}, got {type(executor_config).__name__}"
+            f"{where} must be a dict, got {type(executor_config).__name__}; write e.g. {{'carma': {{'gpus': 1}}}}"
         )
     block = executor_config.get(CONFIG_KEY, {})
     if block is None:
         block = {}
     if not isinstance(block, dict):
-        raise ConfigError(f"{where}['carma'] must be a dict such as {{'gpus': 1, 'memory': '12GiB'}}")
+        raise ConfigError(
+            f"{where}['carma'] must be a dict, got {type(block).__name__}; write e.g. {{'gpus': 1, 'memory': '12GiB'}}"
+        )
     try:
         return GpuTaskConfig.model_validate(block)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "carma"
-            hint = _HINTS.get(field.split(".")[0], "see the DAG authoring guide")
+            # every key as a short repr: ['gpus'], [1] for a non-string key; one line whatever the key
+            field = "".join(f"[{brief(p, 40)}]" for p in err["loc"])
+            first = err["loc"][0] if err["loc"] else None
+            hint = _HINTS.get(first, _KEYS_HINT) if isinstance(first, str) else _KEYS_HINT
             msg = err["msg"].removeprefix("Value error, ")
             advice = "" if "write " in msg else f"; write {hint}"
-            problems.append(f"{where}['carma']['{field}']: {msg} (got {err.get('input')!r}){advice}")
+            problems.append(f"{where}['carma']{field}: {msg} (got {brief(err.get('input'))}){advice}")
+        if len(problems) > _MAX_PROBLEMS:  # e.g. thousands of non-string keys: keep the message short
+            problems[_MAX_PROBLEMS:] = [f"and {len(problems) - _MAX_PROBLEMS} more problem(s)"]
         raise ConfigError("; ".join(problems)) from None
 
 

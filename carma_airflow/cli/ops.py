@@ -121,8 +121,8 @@ def placements_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
 ) -> None:
     """Every placement decision and how each try ended (newest first)."""
-    if limit < 1:
-        fail("--limit must be at least 1")
+    if not 1 <= limit <= 1_000_000:  # a larger int overflows the database's LIMIT
+        fail("--limit must be between 1 and 1000000")
     records = _store(_settings()).placements(dag_id=dag_id, limit=limit)
     rows = [_record_dict(r) for r in records]
     if as_json:

@@ -104,19 +104,39 @@ def compare_cmd(
     for name in names:
         make_policy(name)
     cfg = _config(gpus, DEFAULT_POLICY, estimator, queue)
-    if plot is not None and not plot.parent.exists():
-        fail(f"cannot write {plot}: folder {plot.parent} does not exist")
+    if plot is not None:
+        _check_plot_path(plot)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     comparison = compare(arrivals, cfg, names, queue=queue)
     rows = comparison.rows()
     if plot is not None:
         from carma_airflow.sim.plot import plot_comparison
 
-        plot_comparison(comparison, plot)
+        try:
+            plot_comparison(comparison, plot)
+        except OSError as exc:  # no permission, disk full, a special file
+            fail(f"cannot write {plot}: {exc.strerror or exc}")
     if as_json:
         typer.echo(json.dumps(rows))
         return
     _print_table(rows, plot)
+
+
+def _check_plot_path(plot: Path) -> None:
+    if plot.is_dir():
+        fail(f"cannot write {plot}: it is a folder; give a file name such as out/compare.png")
+    if not plot.parent.is_dir():
+        fail(f"cannot write {plot}: folder {plot.parent} does not exist")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    suffix = plot.suffix.lstrip(".").lower()
+    if suffix not in FigureCanvasBase.get_supported_filetypes():
+        fail(f"cannot write {plot}: unknown picture format {suffix!r}; end the name with .png, .svg or .pdf")
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    """A ratio for the table; ``-`` where it is undefined (e.g. the baseline completed nothing)."""
+    return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
 def _console() -> Console:
@@ -151,14 +171,14 @@ def _print_table(rows: list[dict[str, Any]], plot: Path | None) -> None:
             r["policy"],
             r["estimator"],
             r["queue"],
-            f"{r['makespan_s_ratio']:.3f}",
-            f"{r['mean_wait_s_ratio'] or 0:.3f}",
-            f"{r['mean_jct_s_ratio']:.3f}",
-            f"{r['energy_kwh_ratio']:.3f}",
-            f"{r['sm_activity_mean_ratio']:.2f}x",
-            f"{r['sm_occupancy_mean_ratio']:.2f}x",
-            f"{r['memory_used_mean_ratio']:.2f}x",
-            f"{r['mean_slowdown']:.2f}",
+            _fmt(r["makespan_s_ratio"], ".3f"),
+            _fmt(r["mean_wait_s_ratio"] or 0, ".3f"),
+            _fmt(r["mean_jct_s_ratio"], ".3f"),
+            _fmt(r["energy_kwh_ratio"], ".3f"),
+            _fmt(r["sm_activity_mean_ratio"], ".2f", "x"),
+            _fmt(r["sm_occupancy_mean_ratio"], ".2f", "x"),
+            _fmt(r["memory_used_mean_ratio"], ".2f", "x"),
+            _fmt(r["mean_slowdown"], ".2f"),
             str(r["oom_crashes"]),
             str(r["lost"]),
         )

@@ -25,3 +25,16 @@ class WorkloadError(CarmaError, ValueError):
 
 class NeverFitsError(CarmaError):
     """A task can never be placed on the given GPUs (too many GPUs or too much memory)."""
+
+
+def brief(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for quoting user input in an error message.
+
+    One line whatever the input (repr escapes control characters), and short even for a megabyte
+    string or a deeply nested structure.
+    """
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = f"<deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -6,7 +6,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from carma_airflow.core.errors import UnknownGpuSpecError
+from carma_airflow.core.errors import UnknownGpuSpecError, brief
 from carma_airflow.core.risk import MetricWindow
 
 
@@ -43,22 +43,28 @@ def gpu_spec(name: str) -> GpuSpec:
         return GPU_CATALOGUE[name.strip().lower()]
     except KeyError:
         known = ", ".join(s.name for s in GPU_CATALOGUE.values())
-        raise UnknownGpuSpecError(f"unknown GPU spec {name!r}; use one of: {known}") from None
+        raise UnknownGpuSpecError(f"unknown GPU spec {brief(name)}; use one of: {known}") from None
 
 
-_GROUP = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$")
+# ASCII digits only, at most 9 of them: int() of a 5000-digit count would raise ValueError
+_GROUP = re.compile(r"^\s*(?:([0-9]{1,9})\s*[xX]\s*)?([A-Za-z0-9][A-Za-z0-9_.-]*)\s*$", re.ASCII)
+MAX_GPUS = 100_000
 
 
 def parse_gpu_list(text: str) -> list[GpuSpec]:
-    """Parse ``4xA100-40GB`` or ``2xA100-40GB,4xH100-80GB`` into one spec per GPU."""
+    """Parse ``4xA100-40GB`` or ``2xA100-40GB,4xH100-80GB`` into one spec per GPU (at most 100000)."""
+    if not isinstance(text, str):
+        raise UnknownGpuSpecError(f"GPU list must be text such as '4xA100-40GB', not a {type(text).__name__}")
     specs: list[GpuSpec] = []
     for part in text.split(","):
         match = _GROUP.match(part)
         if match is None:
-            raise UnknownGpuSpecError(f"cannot read GPU list part {part!r}; write NxSPEC such as 4xA100-40GB")
+            raise UnknownGpuSpecError(f"cannot read GPU list part {brief(part)}; write NxSPEC such as 4xA100-40GB")
         count = int(match.group(1) or 1)
-        if count < 1 or count > 100_000:
-            raise UnknownGpuSpecError(f"GPU count in {part!r} must be between 1 and 100000")
+        if count < 1 or count > MAX_GPUS or len(specs) + count > MAX_GPUS:
+            raise UnknownGpuSpecError(
+                f"GPU count in {brief(part)} must be between 1 and {MAX_GPUS} (all parts together)"
+            )
         try:
             spec = gpu_spec(match.group(2))
         except UnknownGpuSpecError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.errors import ConfigError, brief
 
 _UNITS = {
     "": 1.0,
@@ -23,6 +23,7 @@ _UNITS = {
     "tib": 1024.0 * 1024.0,
 }
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+MAX_MIB = 2**31 - 1  # 2 PiB: far above any GPU, and it fits the store's 32-bit columns (PostgreSQL INTEGER)
 
 
 def parse_mib(value: int | str) -> int:
@@ -34,16 +35,22 @@ def parse_mib(value: int | str) -> int:
         raise ConfigError("memory must be a size such as '12GiB', '800MiB' or an int of MiB, not a bool")
     if isinstance(value, int):
         if value <= 0:
-            raise ConfigError(f"memory must be positive, got {value}; write e.g. 12288 or '12GiB'")
+            raise ConfigError(f"memory must be positive, got {brief(value)}; write e.g. 12288 or '12GiB'")
+        if value > MAX_MIB:
+            raise ConfigError(f"memory {brief(value)} MiB is absurdly large; write e.g. 81920 or '80GiB'")
         return value
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"memory must be a size such as '12GiB', '800MiB' or an int of MiB, not a {type(value).__name__}"
+        )
     match = _PATTERN.match(value)
     if match is None or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"cannot read memory size {value!r}; write e.g. '12GiB', '800MiB' or an int of MiB")
+        raise ConfigError(f"cannot read memory size {brief(value)}; write e.g. '12GiB', '800MiB' or an int of MiB")
     mib = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not math.isfinite(mib) or mib > 2**53:
-        raise ConfigError(f"memory size {value!r} is absurdly large; write e.g. '80GiB'")
+    if not math.isfinite(mib) or mib > MAX_MIB:
+        raise ConfigError(f"memory size {brief(value)} is absurdly large; write e.g. '80GiB'")
     if mib < 1:
-        raise ConfigError(f"memory size {value!r} is below 1 MiB; write e.g. '800MiB'")
+        raise ConfigError(f"memory size {brief(value)} is below 1 MiB; write e.g. '800MiB'")
     return round(mib)
 
 

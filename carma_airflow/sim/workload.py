@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from carma_airflow.core.errors import WorkloadError
+from carma_airflow.core.errors import WorkloadError, brief
 from carma_airflow.core.estimators import TaskMemoryInfo
 from carma_airflow.core.sharing import ActivityProfile, activity_profile
 
@@ -76,9 +76,9 @@ def _read_csv(path: str | Path, what: str, required: tuple[str, ...]) -> pd.Data
         raise WorkloadError(f"{what} file {str(p)!r} not found; give the path of a CSV file")
     try:
         frame = pd.read_csv(p, skipinitialspace=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except (ValueError, OSError) as exc:  # ParserError, EmptyDataError, UnicodeDecodeError, EIO, EACCES
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise WorkloadError(f"{what} file {str(p)!r} is not a readable CSV ({first})") from None
+        raise WorkloadError(f"{what} file {str(p)!r} is not a readable CSV ({first[:120]})") from None
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise WorkloadError(
@@ -89,15 +89,23 @@ def _read_csv(path: str | Path, what: str, required: tuple[str, ...]) -> pd.Data
     return frame
 
 
-def _int_or_none(value: object, where: str, column: str) -> int | None:
+_MAX_NUMBER = 2**53  # above it a float no longer holds every integer
+
+
+def _int_or_none(value: object, where: str, column: str, whole: bool = False) -> int | None:
+    """A cell as a non-negative int (None if empty); ``whole``: a fraction is an error, not cut off."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
     try:
         number = float(str(value))
     except ValueError:
-        raise WorkloadError(f"{where}: column {column} must be a number, got {value!r}") from None
+        raise WorkloadError(f"{where}: column {column} must be a number, got {brief(value)}") from None
     if not math.isfinite(number) or number < 0:
-        raise WorkloadError(f"{where}: column {column} must be >= 0, got {value!r}")
+        raise WorkloadError(f"{where}: column {column} must be >= 0, got {brief(value)}")
+    if number > _MAX_NUMBER:
+        raise WorkloadError(f"{where}: column {column} is absurdly large ({brief(value)}); write at most 2**53")
+    if whole and not number.is_integer():
+        raise WorkloadError(f"{where}: column {column} must be a whole number, got {brief(value)}")
     return int(number)
 
 
@@ -110,14 +118,14 @@ def load_catalog(path: str | Path) -> dict[str, TaskType]:
         name = str(row["task"]).strip()
         if not name or name == "nan":
             raise WorkloadError(f"{where}: empty task name")
-        gpus = _int_or_none(row["gpus"], where, "gpus")
+        gpus = _int_or_none(row["gpus"], where, "gpus", whole=True)
         peak = _int_or_none(row["peak_mem_mib"], where, "peak_mem_mib")
-        batch = _int_or_none(row["batch_size"], where, "batch_size")
+        batch = _int_or_none(row["batch_size"], where, "batch_size", whole=True)
         minutes = row["solo_minutes"]
         try:
             solo_s = float(minutes) * 60.0
         except (TypeError, ValueError):
-            raise WorkloadError(f"{where}: solo_minutes must be a number, got {minutes!r}") from None
+            raise WorkloadError(f"{where}: solo_minutes must be a number, got {brief(minutes)}") from None
         if gpus is None or gpus < 1:
             raise WorkloadError(f"{where}: gpus must be an integer >= 1")
         if peak is None or peak < 1:
@@ -125,7 +133,7 @@ def load_catalog(path: str | Path) -> dict[str, TaskType]:
         if not math.isfinite(solo_s) or solo_s <= 0:
             raise WorkloadError(f"{where}: solo_minutes must be > 0")
         if name in out:
-            raise WorkloadError(f"{where}: task {name!r} appears twice")
+            raise WorkloadError(f"{where}: task {brief(name)} appears twice")
         out[name] = TaskType(
             name=name,
             script=str(row.get("script", name)),
@@ -151,13 +159,13 @@ def load_trace(path: str | Path, catalog: dict[str, TaskType]) -> list[Arrival]:
         name = str(row["task"]).strip()
         task = catalog.get(name)
         if task is None:
-            raise WorkloadError(f"{where}: unknown task type {name!r}; add it to the catalog or fix the trace")
-        job = _int_or_none(row["job_id"], where, "job_id")
+            raise WorkloadError(f"{where}: unknown task type {brief(name)}; add it to the catalog or fix the trace")
+        job = _int_or_none(row["job_id"], where, "job_id", whole=True)
         submit = row["submit_s"]
         try:
             submit_s = float(submit)
         except (TypeError, ValueError):
-            raise WorkloadError(f"{where}: submit_s must be a number of seconds, got {submit!r}") from None
+            raise WorkloadError(f"{where}: submit_s must be a number of seconds, got {brief(submit)}") from None
         if job is None or not math.isfinite(submit_s) or submit_s < 0:
             raise WorkloadError(f"{where}: job_id and submit_s must be numbers >= 0")
         declared = _int_or_none(row["memory_mib"], where, "memory_mib") if has_declared else None

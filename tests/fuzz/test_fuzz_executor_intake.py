@@ -1,0 +1,142 @@
+"""CarmaExecutor's intake under junk executor_config: the scheduler loop must never see an exception.
+
+The harness follows tests/executor/conftest.py: the task supervisor is replaced at the true
+boundary (``BaseExecutor.run_workload``) by a fake that records the environment it was given in
+the executor's real per-task process; monitor (simulated GPUs), placer and store (SQLite in
+tmp_path) are the real ones.  One executor serves all examples of a test, each example a new task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "fuzz-test-secret-" + "x" * 64)  # >= 64 bytes: no key warning
+
+from airflow.executors.workloads import ExecuteTask
+from airflow.executors.workloads.base import BundleInfo
+from airflow.executors.workloads.task import TaskInstanceDTO
+from airflow.utils.state import TaskInstanceState
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from carma_airflow.core.errors import ConfigError
+from carma_airflow.executor import CarmaExecutor
+from carma_airflow.executor.envcheck import check_task_env
+from carma_airflow.executor.outcome import TryResult, write_result
+from carma_airflow.settings import CarmaSettings
+from carma_airflow.task_config import parse_task_config
+
+FUZZ = settings.get_profile("carma-fuzz")
+_ids = itertools.count()
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.sampled_from(["12GiB", "1e3", "-1", "0", "A100", "\x00", "GPU-0,GPU-1", "a\nb"])
+)
+junk = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6) | st.integers(), children),
+    max_leaves=8,
+)
+fields = st.sampled_from(["gpus", "memory", "exclusive", "gpu_model", "priority"]) | st.text(max_size=6)
+executor_configs = (
+    junk
+    | st.builds(lambda block: {"carma": block}, st.dictionaries(fields, junk, max_size=4))
+    | st.builds(lambda block: {"carma": block}, junk)
+)
+
+
+def recording_run_workload(workload: ExecuteTask, **_: Any) -> int:
+    """Runs in the per-task process: record the environment, report success at once."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CARMA_"))}
+    out = Path(os.environ["CARMA_FUZZ_OUT"]) / f"{workload.ti.task_id}.json"
+    out.write_text(json.dumps(env))
+    write_result(TryResult(state="success", peak_mib=100))
+    return 0
+
+
+@pytest.fixture
+def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CarmaExecutor]:
+    monkeypatch.setattr(
+        "airflow.executors.base_executor.BaseExecutor.run_workload", staticmethod(recording_run_workload)
+    )
+    (tmp_path / "out").mkdir()
+    monkeypatch.setenv("CARMA_FUZZ_OUT", str(tmp_path / "out"))
+    values = {
+        "gpu_backend": "simulated",
+        "simulated_gpus": "2xA100-40GB",
+        "sample_period": "0.2",
+        "lock_seconds": "0.1",
+    }
+    ex = CarmaExecutor(parallelism=10_000)
+    ex.configure(CarmaSettings.load(values.get, str(tmp_path)))
+    yield ex
+    ex.end()
+
+
+def workload(task_id: str, executor_config: Any) -> ExecuteTask:
+    ti = TaskInstanceDTO(
+        id=uuid.uuid4(),
+        task_id=task_id,
+        dag_id="fuzz",
+        run_id="run1",
+        try_number=1,
+        dag_version_id=uuid.uuid4(),
+        map_index=-1,
+        pool_slots=1,
+        priority_weight=1,
+    )
+    # after construction, as a row unpickled from the database could hold it: no type check
+    ti.executor_config = executor_config
+    return ExecuteTask(ti=ti, dag_rel_path=Path("dag.py"), token="t", log_path=None, bundle_info=BundleInfo(name="d"))
+
+
+def settle(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Heartbeat (sync) until ``done``: the task's process ended and the executor took note."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ex.sync()
+        if done():
+            return
+        time.sleep(0.01)
+    raise AssertionError("the task was neither run, nor waiting, nor failed")
+
+
+@settings(FUZZ, max_examples=max(FUZZ.max_examples // 2, 20))
+@given(executor_config=executor_configs)
+def test_junk_executor_config_fails_that_task_only(executor: CarmaExecutor, executor_config: Any) -> None:
+    task_id = f"t{next(_ids)}"
+    w = workload(task_id, executor_config)
+    executor.queue_workload(w, session=None)  # type: ignore[arg-type]
+    executor.trigger_tasks(1)  # -> _process_workloads: must not raise, whatever the config
+    try:
+        parse_task_config(executor_config, where=f"task {task_id!r}: executor_config")
+    except ConfigError as exc:
+        # run without GPUs, the message passed on for the task's first log line
+        settle(executor, lambda: w.key not in executor.bare)
+        seen = json.loads((Path(os.environ["CARMA_FUZZ_OUT"]) / f"{task_id}.json").read_text())
+        assert seen["CUDA_VISIBLE_DEVICES"] == ""
+        assert seen["CARMA_CONFIG_ERROR"] == str(exc)
+        assert check_task_env(seen) == seen
+    else:
+        # a valid config is planned: it waits, runs, or fails at once as one that never fits
+        settle(executor, lambda: w.key not in executor.active)
+        events = executor.get_event_buffer()
+        assert w.key in executor.waiting or events.get(w.key, (None,))[0] in (
+            TaskInstanceState.SUCCESS,
+            TaskInstanceState.FAILED,
+        )
+        executor.waiting.pop(w.key, None)  # leave the GPUs to the next example
