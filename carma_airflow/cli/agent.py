@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 from typing import Annotated, Any
@@ -26,7 +27,13 @@ def agent_cmd(
     from carma_airflow.settings import CarmaSettings
 
     settings = CarmaSettings.from_airflow()
-    agent = Agent.from_settings(settings)
+    alembic_log = logging.getLogger("alembic")
+    level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)  # keep --once output clean JSON
+    try:
+        agent = Agent.from_settings(settings)
+    finally:
+        alembic_log.setLevel(level)
     try:
         rec = agent.beat()  # fail fast (store unreachable, no driver) with the one-line message
         if once:

@@ -1,0 +1,110 @@
+"""The Celery launcher against a real Redis broker, and the worker's checks before running a try."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from carma_airflow.distributed import celery_tasks
+from carma_airflow.distributed.cluster import ClusterMonitor
+from carma_airflow.distributed.dispatch import CeleryLauncher
+from carma_airflow.distributed.errors import WrongHostError
+from carma_airflow.settings import CarmaSettings
+from carma_airflow.store.records import DispatchRecord, HostRecord
+from carma_airflow.store.store import Store
+
+pytestmark = pytest.mark.db
+
+
+class Workload:
+    """What the launcher reads of an Airflow ExecuteTask: the try's key and its JSON."""
+
+    def __init__(self, try_number: int = 1) -> None:
+        self.ti = SimpleNamespace(
+            key=SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=try_number)
+        )
+
+    def model_dump_json(self) -> str:
+        return "{}"
+
+
+def settings(tmp_path: Path, **extra: str) -> CarmaSettings:
+    values = {"gpu_backend": "simulated", "host": "gpu-a", "state_dir": str(tmp_path / "state"), **extra}
+    return CarmaSettings.load(values.get, str(tmp_path))
+
+
+def live_host(store: Store, name: str) -> None:
+    now = datetime.now(tz=timezone.utc)
+    store.publish_host(HostRecord(name, f"carma-test-{name}", now, now, "simulated"))
+    store.worker_beat(name, now)
+
+
+def test_a_try_no_worker_takes_is_lost_with_what_to_start(tmp_path: Path, store: Store, redis_url: str) -> None:
+    app = Celery("carma-test", broker=redis_url, backend=redis_url)
+    s = settings(tmp_path, host_timeout_seconds="1", queue_prefix="carma-test-")
+    live_host(store, "gpu-a")
+    launcher = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), s)
+    handle = launcher.launch(Workload(), {"CUDA_VISIBLE_DEVICES": "GPU-1"}, tmp_path / "r.json", "gpu-a")  # type: ignore[arg-type]
+    assert handle.pid is None and handle.poll() is None
+    assert store.dispatch("d/t/r/-1/1").state == "sent"  # type: ignore[union-attr]
+    deadline = time.time() + 10
+    ended = None
+    while ended is None and time.time() < deadline:
+        time.sleep(0.3)
+        ended = handle.poll()
+    assert ended is not None and ended.exitcode is None and ended.result is None
+    assert "no Celery worker took the try from queue 'carma-test-gpu-a'" in (ended.lost or "")
+    assert store.dispatch("d/t/r/-1/1").state == "lost"  # type: ignore[union-attr]
+
+
+def test_an_unreachable_broker_ends_the_try_at_once(tmp_path: Path, store: Store) -> None:
+    app = Celery("carma-test", broker="redis://127.0.0.1:1/0", backend="redis://127.0.0.1:1/0")
+    app.conf.broker_connection_retry = False
+    app.conf.broker_connection_max_retries = 0
+    app.conf.broker_connection_timeout = 1
+    launcher = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), settings(tmp_path))
+    handle = launcher.launch(Workload(2), {}, tmp_path / "r.json", "gpu-a")  # type: ignore[arg-type]
+    ended = handle.poll()
+    assert ended is not None and "could not send the try to Celery queue 'carma-gpu-a'" in (ended.lost or "")
+    assert store.dispatch("d/t/r/-1/2").state == "lost"  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def worker_side(tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> CarmaSettings:
+    s = settings(tmp_path, host="gpu-b")
+    monkeypatch.setattr(celery_tasks, "_settings", lambda: s)
+    monkeypatch.setattr(celery_tasks, "_store", lambda: store)
+    return s
+
+
+def payload(host: str) -> dict[str, Any]:
+    return {"key": "d/t/r/-1/1", "host": host, "workload": "{}", "env": {}, "result_name": "x.json"}
+
+
+def test_the_worker_refuses_a_try_placed_on_another_host(worker_side: CarmaSettings) -> None:
+    with pytest.raises(WrongHostError, match="placed on host 'gpu-a' but reached the worker of 'gpu-b'"):
+        celery_tasks.run_try(payload("gpu-a"))
+
+
+def test_the_worker_skips_a_try_declared_lost(worker_side: CarmaSettings, store: Store) -> None:
+    now = datetime.now(tz=timezone.utc)
+    store.record_dispatch(DispatchRecord("d/t/r/-1/1", "gpu-b", "carma-gpu-b", "c", now))
+    store.end_dispatch("d/t/r/-1/1", now, "lost", "host gpu-b is out of service")
+    reply = celery_tasks.run_try(payload("gpu-b"))
+    assert "lost (host gpu-b is out of service)" in reply["skipped"]
+
+
+def test_paths_in_the_env_are_the_worker_hosts_own(worker_side: CarmaSettings) -> None:
+    env = celery_tasks.host_env(
+        {"CUDA_VISIBLE_DEVICES": "GPU-SIM-gpu-b-0001", "CARMA_RESULT_FILE": "/scheduler/r.json"}, "ti.json", worker_side
+    )
+    state = Path(worker_side.state_dir)
+    assert env["CARMA_RESULT_FILE"] == str(state / "results" / "ti.json")
+    assert env["CARMA_SIM_LEDGER"] == str(state / "simulated-gpus.json")
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-gpu-b-0001"
