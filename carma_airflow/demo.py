@@ -50,19 +50,18 @@ DEMO_TASKS = (  # task types of the paper's catalogue that dags/carma_demo.py tr
 
 
 def _stop_previous(home: Path) -> None:
-    pids = home / "pids.json"
-    if not pids.exists():
-        return
-    with suppress(ValueError, OSError):
-        for pid in json.loads(pids.read_text()):
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pid), signal.SIGTERM)
-        time.sleep(2)
-        for pid in json.loads(pids.read_text()):
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pid), signal.SIGKILL)
+    """Stop what an earlier ``carma demo --keep`` left running (its process groups, then its tasks)."""
     from carma_airflow.devstack import kill_task_processes
 
+    pids: list[int] = []
+    with suppress(ValueError, OSError):
+        pids = [p for p in json.loads((home / "pids.json").read_text()) if isinstance(p, int) and p > 1]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+        if pids and sig == signal.SIGTERM:
+            time.sleep(2)
     kill_task_processes(home)
 
 

@@ -108,18 +108,17 @@ class AirflowStack:
             [AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=False
         )
 
+    COMPONENTS: dict[str, list[str]] = {  # noqa: RUF012
+        "api-server": ["api-server"],
+        "dag-processor": ["dag-processor"],
+        "scheduler": ["scheduler"],
+    }
+
     def start(self) -> None:
         out = self.airflow("db", "migrate", timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
-        for name, args in (
-            ("api-server", ["api-server", "--port", str(self.port)]),
-            ("dag-processor", ["dag-processor"]),
-            ("scheduler", ["scheduler"]),
-        ):
-            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115  (closed in stop)
-            self.procs[name] = subprocess.Popen(
-                [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        for name in self.COMPONENTS:
+            self.start_component(name)
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -128,6 +127,16 @@ class AirflowStack:
             except OSError:
                 time.sleep(1)
         raise AssertionError("api-server did not become healthy:\n" + self.tail("api-server"))
+
+    def start_component(self, name: str) -> None:
+        """Start (or start again, after a crash) one Airflow process; its log is appended to."""
+        args = list(self.COMPONENTS[name])
+        if name == "api-server":
+            args += ["--port", str(self.port)]
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115  (the process keeps it)
+        self.procs[name] = subprocess.Popen(
+            [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def tail(self, name: str, n: int = 4000) -> str:
         path = self.home / f"{name}.log"

@@ -252,6 +252,5 @@ def test_an_at_sign_after_the_password_only_masks_more(
     assert mask_password(url) == f"{scheme}://{quote(user, safe='')}:***@y"
 
 
-@pytest.mark.xfail(strict=True, reason="store/url.py: a raw (unquoted) space in the password stops the mask")
 def test_a_raw_space_in_a_password_is_masked() -> None:
     assert "pa ss" not in mask_password("postgresql://u:pa ss@h/db")

@@ -37,6 +37,7 @@ from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, 
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor import metrics
+from carma_airflow.executor.envcheck import check_task_env
 from carma_airflow.executor.launch import Ended, Launcher, LocalLauncher, TaskHandle
 from carma_airflow.executor.outcome import RESULT_ENV, TryResult
 from carma_airflow.executor.retry import PRIOR_OOMS_ENV
@@ -214,9 +215,12 @@ class CarmaExecutor(BaseExecutor):
             # Run it without GPUs: in the task process the cluster policy makes it fail with
             # this message as the first line of its log; the rest of the DAG is untouched.
             self.log.error("Task %s has an invalid executor_config: %s", key, exc)
-            env = {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": str(exc)}
+            env = {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": " ".join(str(exc).split())[:4000]}
             assert self.settings is not None
             self.bare[key] = self._start_process(workload, env, self._result_path(workload), self.settings.host)
+        except Exception as exc:  # never the scheduler: this task fails, with the reason
+            self.log.exception("Task %s could not be taken", key)
+            self.fail(key, info=f"CarmaExecutor could not take the task: {exc}")
 
     def _previous_try_active(self, key: TaskInstanceKey) -> bool:
         return any(
@@ -376,6 +380,13 @@ class CarmaExecutor(BaseExecutor):
         host = (
             self._host_of.get(decision.gpu_uuids[0], self.settings.host) if decision.gpu_uuids else self.settings.host
         )
+        try:
+            env = check_task_env(env)
+        except ConfigError as exc:  # a GPU UUID or path that must not reach a process environment
+            self.log.error("Task %s not started: %s", ti_key, exc)
+            self._record(workload.ti, waiting.request, outcome="failed", summary=f"not started: {exc}")
+            self.fail(ti_key, info=str(exc))
+            return
         handle = self._start_process(workload, env, result_path, host)
         now = time.time()
         self.active[ti_key] = _Active(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 
-# Greedy up to the last "@": a password that holds "@" is masked whole (over-masking is safe).
-_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)\S*@")
+# Greedy up to the last "@" of the line: a password that holds "@" or a raw space is masked
+# whole (over-masking is safe).
+_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)[^\r\n]*@")
 
 
 def default_url(airflow_home: str) -> str:

@@ -1,95 +1,17 @@
-"""Unit-test harness for CarmaExecutor: no Airflow database, no scheduler.
-
-The task supervisor is replaced at the true boundary (``BaseExecutor.run_workload``) by a fake
-that runs in the executor's real per-task process: it records the environment it was given and
-leaves a result file, as the listener would in a real task process.  Monitor (simulated GPUs),
-placer and store (SQLite in tmp_path) are the real ones.
-"""
+"""Fixture of the CarmaExecutor unit tests; the harness itself is in executor_helpers.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
-
-from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
+from executor_helpers import fake_run_workload
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.outcome import TryResult, write_result
 from carma_airflow.settings import CarmaSettings
-
-BEHAVIOUR: dict[str, dict[str, Any]] = {}
-
-
-def make_workload(
-    task_id: str,
-    *,
-    try_number: int = 1,
-    config: dict[str, Any] | None = None,
-    run_id: str = "run1",
-    dag_id: str = "dag",
-) -> ExecuteTask:
-    ti = TaskInstanceDTO(
-        id=uuid.uuid4(),
-        task_id=task_id,
-        dag_id=dag_id,
-        run_id=run_id,
-        try_number=try_number,
-        dag_version_id=uuid.uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
-        executor_config={"carma": config} if config is not None else None,
-    )
-    return ExecuteTask(
-        ti=ti, dag_rel_path=Path("dag.py"), token="old-token", log_path=None, bundle_info=BundleInfo(name="dags")
-    )
-
-
-def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
-    """Runs in the per-task process: record env, behave as told, leave the try's result."""
-    out_dir = Path(os.environ["CARMA_TEST_OUT"])
-    task_id = workload.ti.task_id
-    behaviour = json.loads(os.environ.get("CARMA_TEST_BEHAVIOUR", "{}")).get(task_id, {})
-    env = {
-        k: os.environ.get(k)
-        for k in (
-            "CUDA_VISIBLE_DEVICES",
-            "CUDA_DEVICE_ORDER",
-            "CARMA_PLACEMENT",
-            "TF_FORCE_GPU_ALLOW_GROWTH",
-            "CARMA_CONFIG_ERROR",
-            "CARMA_PRIOR_OOM_TRIES",
-        )
-    }
-    env["token"] = workload.token
-    (out_dir / f"{task_id}.{workload.ti.try_number}.json").write_text(json.dumps(env))
-    if "train" in behaviour:  # a real simulated training run on the GPUs it was given
-        from carma_airflow.core.recovery import classify_failure
-        from carma_airflow.testing import simulated_training
-
-        try:
-            simulated_training(**behaviour["train"])
-        except Exception as exc:
-            failure = classify_failure(type(exc).__name__, str(exc))
-            write_result(TryResult("failed", failure.kind.value, type(exc).__name__, str(exc)))
-            return 1
-        write_result(TryResult("success", peak_mib=behaviour["train"]["peak_mib"]))
-        return 0
-    time.sleep(behaviour.get("seconds", 0.2))
-    write_result(TryResult(**behaviour.get("result", {"state": "success", "peak_mib": 1000})))
-    time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report
-    return 0
 
 
 @pytest.fixture
@@ -120,28 +42,3 @@ def executor_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     yield factory
     for ex in made:
         ex.end()
-
-
-def out_dir() -> Path:
-    return Path(os.environ["CARMA_TEST_OUT"])
-
-
-def seen_env(task_id: str, try_number: int = 1) -> dict[str, Any]:
-    return json.loads((out_dir() / f"{task_id}.{try_number}.json").read_text())
-
-
-def submit(ex: CarmaExecutor, *workloads: ExecuteTask) -> None:
-    for w in workloads:
-        ex.queue_workload(w, session=None)  # type: ignore[arg-type]
-    ex.trigger_tasks(ex.parallelism - len(ex.running))  # what heartbeat() offers
-
-
-def run_until(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        ex.monitor.sample_once()  # type: ignore[union-attr]
-        ex.sync()
-        if done():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from airflow.utils.state import TaskInstanceState
-from conftest import make_workload, run_until, seen_env, submit
+from executor_helpers import make_workload, run_until, seen_env, submit
 
 
 def test_tasks_that_fit_share_one_gpu_and_see_only_it(executor_factory) -> None:

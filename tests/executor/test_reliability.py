@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from airflow.utils.state import TaskInstanceState
-from conftest import make_workload, run_until, submit
+from executor_helpers import make_workload, run_until, submit
 from tcp_proxy import TcpProxy
 
 from carma_airflow.monitor.ledger import Ledger

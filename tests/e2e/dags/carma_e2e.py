@@ -92,3 +92,25 @@ def queue_wait() -> None:
 
 
 queue_wait()
+
+
+@dag(dag_id="carma_restart", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
+def restart() -> None:
+    @task(**gpu_task(memory="8GiB"))
+    def long_a() -> dict[str, object]:
+        return _train(6000, 35)
+
+    @task(**gpu_task(memory="8GiB"))
+    def long_b() -> dict[str, object]:
+        return _train(6000, 35)
+
+    @task(**gpu_task(memory="8GiB"))
+    def long_c() -> dict[str, object]:
+        return _train(6000, 35)
+
+    long_a()
+    long_b()
+    long_c()
+
+
+restart()
