@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import drop_pg_database, make_pg_database
+from dist_helpers import drop_pg_database, make_pg_database
 
 from carma_airflow.devstack import AirflowStack
 from carma_airflow.monitor.ledger import Ledger
