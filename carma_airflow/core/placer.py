@@ -287,6 +287,9 @@ class _Pass:
         self.settings = placer.settings
         self.facts = placer.facts(view)
         self.by_uuid = {f.uuid: f for f in self.facts}
+        # tie-break after the policy's key: the GPU's place in the view (unique across hosts,
+        # where GPU indices repeat; on one host it is the index order)
+        self.ordinal = {f.uuid: n for n, f in enumerate(self.facts)}
         self.never_cache: dict[tuple[object, ...], tuple[str | None, int]] = {}
         self.idle: list[_Entry] = []
         self.shared: list[_Entry] = []
@@ -334,14 +337,14 @@ class _Pass:
             return
         pool = self.idle if verdict else self.shared
         key = self.pol.idle_key(f, _NO_REQUEST) if verdict else self.pol.key(f, _NO_REQUEST)
-        entry: _Entry = (key, f.index, f)
+        entry: _Entry = (key, self.ordinal[f.uuid], f)
         self.where[f.uuid] = entry
         if sort:
             bisect.insort(pool, entry, key=lambda e: (e[0], e[1]))
         else:
             pool.append(entry)
         if not verdict:
-            item = (f.usable_free_mib, f.index, entry)
+            item = (f.usable_free_mib, entry[1], entry)
             if sort:
                 bisect.insort(self.by_free, item, key=lambda e: (e[0], e[1]))
             else:
@@ -358,7 +361,7 @@ class _Pass:
             if i < len(pool) and pool[i][2] is f:
                 del pool[i]
                 if pool is self.shared:
-                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, f.index), key=lambda e: (e[0], e[1]))
+                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, entry[1]), key=lambda e: (e[0], e[1]))
                     if j < len(self.by_free) and self.by_free[j][2] is entry:
                         del self.by_free[j]
                 return

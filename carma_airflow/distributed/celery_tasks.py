@@ -32,8 +32,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from celery import shared_task  # type: ignore[import-untyped]
-from celery.signals import worker_ready, worker_shutdown  # type: ignore[import-untyped]
+from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
 
 from carma_airflow.distributed.errors import WrongHostError
 from carma_airflow.distributed.simgpus import ledger_path
@@ -111,7 +111,7 @@ def run_try(payload: dict[str, Any]) -> dict[str, Any]:
             )
     except Exception as exc:
         from airflow.sdk.exceptions import TaskAlreadyRunningError
-        from celery.exceptions import Ignore  # type: ignore[import-untyped]
+        from celery.exceptions import Ignore
 
         if isinstance(exc, TaskAlreadyRunningError):
             log.info("carma: %s already runs elsewhere; ignoring this delivery", key)

@@ -39,7 +39,7 @@ from carma_airflow.store.store import Store
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
-    from celery import Celery  # type: ignore[import-untyped]
+    from celery import Celery
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class CeleryHandle:
         if now - self._polled_at < self.poll_s:
             return None
         self._polled_at = now
-        from celery.result import AsyncResult  # type: ignore[import-untyped]
+        from celery.result import AsyncResult
 
         result = AsyncResult(self.celery_id, app=self.app)
         try:

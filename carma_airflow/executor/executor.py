@@ -39,8 +39,8 @@ from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor import metrics
 from carma_airflow.executor.envcheck import check_task_env
 from carma_airflow.executor.launch import Ended, Launcher, LocalLauncher, TaskHandle
-from carma_airflow.executor.outcome import RESULT_ENV, TryResult
-from carma_airflow.executor.retry import PRIOR_OOMS_ENV
+from carma_airflow.executor.outcome import TryResult
+from carma_airflow.executor.taskenv import gpu_task_env, tenants_seen
 from carma_airflow.executor.view import build_view
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import GpuTaskConfig, parse_task_config
@@ -52,12 +52,6 @@ if TYPE_CHECKING:
 
     from carma_airflow.monitor.base import GpuSource
     from carma_airflow.store.store import Store
-
-GUARDS = {
-    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
-    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-}
 
 
 def request_key(key: TaskInstanceKey) -> str:
@@ -349,15 +343,7 @@ class CarmaExecutor(BaseExecutor):
 
     def _tenants_now(self, now: float) -> dict[str, list[Tenant]]:
         assert self.settings is not None
-        out: dict[str, list[Tenant]] = {}
-        for uuid, tenants in self.tenants.items():
-            fresh = []
-            for t in tenants:
-                # after the lock time the monitor's readings include the tenant: trust them
-                seen = t.reserved_mib if now - t.placed_at >= self.settings.lock_seconds else None
-                fresh.append(replace(t, observed_mib=seen))
-            out[uuid] = fresh
-        return out
+        return tenants_seen(self.tenants, now, self.settings.lock_seconds)
 
     def _launch(self, ti_key: TaskInstanceKey, decision: Decision) -> None:
         assert self.settings is not None
@@ -366,17 +352,14 @@ class CarmaExecutor(BaseExecutor):
         # the token is issued anew in _start_process: a task may have waited longer than it lives
         result_path = self._result_path(workload)
         result_path.unlink(missing_ok=True)
-        env = {
-            "CUDA_VISIBLE_DEVICES": ",".join(decision.gpu_uuids),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-            RESULT_ENV: str(result_path),
-            "CARMA_PLACEMENT": decision.summary,
-            PRIOR_OOMS_ENV: str(waiting.prior_ooms),
-        }
-        if self.settings.framework_guards:
-            env.update(GUARDS)
-        if self.settings.gpu_backend == "simulated":
-            env["CARMA_SIM_LEDGER"] = str(self.ledger_path)
+        env = gpu_task_env(
+            decision.gpu_uuids,
+            result_path=str(result_path),
+            placement=decision.summary,
+            prior_ooms=waiting.prior_ooms,
+            guards=self.settings.framework_guards,
+            sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,
+        )
         host = (
             self._host_of.get(decision.gpu_uuids[0], self.settings.host) if decision.gpu_uuids else self.settings.host
         )

@@ -15,8 +15,7 @@ from typing import Any
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from carma_airflow.core.recovery import FailureKind, classify_failure
-
-PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+from carma_airflow.executor.taskenv import PRIOR_OOMS_ENV
 
 
 class CudaOomRetryPolicy(RetryPolicy):

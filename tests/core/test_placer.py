@@ -629,3 +629,30 @@ def test_interference_aware_packing_on_one_gpu(free: int, tenants: int, sizes: l
         if fits:
             left -= r.memory.mib
             count += 1
+
+
+def test_hosts_whose_gpus_share_indices_and_free_memory_are_placed_without_confusion() -> None:
+    # 8 hosts x 2 GPUs, indices 0-1 on each, all busy with the same free memory: every tie in
+    # the policy's key and in the GPU index (found by the multi-host bench: it raised TypeError)
+    from dataclasses import replace
+
+    from helpers import busy_gpu, request, view
+
+    from carma_airflow.core.placer import Placer
+    from carma_airflow.core.policies import make_policy
+
+    gpus = [
+        replace(busy_gpu(i, free=30000), uuid=f"GPU-{host}-{i}", host=f"h{host}") for host in range(8) for i in range(2)
+    ]
+    # ahead of them in the policy's order (tightest fit first): GPUs too full for the requests,
+    # so the by-memory index, not the head of the order, picks among the tied ones
+    full = [
+        replace(busy_gpu(i, free=3000), uuid=f"GPU-f{host}-{i}", host=f"f{host}")
+        for host in range(16)
+        for i in range(2)
+    ]
+    placer = Placer(make_policy("interference-aware"))
+    result = placer.schedule([request(f"r{k}", 4000) for k in range(40)], view(*full, *gpus))
+    used = [d.gpu_uuids[0] for d in result.placed]
+    # two newcomers on every GPU (3 tenants: the cap), none counted twice or lost from the pools
+    assert sorted(used) == sorted(g.uuid for g in gpus for _ in range(2))

@@ -31,7 +31,7 @@ from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.monitor.sampler import Monitor
-from gpukit.carma_shim import GUARDS, RESULT_ENV, TryResult, build_view, read_result
+from gpukit.carma_shim import TryResult, build_view, gpu_task_env, read_result, tenants_seen
 from gpukit.train import BACKEND_ENV, LEDGER_ENV, METRICS_ENV, SIM_SCALE_ENV
 from gpukit.workload import TaskSpec
 
@@ -277,11 +277,7 @@ class LightDriver:
 
     def _tenants_now(self, now: float) -> dict[str, list[Tenant]]:
         """As CarmaExecutor: after the lock time the monitor's readings include a tenant."""
-        lock = self.placer.settings.lock_s
-        return {
-            uuid: [replace(t, observed_mib=t.reserved_mib if now - t.placed_at >= lock else None) for t in ts]
-            for uuid, ts in self.tenants.items()
-        }
+        return tenants_seen(self.tenants, now, self.placer.settings.lock_s)
 
     def _launch(self, w: _Waiting, decision: Any, view: Any, now: float, t0: float) -> _Active:
         req = w.request
@@ -292,13 +288,9 @@ class LightDriver:
         for p in (result_path, metrics_path):
             p.unlink(missing_ok=True)
         env = dict(os.environ)
-        env.update(GUARDS)
+        env.update(gpu_task_env(decision.gpu_uuids, result_path=str(result_path), placement=decision.summary))
         env.update(
             {
-                "CUDA_VISIBLE_DEVICES": ",".join(decision.gpu_uuids),
-                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                RESULT_ENV: str(result_path),
-                "CARMA_PLACEMENT": decision.summary,
                 METRICS_ENV: str(metrics_path),
                 BACKEND_ENV: self.backend,
                 SIM_SCALE_ENV: str(self.sim_scale),

@@ -1,0 +1,60 @@
+"""The environment a placed GPU try runs with, and the tenants' reservations the placer sees.
+
+Airflow-free (the GPU kit's light mode drives the same code without an Airflow): the executor
+and the kit both build a try's environment here, so what a task sees is defined once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from carma_airflow.core.gpu import Tenant
+from carma_airflow.executor.outcome import RESULT_ENV
+
+PLACEMENT_ENV = "CARMA_PLACEMENT"
+PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"
+
+# Frameworks otherwise take the whole card (TensorFlow, JAX) or fragment it (PyTorch).
+GUARDS: dict[str, str] = {
+    "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+}
+
+
+def gpu_task_env(
+    gpu_uuids: Sequence[str],
+    *,
+    result_path: str,
+    placement: str,
+    prior_ooms: int = 0,
+    guards: bool = True,
+    sim_ledger: str | None = None,
+) -> dict[str, str]:
+    """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order."""
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        RESULT_ENV: result_path,
+        PLACEMENT_ENV: placement,
+        PRIOR_OOMS_ENV: str(prior_ooms),
+    }
+    if guards:
+        env.update(GUARDS)
+    if sim_ledger:
+        env[SIM_LEDGER_ENV] = sim_ledger
+    return env
+
+
+def tenants_seen(tenants: Mapping[str, Sequence[Tenant]], now: float, lock_s: float) -> dict[str, list[Tenant]]:
+    """Reservations as the placer should count them: after ``lock_s`` the monitor's readings include
+    a tenant (``observed_mib`` set), before that only its reservation is known."""
+    return {
+        uuid: [replace(t, observed_mib=t.reserved_mib if now - t.placed_at >= lock_s else None) for t in ts]
+        for uuid, ts in tenants.items()
+    }
+
+
+__all__ = ["GUARDS", "PLACEMENT_ENV", "PRIOR_OOMS_ENV", "SIM_LEDGER_ENV", "gpu_task_env", "tenants_seen"]
