@@ -30,7 +30,8 @@ def free_port() -> int:
 
 
 def task_processes(home: Path) -> list[int]:
-    """PIDs of processes started for the Airflow at ``home`` (their AIRFLOW_HOME is it).
+    """PIDs of processes started for the Airflow at ``home``: their AIRFLOW_HOME is it, or (a process
+    that sets its title may have overwritten its environment) an Airflow process working in it.
 
     Task processes of CarmaExecutor run in sessions of their own (they outlive an executor
     restart), so stopping the scheduler's process group does not reach them.
@@ -41,11 +42,12 @@ def task_processes(home: Path) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
+            if wanted in (entry / "environ").read_bytes().split(b"\0") or (
+                os.readlink(entry / "cwd") == str(home) and b"airflow" in (entry / "cmdline").read_bytes()
+            ):
+                found.append(int(entry.name))
         except OSError:
             continue
-        if wanted in environ.split(b"\0"):
-            found.append(int(entry.name))
     return found
 
 
@@ -102,6 +104,7 @@ class AirflowStack:
         for key, value in carma.items():
             self.env[key if key.startswith("AIRFLOW__") else f"AIRFLOW__CARMA__{key.upper()}"] = value
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.groups: list[int] = []  # process groups of every component ever started
 
     def airflow(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -135,24 +138,28 @@ class AirflowStack:
             args += ["--port", str(self.port)]
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115  (the process keeps it)
         self.procs[name] = subprocess.Popen(
-            [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.home
         )
+        self.groups.append(self.procs[name].pid)
 
     def tail(self, name: str, n: int = 4000) -> str:
         path = self.home / f"{name}.log"
         return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
     def stop(self) -> None:
+        """Stop every process this stack started: each component's process group (also those of
+        components started again after a crash), then the task processes in their own sessions."""
         for name in ("scheduler", "dag-processor", "api-server"):
             proc = self.procs.get(name)
             if proc is None:
                 continue
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+        for group in self.groups:  # what is left: workers of a component, components of a crash
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
         kill_task_processes(self.home)
 
     # -- metadata DB ---------------------------------------------------------------------

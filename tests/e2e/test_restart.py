@@ -50,8 +50,14 @@ def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack) -> None:
     assert stack.query("select count(*) from task_instance_history where dag_id = 'carma_restart'")[0][0] == 0
     log = stack.tail("scheduler", 200_000)
     assert "outlived the previous executor" in log and "Adopted" in log
-    final = {p.task_id: p for p in store.placements(dag_id="carma_restart")}
-    assert {t: (p.outcome, p.pid) for t, p in final.items()} == {t: ("success", pids[t]) for t in tasks}
+    deadline = time.time() + 30
+    while time.time() < deadline:  # the run ends when the tasks report; the executor sees it next
+        final = {p.task_id: (p.outcome, p.pid) for p in store.placements(dag_id="carma_restart")}
+        if final == {t: ("success", pids[t]) for t in tasks}:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"store after the run: {final}")
     deadline = time.time() + 30
     while time.time() < deadline:  # the new executor's live view: no tenant left on any GPU
         snaps = store.snapshots("executor:")
