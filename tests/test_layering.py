@@ -43,3 +43,25 @@ def test_core_imports_only_stdlib_and_itself() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"core pulled in third-party modules: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "carma_airflow.executor.listener",
+        "carma_airflow.executor.retry",
+        "carma_airflow.executor.cluster_policy",
+        "carma_airflow.executor.outcome",
+        "carma_airflow.executor.taskenv",
+        "carma_airflow.testing",
+    ],
+)
+def test_code_that_runs_in_task_processes_cannot_reach_the_store(module: str) -> None:
+    # Only the executor and the agents write the store: a task (code from a DAG) reports through
+    # its result file, so it never loads the Store class (Airflow itself loads SQLAlchemy, for its own DB).
+    code = (
+        f"import sys, {module}\n"
+        "print(','.join(sorted(m for m in sys.modules if m == 'carma_airflow.store.store')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
