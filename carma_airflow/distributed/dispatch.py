@@ -257,6 +257,27 @@ class CeleryLauncher:
         log.info("carma: sent %s to queue %s (Celery task %s)", key, queue, celery_id)
         return CeleryHandle(self.app, self.store, self.cluster, **handle_args)
 
+    def reattach(self, record: Any) -> TaskHandle | None:
+        """After an executor restart: follow a try an earlier executor sent (None if it is not in flight)."""
+        try:
+            dispatch = self.store.dispatch(record.key)
+        except CarmaError as exc:
+            log.warning("carma: dispatch of %s unknown (%s)", record.key, exc)
+            return None
+        if dispatch is None or dispatch.state != "sent":
+            return None
+        return CeleryHandle(
+            self.app,
+            self.store,
+            self.cluster,
+            key=dispatch.key,
+            host=dispatch.host,
+            queue=dispatch.queue,
+            celery_id=dispatch.celery_id,
+            sent_at=dispatch.dispatched_at.timestamp(),
+            start_timeout_s=2 * self.settings.host_timeout_seconds,
+        )
+
 
 def celery_backend(settings: CarmaSettings, store: Store) -> tuple[Launcher, GpuSource]:
     """The launcher and GPU view of ``[carma] dispatch = celery``."""

@@ -559,28 +559,27 @@ class CarmaExecutor(BaseExecutor):
         its task again).
         """
         assert self.store is not None and self.settings is not None
-        from carma_airflow.executor.launch import PidHandle
 
         try:
-            left = [r for r in self.store.running() if r.host in (self.settings.host, None)]
+            left = self.store.running()
         except CarmaError:
             self.log.exception("carma store unreachable at start: no reconciliation of earlier tries")
             return
         now = time.time()
         for rec in left:
-            if rec.outcome == "waiting" or rec.pid is None or rec.ti_id is None:
+            handle = self._reattach(rec) if rec.outcome == "running" else None
+            if handle is None:
                 self._write(
-                    "mark_ended", rec.key, now, "failed", None, "not started before the executor restarted; requeued"
+                    "mark_ended", rec.key, now, "failed", None, "not running when the executor restarted; requeued"
                 )
                 continue
-            handle = PidHandle(rec.pid, rec.pid_start, Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json")
             orphan = _Active(
                 ti=_StoredTi(rec.dag_id, rec.task_id, rec.run_id, rec.map_index, rec.try_number),
                 request=self._request_of(rec),
                 gpu_uuids=tuple(rec.gpu_uuids),
                 handle=handle,
                 started_at=rec.started_at.timestamp() if rec.started_at else now,
-                result_path=handle.result_path,
+                result_path=Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json",
                 adopted=False,
             )
             ended = handle.poll()
@@ -589,7 +588,17 @@ class CarmaExecutor(BaseExecutor):
                 continue
             self.orphans[rec.key] = orphan
             self._reserve(orphan.request, orphan.gpu_uuids, orphan.started_at)
-            self.log.info("Try %s (pid %s) outlived the previous executor; its GPUs stay reserved", rec.key, rec.pid)
+            self.log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
+
+    def _reattach(self, rec: Any) -> TaskHandle | None:
+        """A handle on a try an earlier executor started: its process here, or its dispatch elsewhere."""
+        assert self.settings is not None
+        from carma_airflow.executor.launch import PidHandle
+
+        if rec.host in (self.settings.host, None) and rec.pid is not None and rec.ti_id is not None:
+            return PidHandle(rec.pid, rec.pid_start, Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json")
+        reattach = getattr(self.launcher, "reattach", None)
+        return reattach(rec) if reattach is not None else None
 
     def _request_of(self, rec: Any) -> TaskRequest:
         from carma_airflow.core.task import MemoryNeed

@@ -63,6 +63,22 @@ def test_a_try_no_worker_takes_is_lost_with_what_to_start(tmp_path: Path, store:
     assert store.dispatch("d/t/r/-1/1").state == "lost"  # type: ignore[union-attr]
 
 
+def test_a_restarted_executor_follows_tries_still_in_flight(tmp_path: Path, store: Store, redis_url: str) -> None:
+    app = Celery("carma-test", broker=redis_url, backend=redis_url)
+    s = settings(tmp_path, queue_prefix="carma-test-")
+    live_host(store, "gpu-a")
+    first = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), s)
+    sent = first.launch(Workload(), {"CUDA_VISIBLE_DEVICES": "GPU-1"}, tmp_path / "r.json", "gpu-a")  # type: ignore[arg-type]
+    # the executor restarts: a new launcher finds the dispatch in the store and follows the same Celery task
+    second = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), s)
+    again = second.reattach(SimpleNamespace(key="d/t/r/-1/1"))
+    assert again is not None and again.celery_id == sent.celery_id and again.host == "gpu-a"  # type: ignore[attr-defined]
+    assert again.poll() is None  # still in the queue: in flight
+    store.end_dispatch("d/t/r/-1/1", time.time(), "ended")
+    assert second.reattach(SimpleNamespace(key="d/t/r/-1/1")) is None  # ended: nothing to follow
+    assert second.reattach(SimpleNamespace(key="never/sent")) is None
+
+
 def test_an_unreachable_broker_ends_the_try_at_once(tmp_path: Path, store: Store) -> None:
     app = Celery("carma-test", broker="redis://127.0.0.1:1/0", backend="redis://127.0.0.1:1/0")
     app.conf.broker_connection_retry = False
