@@ -14,28 +14,26 @@ from pathlib import Path
 
 from carma_airflow.core.gpu import GpuSpec, parse_gpu_list
 from carma_airflow.monitor.base import Probe
-from carma_airflow.monitor.ledger import LEDGER_VERSION, Ledger, _spec_dict
+from carma_airflow.monitor.ledger import Ledger
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def host_prefix(host: str) -> str:
+    """UUID prefix of the simulated GPUs of ``host`` (characters a UUID list cannot hold become ``_``)."""
+    return f"GPU-SIM-{_UNSAFE.sub('_', host)}-"
+
+
 def host_sim_uuid(host: str, index: int) -> str:
-    """UUID of simulated GPU ``index`` of ``host`` (characters a UUID list cannot hold become ``_``)."""
-    return f"GPU-SIM-{_UNSAFE.sub('_', host)}-{index:04d}"
+    """UUID of simulated GPU ``index`` of ``host``."""
+    return f"{host_prefix(host)}{index:04d}"
 
 
 class HostLedger(Ledger):
     """A simulated GPU ledger whose UUIDs name the host (see the module docstring)."""
 
-    def init(self, gpus: list[GpuSpec], host: str = "localhost") -> None:
-        wanted = [{"uuid": host_sim_uuid(host, i), "index": i, "spec": _spec_dict(s)} for i, s in enumerate(gpus)]
-        with self._locked(exclusive=True):
-            data = self._read(missing_ok=True)
-            if data is not None and data.get("host") == host and data.get("gpus") == wanted:
-                return
-            self._write(
-                {"version": LEDGER_VERSION, "host": host, "gpus": wanted, "allocations": [], "peaks": {}, "faults": {}}
-            )
+    def init(self, gpus: list[GpuSpec], host: str = "localhost", uuid_prefix: str | None = None) -> None:
+        super().init(gpus, host, uuid_prefix or host_prefix(host))
 
 
 def ledger_path(state_dir: str) -> Path:

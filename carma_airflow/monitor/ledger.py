@@ -95,9 +95,9 @@ class LedgerState:
         return [a for a in self.allocations if a.uuid == uuid]
 
 
-def sim_uuid(index: int) -> str:
+def sim_uuid(index: int, prefix: str = "GPU-SIM-") -> str:
     """UUID of the simulated GPU with this index on its host."""
-    return f"GPU-SIM-{index:04d}"
+    return f"{prefix}{index:04d}"
 
 
 def format_size(mib: float) -> str:
@@ -156,10 +156,10 @@ class Ledger:
 
     # -- setup ---------------------------------------------------------------------------
 
-    def init(self, gpus: list[GpuSpec], host: str = "localhost") -> None:
+    def init(self, gpus: list[GpuSpec], host: str = "localhost", uuid_prefix: str = "GPU-SIM-") -> None:
         """Create the ledger for these GPUs.  Same GPUs and host as before: keep allocations;
-        anything else: start afresh."""
-        wanted = [{"uuid": sim_uuid(i), "index": i, "spec": _spec_dict(s)} for i, s in enumerate(gpus)]
+        anything else: start afresh.  ``uuid_prefix`` keeps the UUIDs of several simulated hosts apart."""
+        wanted = [{"uuid": sim_uuid(i, uuid_prefix), "index": i, "spec": _spec_dict(s)} for i, s in enumerate(gpus)]
         with self._locked(exclusive=True):
             data = self._read(missing_ok=True)
             if data is not None and data.get("host") == host and data.get("gpus") == wanted:
