@@ -52,3 +52,19 @@ def redis_url() -> str:
     except redis.RedisError as exc:
         pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); start it (see .ci/run)")
     return REDIS_URL
+
+
+RABBITMQ_URL = os.environ.get("CARMA_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+@pytest.fixture
+def rabbitmq_url() -> str:
+    import socket
+    from urllib.parse import urlparse
+
+    where = urlparse(RABBITMQ_URL)
+    try:
+        socket.create_connection((where.hostname or "127.0.0.1", where.port or 5672), timeout=3).close()
+    except OSError as exc:
+        pytest.fail(f"RabbitMQ at {where.hostname}:{where.port} is not reachable ({exc}); start it (see .ci/run)")
+    return RABBITMQ_URL

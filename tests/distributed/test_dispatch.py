@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -61,6 +62,26 @@ def test_a_try_no_worker_takes_is_lost_with_what_to_start(tmp_path: Path, store:
     assert ended is not None and ended.exitcode is None and ended.result is None
     assert "no Celery worker took the try from queue 'carma-test-gpu-a'" in (ended.lost or "")
     assert store.dispatch("d/t/r/-1/1").state == "lost"  # type: ignore[union-attr]
+
+
+def test_rabbitmq_as_the_broker_carries_the_try_to_the_hosts_queue(
+    tmp_path: Path, store: Store, rabbitmq_url: str, redis_url: str
+) -> None:
+    # RabbitMQ as Celery's broker (results in Redis): the try lands in the host's own queue
+    app = Celery("carma-test", broker=rabbitmq_url, backend=redis_url)
+    s = settings(tmp_path, queue_prefix=f"carma-test-{uuid.uuid4().hex[:6]}-")
+    live_host(store, "gpu-a")
+    launcher = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), s)
+    handle = launcher.launch(Workload(), {"CUDA_VISIBLE_DEVICES": "GPU-1"}, tmp_path / "r.json", "gpu-a")  # type: ignore[arg-type]
+    assert handle.poll() is None and store.dispatch("d/t/r/-1/1").state == "sent"  # type: ignore[union-attr]
+    queue = f"{s.queue_prefix}gpu-a"
+    with app.connection_for_read() as conn:
+        message = conn.SimpleQueue(queue, no_ack=True).get(timeout=10)
+    assert message.headers["task"] == "carma.run_try" and message.headers["id"] == handle.celery_id  # type: ignore[attr-defined]
+    payload = message.decode()[0][0]
+    assert payload["host"] == "gpu-a" and payload["env"] == {"CUDA_VISIBLE_DEVICES": "GPU-1"}
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_delete(queue)
 
 
 def test_a_restarted_executor_follows_tries_still_in_flight(tmp_path: Path, store: Store, redis_url: str) -> None:
