@@ -60,8 +60,7 @@ def test_code_that_runs_in_task_processes_cannot_reach_the_store(module: str) ->
     # Only the executor and the agents write the store: a task (code from a DAG) reports through
     # its result file, so it never loads the Store class (Airflow itself loads SQLAlchemy, for its own DB).
     code = (
-        f"import sys, {module}\n"
-        "print(','.join(sorted(m for m in sys.modules if m == 'carma_airflow.store.store')))\n"
+        f"import sys, {module}\nprint(','.join(sorted(m for m in sys.modules if m == 'carma_airflow.store.store')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
