@@ -119,7 +119,7 @@ def cluster(tmp_path: Path, redis_url: str) -> Iterator[tuple[AirflowStack, dict
         store_url=db,
         host="scheduler",
         queue_prefix=f"carma-{tag}-",
-        host_timeout_seconds="6",
+        host_timeout_seconds="15",  # a loaded 2-core machine can delay a heartbeat by several seconds
         sample_period="0.5",
         AIRFLOW__CELERY__BROKER_URL=redis_url,
         AIRFLOW__CELERY__RESULT_BACKEND=redis_url,
