@@ -9,6 +9,7 @@ updates its per-GPU facts as it places, so one pass can place many tasks consist
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -32,8 +33,18 @@ def _describe(facts: GpuFacts, tenants: Sequence[str]) -> str:
     return f"{format_mib(facts.usable_free_mib)} free, SM activity {facts.smact:.2f}, co-tenants: {co}"
 
 
+def _model_tokens(name: str) -> set[str]:
+    return {t for t in re.split(r"[^0-9a-z]+", name.lower()) if t}
+
+
 def model_matches(spec_name: str, wanted: str | None) -> bool:
-    return wanted is None or wanted.strip().lower() in spec_name.lower()
+    """``gpu_model`` matching, word by word in any order: "A100" and "A100-40GB" match NVML's
+    "NVIDIA A100-SXM4-40GB", "H100-80GB" matches "NVIDIA H100 80GB HBM3"; "A100" does not match
+    "RTX A1000"."""
+    if wanted is None:
+        return True
+    words = _model_tokens(wanted)
+    return bool(words) and words <= _model_tokens(spec_name)
 
 
 @dataclass(frozen=True, slots=True)

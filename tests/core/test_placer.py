@@ -656,3 +656,21 @@ def test_hosts_whose_gpus_share_indices_and_free_memory_are_placed_without_confu
     used = [d.gpu_uuids[0] for d in result.placed]
     # two newcomers on every GPU (3 tenants: the cap), none counted twice or lost from the pools
     assert sorted(used) == sorted(g.uuid for g in gpus for _ in range(2))
+
+
+@pytest.mark.parametrize(
+    ("name", "wanted", "ok"),
+    [
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB", True),
+        ("NVIDIA A100-SXM4-40GB", "a100", True),
+        ("NVIDIA H100 80GB HBM3", "H100-80GB", True),
+        ("A100-40GB", "A100-40GB", True),
+        ("NVIDIA A100-SXM4-80GB", "A100-40GB", False),
+        ("NVIDIA A10", "A100", False),
+        ("NVIDIA RTX A1000", "A100", False),
+    ],
+)
+def test_gpu_model_matches_nvml_names_word_by_word(name: str, wanted: str, ok: bool) -> None:
+    from carma_airflow.core.placer import model_matches
+
+    assert model_matches(name, wanted) is ok
