@@ -178,9 +178,10 @@ class Placer:
             elif d.outcome is Outcome.NOT_NOW:
                 reserved = self._hold_for(protected, state.facts)
                 reserved_for = protected.key
-        # memo: a request shape that had to wait keeps waiting for any larger memory need in
-        # this pass (placements only make GPUs fuller); entries: (mib, decision, memory limit)
-        memo: dict[tuple[object, ...], tuple[int, Decision, int]] = {}
+        # memo: a request of the same shape and memory that had to wait keeps waiting, for the
+        # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
+        # reason text names the memory it lacks, so a larger request gets its own decision.
+        memo: dict[tuple[object, ...], Decision] = {}
         monotone = self.policy.checks_memory
         blocked: Decision | None = None
         for req in requests:
@@ -192,13 +193,19 @@ class Placer:
                 by_key[key] = blocked
                 continue
             mem = req.memory
-            hit = None
             sig: tuple[object, ...] = ()
             if monotone:
-                sig = (req.gpus, req.exclusive or mem.whole_gpu, req.gpu_model, req.avoid_gpus, mem.add_headroom)
+                sig = (
+                    req.gpus,
+                    req.exclusive or mem.whole_gpu,
+                    req.gpu_model,
+                    req.avoid_gpus,
+                    mem.add_headroom,
+                    mem.mib,
+                )
                 hit = memo.get(sig)
-                if hit is not None and hit[0] <= mem.mib <= hit[2]:
-                    by_key[key] = hit[1]
+                if hit is not None:
+                    by_key[key] = hit
                     continue
             d = state.decide(req, reserved)
             by_key[key] = d
@@ -207,8 +214,8 @@ class Placer:
                 placed.append(d)
                 continue
             if d.outcome is Outcome.NOT_NOW:
-                if monotone and (hit is None or mem.mib < hit[0]):
-                    memo[sig] = (mem.mib, d, state.memory_limit(req))
+                if monotone:
+                    memo[sig] = d
                 if blocking:
                     blocked = Decision(
                         key,
@@ -382,14 +389,6 @@ class _Pass:
             return pool
         keyf = self.pol.idle_key if idle else self.pol.key
         return sorted(pool, key=lambda e: (keyf(e[2], request), e[1]))
-
-    def memory_limit(self, request: TaskRequest) -> int:
-        """Largest per-GPU memory any host could give this request shape (after the reserve)."""
-        _never_fits(self.placer, request, self.facts, self.never_cache)
-        hit = self.never_cache.get((request.gpus, request.gpu_model))
-        if hit is None or request.memory.whole_gpu or not self.pol.checks_memory:
-            return 1 << 62
-        return hit[1] - self.settings.reserve_mib
 
     def static_rejections(self) -> tuple[GpuVerdict, ...]:
         if self._static_tuple is None:

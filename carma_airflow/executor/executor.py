@@ -15,6 +15,7 @@ issued anew at launch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -54,6 +55,10 @@ if TYPE_CHECKING:
     from carma_airflow.store.store import Store
 
 
+WAIT_RECORD_S = 60.0  # a waiting task's unchanged kind of reason is written at most this often
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
+
+
 def request_key(key: TaskInstanceKey) -> str:
     return f"{key.dag_id}/{key.task_id}/{key.run_id}/{key.map_index}/{key.try_number}"
 
@@ -65,6 +70,8 @@ class _Waiting:
     request: TaskRequest
     prior_ooms: int = 0
     last_summary: str = ""
+    recorded_shape: str = ""  # the reason last written to the store and log, numbers left out
+    recorded_at: float = 0.0
 
 
 @dataclass(slots=True)
@@ -331,7 +338,12 @@ class CarmaExecutor(BaseExecutor):
                 del self.waiting[ti_key]
                 self.fail(ti_key, info=decision.summary)
             elif decision.summary != waiting.last_summary:
+                # the live reason (snapshot, UI) changes with every count in it; the store and the
+                # log get it when its kind changes, or once a minute: with thousands waiting, one
+                # write per task per pass would stall the scheduler loop
                 waiting.last_summary = decision.summary
+                if not _worth_recording(waiting, decision.summary, now):
+                    continue
                 self.log.info("Task %s %s", ti_key, decision.summary)
                 self._record(
                     waiting.workload.ti,
@@ -780,6 +792,16 @@ class _StoredTi:
     map_index: int
     try_number: int
     id: None = None
+
+
+def _worth_recording(waiting: _Waiting, summary: str, now: float) -> bool:
+    """Whether a waiting task's new reason goes to the store and log: its kind changed (numbers
+    left out), or the last write is ``WAIT_RECORD_S`` old.  Remembers the write when it does."""
+    shape = _NUMBERS.sub("#", summary)
+    if shape == waiting.recorded_shape and now - waiting.recorded_at < WAIT_RECORD_S:
+        return False
+    waiting.recorded_shape, waiting.recorded_at = shape, now
+    return True
 
 
 def _try_family(ti: Any) -> tuple[str, str, str, int]:

@@ -296,12 +296,16 @@ class Ledger:
         if not self._dir_ready:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._dir_ready = True
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
-            os.close(fd)  # closing the only descriptor of this open file releases the lock
+            # Unlock explicitly: a process forked meanwhile (the executor forks task processes
+            # while its monitor thread reads the ledger) holds a copy of this descriptor, and
+            # closing ours alone would leave the lock held until that process exits.
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def _read(self, *, missing_ok: bool = False) -> Any:
         try:

@@ -674,3 +674,14 @@ def test_gpu_model_matches_nvml_names_word_by_word(name: str, wanted: str, ok: b
     from carma_airflow.core.placer import model_matches
 
     assert model_matches(name, wanted) is ok
+
+
+def test_a_larger_waiting_request_gets_its_own_reason_not_a_smaller_ones() -> None:
+    # found by the 2,000-task load run: a 20 GiB task was told "no GPU with 4.0 GiB free ..."
+    full = view(busy_gpu(0, free=3000), busy_gpu(1, free=3000))
+    result = placer().schedule([request("small", 4096), request("big", 20480), request("small2", 4096)], full)
+    small, big, small2 = (result.by_key[k] for k in ("small", "big", "small2"))
+    assert small.outcome is big.outcome is Outcome.NOT_NOW
+    # each names what it lacks: its estimate + 2 GiB headroom
+    assert "no GPU with 22.0 GiB free" in big.summary and "no GPU with 6.0 GiB free" in small.summary
+    assert small2 is small  # the same shape and memory still share one decision

@@ -210,3 +210,16 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
     assert all(r.outcome == TryOutcome.SUCCESS and r.gpu_uuids and r.pid for r in records.values())
     assert ex.store.peaks("dag", "during0") == [1000]  # learned memory reached the store too
     assert _snapshot(ex)["pending_store_writes"] == 0
+
+
+def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minute() -> None:
+    # found by the 2,000-task load run: every pass rewrote every waiting task's reason (its
+    # counts change with every placement), thousands of writes that stalled the scheduler loop
+    from carma_airflow.executor.executor import WAIT_RECORD_S, _Waiting, _worth_recording
+
+    w = _Waiting(workload=None, config=None, request=None)  # type: ignore[arg-type]
+    assert _worth_recording(w, "waiting: no GPU with 6.0 GiB free (7 tenant-cap, 1 memory)", 100.0)
+    assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (6 tenant-cap, 2 memory)", 101.0)
+    assert _worth_recording(w, "waiting: no idle GPU (4 not-idle)", 102.0)  # another kind of reason
+    assert not _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S - 1)
+    assert _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S)

@@ -267,3 +267,31 @@ def test_the_ledger_file_is_plain_json(ledger: Ledger) -> None:
     ledger.allocate(os.getpid(), GPU0, 1, PROFILE, "t")
     text = ledger.path.read_text()
     assert re.search(r'"uuid":"GPU-SIM-0000"', text)
+
+
+def test_a_process_forked_while_the_lock_is_held_does_not_keep_it(tmp_path) -> None:
+    # found by the 2,000-task load run: task processes forked while the executor's monitor
+    # thread held the ledger lock kept it, and every later ledger access waited forever
+    import os
+    import time
+
+    from carma_airflow.core.gpu import parse_gpu_list
+    from carma_airflow.monitor.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "gpus.json")
+    ledger.init(parse_gpu_list("1xA100-40GB"))
+    with ledger._locked(exclusive=True):
+        child = os.fork()
+        if child == 0:  # holds a copy of the lock's descriptor, and lingers
+            time.sleep(5)
+            os._exit(0)
+    started = time.monotonic()
+    other = os.fork()
+    if other == 0:  # another process takes the lock: it must not wait for the first child
+        Ledger(tmp_path / "gpus.json").gpus()
+        os._exit(0)
+    _, status = os.waitpid(other, 0)
+    took = time.monotonic() - started
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    assert os.WEXITSTATUS(status) == 0 and took < 3
