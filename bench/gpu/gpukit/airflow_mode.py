@@ -63,24 +63,7 @@ class _Sampler:
                     {"uuid": s.uuid, "index": s.index, "name": s.name, "memory_total_mib": s.memory_total_mib}
                     for s in samples
                 ]
-            for s in samples:
-                if s.ok:
-                    self.rows.append(
-                        SampleRow(
-                            now,
-                            s.uuid,
-                            s.index,
-                            s.memory_used_mib,
-                            s.memory_total_mib,
-                            s.smact,
-                            s.smocc,
-                            s.drama,
-                            s.busy,
-                            s.power_w,
-                            s.energy_j,
-                            s.activity_source,
-                        )
-                    )
+            self.rows.extend(SampleRow.of(now, s) for s in samples if s.ok)
             self._stop.wait(self.period_s)
 
 

@@ -79,6 +79,24 @@ class SampleRow:
     energy_j: float | None
     source: str
 
+    @classmethod
+    def of(cls, t: float, s: GpuSample) -> SampleRow:
+        """The row of one healthy sample taken at run time ``t``."""
+        return cls(
+            t,
+            s.uuid,
+            s.index,
+            s.memory_used_mib,
+            s.memory_total_mib,
+            s.smact,
+            s.smocc,
+            s.drama,
+            s.busy,
+            s.power_w,
+            s.energy_j,
+            s.activity_source,
+        )
+
 
 @dataclass(slots=True)
 class RunResult:
@@ -255,25 +273,7 @@ class LightDriver:
     # -- helpers -----------------------------------------------------------------------------
 
     def _record_samples(self, samples: list[GpuSample], t: float) -> None:
-        for s in samples:
-            if s.error is not None:
-                continue
-            self.samples.append(
-                SampleRow(
-                    t,
-                    s.uuid,
-                    s.index,
-                    s.memory_used_mib,
-                    s.memory_total_mib,
-                    s.smact,
-                    s.smocc,
-                    s.drama,
-                    s.busy,
-                    s.power_w,
-                    s.energy_j,
-                    s.activity_source,
-                )
-            )
+        self.samples.extend(SampleRow.of(t, s) for s in samples if s.error is None)
 
     def _tenants_now(self, now: float) -> dict[str, list[Tenant]]:
         """As CarmaExecutor: after the lock time the monitor's readings include a tenant."""
