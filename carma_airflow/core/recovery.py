@@ -129,6 +129,12 @@ class GiveUp:
     reason: str
 
 
+def advised_memory_gib(reached_mib: int, settings: RecoverySettings = RecoverySettings()) -> int:
+    """What to declare once a task's OOM retries are spent: the memory its last try reached, grown
+    and with headroom, in whole GiB (rounded up)."""
+    return -(-int(reached_mib * settings.growth + settings.headroom_mib) // 1024)
+
+
 def plan_recovery(
     request: TaskRequest,
     failure: Failure,

@@ -34,12 +34,19 @@ from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.queueing import Backfill, make_queue
-from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, RetryPlan, plan_recovery
+from carma_airflow.core.recovery import (
+    Failure,
+    FailureKind,
+    RecoverySettings,
+    RetryPlan,
+    advised_memory_gib,
+    plan_recovery,
+)
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor import metrics
 from carma_airflow.executor.envcheck import check_task_env
-from carma_airflow.executor.launch import Ended, Launcher, LocalLauncher, TaskHandle
+from carma_airflow.executor.launch import KILL_GRACE_S, Ended, Launcher, LocalLauncher, TaskHandle
 from carma_airflow.executor.outcome import TryResult
 from carma_airflow.executor.taskenv import gpu_task_env, tenants_seen
 from carma_airflow.executor.view import build_view
@@ -81,10 +88,8 @@ class _Active:
     gpu_uuids: tuple[str, ...]
     handle: TaskHandle
     started_at: float
-    result_path: Path
     prior_ooms: int = 0
     fault: str | None = None  # why the executor stopped the try (its GPU failed)
-    adopted: bool = True  # reported to the scheduler through change_state (False: an orphan we only watch)
 
 
 class CarmaExecutor(BaseExecutor):
@@ -186,10 +191,12 @@ class CarmaExecutor(BaseExecutor):
             self.monitor.stop()
 
     def terminate(self) -> None:
-        for active in self.active.values():
-            active.handle.kill()
-        for handle in self.bare.values():
+        handles = [a.handle for a in self.active.values()] + list(self.bare.values())
+        for handle in handles:
             handle.kill()
+        deadline = time.monotonic() + KILL_GRACE_S + 5.0  # polls send SIGKILL after the grace time
+        while time.monotonic() < deadline and any(h.poll() is None for h in handles):
+            time.sleep(0.2)
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -384,9 +391,7 @@ class CarmaExecutor(BaseExecutor):
             return
         handle = self._start_process(workload, env, result_path, host)
         now = time.time()
-        self.active[ti_key] = _Active(
-            workload.ti, waiting.request, decision.gpu_uuids, handle, now, result_path, waiting.prior_ooms
-        )
+        self.active[ti_key] = _Active(workload.ti, waiting.request, decision.gpu_uuids, handle, now, waiting.prior_ooms)
         self._reserve(waiting.request, decision.gpu_uuids, now)
         self.log.info("Task %s %s", ti_key, decision.summary)
         metrics.placed(self.placer.policy.name, decision.collocated)
@@ -417,8 +422,12 @@ class CarmaExecutor(BaseExecutor):
             self.last_placed[uuid] = now
 
     def _result_path(self, workload: ExecuteTask) -> Path:
+        return self._result_file(str(workload.ti.id))
+
+    def _result_file(self, ti_id: str) -> Path:
+        """Where the try of task instance ``ti_id`` leaves its result (outcome.py)."""
         assert self.settings is not None
-        return Path(self.settings.state_dir) / "results" / f"{workload.ti.id}.json"
+        return Path(self.settings.state_dir) / "results" / f"{ti_id}.json"
 
     def _start_process(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
         from airflow.executors.workloads import ExecuteTask as _ExecuteTask
@@ -529,7 +538,7 @@ class CarmaExecutor(BaseExecutor):
         where = ",".join(active.gpu_uuids)
         if active.prior_ooms + 1 <= self.settings.oom_retries:
             return f"CUDA OOM at {reached} MiB on {where}; retried on a GPU with more free memory"
-        suggest = -(-int(reached * self.recovery.growth + self.recovery.headroom_mib) // 1024)
+        suggest = advised_memory_gib(reached, self.recovery)
         return (
             f"CUDA OOM on {active.prior_ooms + 1} tries, the last at {reached} MiB on {where}; no more OOM retries. "
             f"Declare executor_config={{'carma': {{'memory': '{suggest}GiB'}}}} (or exclusive=True, or a larger "
@@ -591,8 +600,6 @@ class CarmaExecutor(BaseExecutor):
                 gpu_uuids=tuple(rec.gpu_uuids),
                 handle=handle,
                 started_at=rec.started_at.timestamp() if rec.started_at else now,
-                result_path=Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json",
-                adopted=False,
             )
             ended = handle.poll()
             if ended is not None:
@@ -608,7 +615,7 @@ class CarmaExecutor(BaseExecutor):
         from carma_airflow.executor.launch import PidHandle
 
         if rec.host in (self.settings.host, None) and rec.pid is not None and rec.ti_id is not None:
-            return PidHandle(rec.pid, rec.pid_start, Path(self.settings.state_dir) / "results" / f"{rec.ti_id}.json")
+            return PidHandle(rec.pid, rec.pid_start, self._result_file(rec.ti_id))
         reattach = getattr(self.launcher, "reattach", None)
         return reattach(rec) if reattach is not None else None
 
@@ -635,7 +642,6 @@ class CarmaExecutor(BaseExecutor):
                 not_adopted.append(ti)
                 continue
             orphan.ti = ti
-            orphan.adopted = True
             self.active[ti.key] = orphan
             self._by_request[orphan.request.key] = ti.key
             self.running.add(ti.key)

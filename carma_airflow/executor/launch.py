@@ -45,7 +45,8 @@ class TaskHandle(Protocol):
         ...
 
     def kill(self) -> None:
-        """End the try's process and everything it started (the executor records why)."""
+        """Start ending the try's process and everything it started; returns at once (the next
+        polls finish the job and report the end)."""
         ...
 
 
@@ -71,19 +72,29 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
-def _kill_group(pid: int, grace_s: float = 5.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL what is left after ``grace_s``."""
+KILL_GRACE_S = 5.0  # SIGTERM first; what still runs this long after gets SIGKILL
+
+
+class _GroupStop:
+    """Stops a try's process group without blocking the scheduler loop: ``start`` sends SIGTERM,
+    ``escalate`` (called from each poll) sends SIGKILL once the grace time has passed."""
+
+    def __init__(self) -> None:
+        self._kill_at: float | None = None
+
+    def start(self, pid: int) -> None:
+        if self._kill_at is None:
+            _signal_group(pid, signal.SIGTERM)
+            self._kill_at = time.monotonic() + KILL_GRACE_S
+
+    def escalate(self, pid: int) -> None:
+        if self._kill_at is not None and time.monotonic() >= self._kill_at:
+            _signal_group(pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, sig)
 
 
 def _run_in_child(workload: ExecuteTask, env: dict[str, str], server: str) -> None:
@@ -108,6 +119,7 @@ class ForkHandle:
         self.process = process
         self.result_path = result_path
         self._pid_start = process_start_ticks(process.pid) if process.pid else None
+        self._stop = _GroupStop()
 
     @property
     def pid(self) -> int | None:
@@ -119,14 +131,14 @@ class ForkHandle:
 
     def poll(self) -> Ended | None:
         if self.process.is_alive():
+            self._stop.escalate(self.process.pid)
             return None
         self.process.join(timeout=0)
         return Ended(self.process.exitcode, read_result(self.result_path))
 
     def kill(self) -> None:
         if self.process.is_alive() and self.process.pid:
-            _kill_group(self.process.pid)
-        self.process.join(timeout=10)
+            self._stop.start(self.process.pid)
 
 
 class PidHandle:
@@ -140,6 +152,7 @@ class PidHandle:
         self._pid = pid
         self._pid_start = pid_start
         self.result_path = result_path
+        self._stop = _GroupStop()
 
     @property
     def pid(self) -> int | None:
@@ -155,6 +168,7 @@ class PidHandle:
 
     def poll(self) -> Ended | None:
         if self.alive():
+            self._stop.escalate(self._pid)
             return None
         result = read_result(self.result_path)
         if result is None:
@@ -163,7 +177,7 @@ class PidHandle:
 
     def kill(self) -> None:
         if self.alive():
-            _kill_group(self._pid)
+            self._stop.start(self._pid)
 
 
 class LocalLauncher:
@@ -182,4 +196,13 @@ class LocalLauncher:
         return ForkHandle(process, result_path)
 
 
-__all__ = ["Ended", "ForkHandle", "Launcher", "LocalLauncher", "PidHandle", "TaskHandle", "process_start_ticks"]
+__all__ = [
+    "KILL_GRACE_S",
+    "Ended",
+    "ForkHandle",
+    "Launcher",
+    "LocalLauncher",
+    "PidHandle",
+    "TaskHandle",
+    "process_start_ticks",
+]

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from carma_airflow.core.recovery import FailureKind, classify_failure
+from carma_airflow.core.recovery import FailureKind, advised_memory_gib, classify_failure
 from carma_airflow.executor.taskenv import PRIOR_OOMS_ENV
 
 
@@ -38,7 +38,7 @@ class CudaOomRetryPolicy(RetryPolicy):
 
             reached = peak_mib_of_this_process()
             if reached:
-                declare = f"executor_config={{'carma': {{'memory': '{-(-int(reached * 1.25 + 2048) // 1024)}GiB'}}}}"
+                declare = f"executor_config={{'carma': {{'memory': '{advised_memory_gib(reached)}GiB'}}}}"
                 told = f", the last at {reached} MiB; CARMA's OOM retries are spent. Declare {declare}"
             else:
                 told = "; CARMA's OOM retries are spent. Declare more memory in executor_config"

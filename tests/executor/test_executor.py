@@ -149,7 +149,7 @@ def test_next_try_arriving_while_the_crashed_try_is_still_ending_is_planned_afte
     ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.1, "result": oom, "linger": 1.5}})
     first = make_workload("t", config={"memory": "2GiB"})
     submit(ex, first)
-    result = ex.active[first.key].result_path
+    result = ex.active[first.key].handle.result_path  # type: ignore[attr-defined]
     deadline = time.time() + 10
     while not result.exists() and time.time() < deadline:
         time.sleep(0.05)
