@@ -203,16 +203,10 @@ def _report(
             f"{tries[0].estimate_mib} / {last.peak_mib or '-'}",
         )
     states = stack.task_states(DAG_ID, run_id)
-    if "summarise" in states:
-        table.add_row(
-            "summarise (CPU, LocalExecutor)",
-            "-",
-            "-",
-            "-",
-            str(states["summarise"][1]),
-            str(states["summarise"][0]),
-            "-",
-        )
+    for cpu_task in ("prepare_data", "summarise"):
+        if cpu_task in states:
+            state, tries_n = states[cpu_task]
+            table.add_row(f"{cpu_task} (CPU, LocalExecutor)", "-", "-", "-", str(tries_n), str(state), "-")
     console.print(table)
     if records and first_decided is not None:
         ends = [r.ended_at for r in records if r.ended_at]

@@ -50,6 +50,7 @@ from carma_airflow.executor.launch import KILL_GRACE_S, Ended, Launcher, LocalLa
 from carma_airflow.executor.outcome import TryResult
 from carma_airflow.executor.taskenv import gpu_task_env, tenants_seen
 from carma_airflow.executor.view import build_view
+from carma_airflow.executor.writer import StoreWriter
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import GpuTaskConfig, parse_task_config
 
@@ -98,6 +99,7 @@ class CarmaExecutor(BaseExecutor):
     is_local = True
     serve_logs = True
     supports_callbacks = False
+    background_writes = True  # False: every store write inside the heartbeat (bench/pass_cost.py)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -120,7 +122,7 @@ class CarmaExecutor(BaseExecutor):
         # how recent tries of each task ended (try, outcome, peak, estimate, GPUs): recovery
         # plans from memory, so it works while the store is unreachable
         self._recent: dict[tuple[str, str, str, int], list[tuple[int, str, int | None, int, tuple[str, ...]]]] = {}
-        self._pending: deque[tuple[str, tuple[Any, ...]]] = deque()  # store writes waiting for the store
+        self.writer: StoreWriter | None = None  # store writes, off the scheduler loop (writer.py)
         self._faulted_since: dict[str, float] = {}
         self._pass_ms: deque[float] = deque(maxlen=256)
         self._snapshot_at = 0.0
@@ -142,6 +144,7 @@ class CarmaExecutor(BaseExecutor):
             store = Store(settings.store_url)
             store.migrate()
         self.store = store
+        self.writer = StoreWriter(store, background=self.background_writes)
         self.launcher: Launcher = LocalLauncher()
         if settings.dispatch == "celery":
             # GPUs of every host come from their agents through the store; tries go to the
@@ -187,6 +190,8 @@ class CarmaExecutor(BaseExecutor):
         while self.active or self.bare:
             self.sync()
             time.sleep(0.5)
+        if self.writer is not None:
+            self.writer.close()
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -197,6 +202,8 @@ class CarmaExecutor(BaseExecutor):
         deadline = time.monotonic() + KILL_GRACE_S + 5.0  # polls send SIGKILL after the grace time
         while time.monotonic() < deadline and any(h.poll() is None for h in handles):
             time.sleep(0.2)
+        if self.writer is not None:
+            self.writer.close(timeout_s=5.0)
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -437,7 +444,8 @@ class CarmaExecutor(BaseExecutor):
 
     # -- completion ------------------------------------------------------------------------
     def sync(self) -> None:
-        self._flush_store()
+        if self.writer is not None:
+            self.writer.retry()  # inline mode only: the writes an outage held
         self._record_samples()
         for ti_key, handle in list(self.bare.items()):
             ended = handle.poll()
@@ -650,27 +658,9 @@ class CarmaExecutor(BaseExecutor):
 
     # -- store -----------------------------------------------------------------------------
     def _write(self, method: str, *args: Any) -> None:
-        """A store write; while the store is unreachable, kept in order and retried each heartbeat."""
-        if self._pending:
-            self._pending.append((method, args))
-            self._flush_store()
-            return
-        try:
-            getattr(self.store, method)(*args)
-        except CarmaError as exc:
-            self._pending.append((method, args))
-            self.log.warning("carma store unreachable (%s); %d write(s) kept for later", exc, len(self._pending))
-
-    def _flush_store(self) -> None:
-        while self._pending:
-            method, args = self._pending[0]
-            try:
-                getattr(self.store, method)(*args)
-            except CarmaError:
-                return
-            self._pending.popleft()
-            if not self._pending:
-                self.log.info("carma store reachable again; buffered writes done")
+        """A store write, made in order by the writer (held while the store is unreachable)."""
+        assert self.writer is not None
+        self.writer.put(method, *args)
 
     def _record_samples(self, every_s: float = 30.0) -> None:
         """Keep a downsampled history of GPU telemetry (one row per GPU per ``every_s``)."""
@@ -723,7 +713,7 @@ class CarmaExecutor(BaseExecutor):
             waiting=[(w.request, w.last_summary) for w in self.waiting.values()],
             running=len(self.active),
             pass_ms=list(self._pass_ms),
-            pending_writes=len(self._pending),
+            pending_writes=self.writer.pending if self.writer is not None else 0,
             errors={s.uuid: s.error for s in self.monitor.latest().values() if s.error},
         )
         try:
@@ -801,9 +791,10 @@ class _StoredTi:
 
 
 def _worth_recording(waiting: _Waiting, summary: str, now: float) -> bool:
-    """Whether a waiting task's new reason goes to the store and log: its kind changed (numbers
-    left out), or the last write is ``WAIT_RECORD_S`` old.  Remembers the write when it does."""
-    shape = _NUMBERS.sub("#", summary)
+    """Whether a waiting task's new reason goes to the store and log: its kind changed (the
+    headline, numbers left out: which GPUs said no, and why, changes with every placement on a
+    busy cluster), or the last write is ``WAIT_RECORD_S`` old.  Remembers the write when it does."""
+    shape = _NUMBERS.sub("#", summary.split(" (", 1)[0])
     if shape == waiting.recorded_shape and now - waiting.recorded_at < WAIT_RECORD_S:
         return False
     waiting.recorded_shape, waiting.recorded_at = shape, now

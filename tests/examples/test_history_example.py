@@ -97,6 +97,7 @@ def run_to_end(ex: CarmaExecutor, key: Any, timeout: float = 30.0) -> None:
         ex.monitor.sample_once()  # type: ignore[union-attr]
         ex.sync()
         if key not in ex.active and key not in ex.waiting:
+            assert ex.writer is not None and ex.writer.flush()  # its records reach the store
             return
         time.sleep(0.05)
     raise AssertionError(f"{key} did not finish")

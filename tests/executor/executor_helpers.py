@@ -103,12 +103,14 @@ def submit(ex: CarmaExecutor, *workloads: ExecuteTask) -> None:
     ex.trigger_tasks(ex.parallelism - len(ex.running))  # what heartbeat() offers
 
 
-def run_until(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 20.0) -> None:
+def run_until(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 20.0, *, flush: bool = True) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         ex.monitor.sample_once()  # type: ignore[union-attr]
         ex.sync()
         if done():
+            # what the executor did is in the store once its writer has caught up (writer.py)
+            assert not flush or ex.writer is None or ex.writer.flush(), "the store writer did not catch up"
             return
         time.sleep(0.05)
     raise AssertionError("condition not reached")

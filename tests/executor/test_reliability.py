@@ -131,6 +131,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     submit(first, long, short)
     long_gpu = first.active[long.key].gpu_uuids
     time.sleep(1.0)  # "short" ends while no executor watches it
+    assert first.writer is not None and first.writer.flush()  # the launches were recorded
     # the executor dies: nothing of it runs any more, its task processes do
     first.monitor.stop()
     first.active.clear()
@@ -194,9 +195,9 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
     during = [make_workload(f"during{i}", config={"memory": "4GiB"}) for i in range(6)]
     submit(ex, *during)
     assert len(ex.active) == 6  # placed from memory
-    run_until(ex, lambda: not ex.active)
+    run_until(ex, lambda: not ex.active, flush=False)
     # kept in order: per task its waiting and running records, its end and its learned peak
-    assert len(ex._pending) == 4 * len(during)
+    assert ex.writer is not None and ex.writer.pending == 4 * len(during)
     while time.time() - cut < OUTAGE_S:
         ex.sync()
         time.sleep(0.5)
@@ -204,12 +205,12 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
     assert all(events[w.key][0] == TaskInstanceState.SUCCESS for w in during)
 
     proxy.up()
-    run_until(ex, lambda: not ex._pending, timeout=30)
+    run_until(ex, lambda: ex.writer is not None and ex.writer.pending == 0, timeout=30)
     records = {p.task_id: p for p in ex.store.placements()}
     assert set(records) == {"before"} | {w.ti.task_id for w in during}
     assert all(r.outcome == TryOutcome.SUCCESS and r.gpu_uuids and r.pid for r in records.values())
     assert ex.store.peaks("dag", "during0") == [1000]  # learned memory reached the store too
-    assert _snapshot(ex)["pending_store_writes"] == 0
+    run_until(ex, lambda: _snapshot(ex)["pending_store_writes"] == 0, timeout=5)  # the UI sees it next
 
 
 def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minute() -> None:
@@ -220,6 +221,7 @@ def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minut
     w = _Waiting(workload=None, config=None, request=None)  # type: ignore[arg-type]
     assert _worth_recording(w, "waiting: no GPU with 6.0 GiB free (7 tenant-cap, 1 memory)", 100.0)
     assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (6 tenant-cap, 2 memory)", 101.0)
+    assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (8 memory)", 101.5)  # same headline
     assert _worth_recording(w, "waiting: no idle GPU (4 not-idle)", 102.0)  # another kind of reason
     assert not _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S - 1)
     assert _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S)
