@@ -130,9 +130,10 @@ class GiveUp:
 
 
 def advised_memory_gib(reached_mib: int, settings: RecoverySettings = RecoverySettings()) -> int:
-    """What to declare once a task's OOM retries are spent: the memory its last try reached, grown
-    and with headroom, in whole GiB (rounded up)."""
-    return -(-int(reached_mib * settings.growth + settings.headroom_mib) // 1024)
+    """What to declare once a task's OOM retries are spent: the memory its last try reached,
+    grown, in whole GiB (rounded up).  No headroom: the placer adds ``headroom_mib`` to a declared
+    memory itself, so advice that included it would count it twice."""
+    return math.ceil(reached_mib * settings.growth / 1024)
 
 
 def plan_recovery(
@@ -150,7 +151,7 @@ def plan_recovery(
         return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
     reached = peak_mib if peak_mib is not None else request.memory.mib
     if oom_retries_done >= settings.max_oom_retries:
-        advise = math.ceil(reached * settings.growth / 1024.0)
+        advise = advised_memory_gib(reached, settings)
         return GiveUp(
             f"CUDA OOM on {oom_retries_done + 1} tries; the last reached {format_mib(reached)} per GPU. "
             f"Declare memory of at least {advise}GiB in executor_config or use a larger GPU."

@@ -28,6 +28,10 @@ def _why(args: argparse.Namespace) -> None:
     _forward(["why", args.task, *(["--json"] if args.json else [])])
 
 
+def _hosts(args: argparse.Namespace) -> None:
+    _forward(["hosts", *(["--json"] if args.json else [])])
+
+
 def _agent(args: argparse.Namespace) -> None:
     _forward(["agent", *(["--once"] if args.once else [])])
 
@@ -50,6 +54,12 @@ def carma_cli_commands() -> list[Any]:
                 ),
                 ActionCommand(
                     name="why", help="why a task waits or went where it went", func=_why, args=(task, as_json)
+                ),
+                ActionCommand(
+                    name="hosts",
+                    help="GPU hosts of Celery dispatch: heartbeats, GPUs, running tries",
+                    func=_hosts,
+                    args=(as_json,),
                 ),
                 ActionCommand(
                     name="agent",
