@@ -141,6 +141,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
 
     second = executor_factory(gpus="2xA100-40GB")
     assert set(second.orphans) == {first_key(long)}  # short ended: closed from its result file
+    assert second.writer is not None and second.writer.flush()
     short_rec = second.store.latest_for("dag", "short")[0]
     assert short_rec.outcome == TryOutcome.SUCCESS
     # the running try keeps its GPU reserved before the scheduler hands it over
