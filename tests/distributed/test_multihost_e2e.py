@@ -1,5 +1,8 @@
 """Two GPU hosts behind Airflow's Celery workers, a real scheduler: placement spreads tries over
-both hosts, and killing one host's worker mid-run loses no task (retried on the other host)."""
+both hosts, and killing one host's worker mid-run loses no task (retried on the other host).
+
+Run twice: Redis as broker and result backend, and RabbitMQ as broker with Celery's results in
+PostgreSQL (the database result backend, ``db+postgresql+psycopg://``)."""
 
 from __future__ import annotations
 
@@ -107,9 +110,31 @@ class Host:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, redis_url: str) -> Iterator[tuple[AirflowStack, dict[str, Host], Store]]:
+def _celery_urls(request: pytest.FixtureRequest, db: str) -> tuple[str, str]:
+    """Broker and result backend: Redis for both, or RabbitMQ with results in PostgreSQL."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        return url, url
+    return request.getfixturevalue("rabbitmq_url"), "db+" + db
+
+
+def _delete_queues(broker: str, names: list[str]) -> None:
+    """RabbitMQ keeps a declared queue after its consumers leave: remove this test's."""
+    if not broker.startswith("amqp"):
+        return
+    from kombu import Connection
+
+    with Connection(broker, connect_timeout=5) as conn:
+        channel = conn.default_channel
+        for name in names:
+            with contextlib.suppress(Exception):
+                channel.queue_delete(name)
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[AirflowStack, dict[str, Host], Store]]:
     db = make_pg_database("carma_mh")
+    broker, results = _celery_urls(request, db)
     tag = secrets.token_hex(3)
     stack = AirflowStack(
         tmp_path / "home",
@@ -121,8 +146,8 @@ def cluster(tmp_path: Path, redis_url: str) -> Iterator[tuple[AirflowStack, dict
         queue_prefix=f"carma-{tag}-",
         host_timeout_seconds="15",  # a loaded 2-core machine can delay a heartbeat by several seconds
         sample_period="0.5",
-        AIRFLOW__CELERY__BROKER_URL=redis_url,
-        AIRFLOW__CELERY__RESULT_BACKEND=redis_url,
+        AIRFLOW__CELERY__BROKER_URL=broker,
+        AIRFLOW__CELERY__RESULT_BACKEND=results,
         AIRFLOW__CELERY__EXTRA_CELERY_CONFIG=json.dumps({"imports": ["carma_airflow.distributed.celery_tasks"]}),
         AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT="3600",
     )
@@ -139,6 +164,7 @@ def cluster(tmp_path: Path, redis_url: str) -> Iterator[tuple[AirflowStack, dict
             host.stop()
         stack.stop()
         store.close()
+        _delete_queues(broker, [h.queue for h in hosts.values()])
         drop_pg_database(db)
 
 
