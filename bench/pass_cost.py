@@ -16,7 +16,6 @@ scheduling pass inside it, launches per pass, and the wall time to drain; then t
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import platform
 import random
@@ -32,7 +31,8 @@ from typing import Any
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "bench-secret")
+os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "carma-pass-cost-bench-" * 3)
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # not one line per placement
 
 from airflow.executors.base_executor import BaseExecutor
 from airflow.executors.workloads import ExecuteTask
@@ -160,7 +160,6 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     BaseExecutor.run_workload = staticmethod(_child)  # type: ignore[method-assign,assignment]
-    logging.getLogger("carma_airflow").setLevel(logging.WARNING)  # one line per placement otherwise
 
     print(f"{platform.node()}: {os.cpu_count()} CPUs, {args.tasks} tasks, {args.gpus}, store {args.db}")
     rows = {"inline": run_mode(False, args), "background": run_mode(True, args)}
