@@ -473,6 +473,7 @@ class CarmaExecutor(BaseExecutor):
             metrics.decision_time(took_ms)
         metrics.waiting(len(self.waiting))
         metrics.running(len(self.active))
+        metrics.pending_writes(self.writer.pending if self.writer is not None else 0)
         self._publish_snapshot()
 
     def _release(self, active: _Active) -> None:

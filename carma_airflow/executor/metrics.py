@@ -35,6 +35,7 @@ PLACEMENTS = f"{PREFIX}.placements"
 SHARED_PLACEMENTS = f"{PREFIX}.shared_placements"
 WAITING = f"{PREFIX}.waiting"
 RUNNING = f"{PREFIX}.running"
+PENDING_WRITES = f"{PREFIX}.store.pending_writes"
 WAIT_TIME = f"{PREFIX}.wait_time"
 OOM = f"{PREFIX}.oom"
 NEVER_FITS = f"{PREFIX}.never_fits"
@@ -65,6 +66,7 @@ ALL_METRICS: dict[str, str] = {
     SHARED_PLACEMENTS: "c",
     WAITING: "g",
     RUNNING: "g",
+    PENDING_WRITES: "g",
     WAIT_TIME: "ms",
     OOM: "c",
     NEVER_FITS: "c",
@@ -134,6 +136,11 @@ def running(count: int) -> None:
     stats.gauge(RUNNING, count)
 
 
+def pending_writes(count: int) -> None:
+    """Store writes held by the executor's writer: above zero for long means the store is unreachable."""
+    stats.gauge(PENDING_WRITES, count)
+
+
 def wait_seconds(seconds: float) -> None:
     """How long a task waited, from hand-over to placement (a timer, sent in milliseconds)."""
     stats.timing(WAIT_TIME, timedelta(seconds=max(0.0, seconds)))
@@ -171,6 +178,7 @@ __all__ = [
     "gpu_key",
     "never_fits",
     "oom",
+    "pending_writes",
     "placed",
     "recovery",
     "running",

@@ -175,6 +175,12 @@ def test_tags_reach_statsd_when_influxdb_tags_are_on(statsd: Listener, monkeypat
     assert len(got) == 10
 
 
+def test_held_store_writes_are_a_gauge(statsd: Listener) -> None:
+    metrics.pending_writes(24)
+    metrics.pending_writes(0)
+    assert statsd.receive(2) == ["airflow.carma.store.pending_writes:24|g", "airflow.carma.store.pending_writes:0|g"]
+
+
 def test_an_unknown_recovery_outcome_is_dropped_not_raised(statsd: Listener) -> None:
     metrics.recovery("exploded")  # type: ignore[arg-type]
     metrics.waiting(0)
