@@ -28,8 +28,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "carma-pass-cost-bench-" * 3)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # not one line per placement
@@ -38,13 +36,12 @@ from airflow.executors.base_executor import BaseExecutor
 from airflow.executors.workloads import ExecuteTask
 from airflow.executors.workloads.base import BundleInfo
 from airflow.executors.workloads.task import TaskInstanceDTO
+from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh database on 127.0.0.1:5432
 
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.executor.outcome import TryResult, write_result
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
-
-PG_ADMIN = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
 def _child(workload: ExecuteTask, **_: Any) -> int:
@@ -80,29 +77,9 @@ def _workloads(n: int, seed: int) -> list[ExecuteTask]:
     return out
 
 
-def _store_url(db: str, home: Path) -> tuple[str, str | None]:
-    if db == "sqlite":
-        return f"sqlite:///{home / 'carma.db'}", None
-    name = f"carma_pass_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name, name
-
-
-def _drop(name: str | None) -> None:
-    if name is None:
-        return
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
 def run_mode(background: bool, args: argparse.Namespace) -> dict[str, float]:
     home = Path(tempfile.mkdtemp(prefix="carma-pass-"))
-    url, db_name = _store_url(args.db, home)
+    db_name, url = (None, f"sqlite:///{home / 'carma.db'}") if args.db == "sqlite" else make_pg_database()
     try:
         values = {
             "gpu_backend": "simulated",
@@ -147,7 +124,8 @@ def run_mode(background: bool, args: argparse.Namespace) -> dict[str, float]:
             "recorded": recorded,
         }
     finally:
-        _drop(db_name)
+        if db_name is not None:
+            drop_pg_database(db_name)
         shutil.rmtree(home, ignore_errors=True)
 
 

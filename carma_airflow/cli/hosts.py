@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -40,9 +41,7 @@ def host_rows(hosts: list[Any], running: dict[str, int], timeout_s: float, now: 
             problems.append(f"worker silent for {worker_age:.0f} s")
         used = sum(int(str(g.get("memory_used_mib") or 0)) for g in h.gpus)
         total = sum(int(str(g.get("memory_total_mib") or 0)) for g in h.gpus)
-        models: dict[str, int] = {}
-        for g in h.gpus:
-            models[str(g.get("name", "?"))] = models.get(str(g.get("name", "?")), 0) + 1
+        models = Counter(str(g.get("name", "?")) for g in h.gpus)
         rows.append(
             {
                 "host": h.host,
@@ -70,9 +69,7 @@ def hosts_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")
     store = _store(settings)
     try:
         hosts = store.hosts()
-        running: dict[str, int] = {}
-        for d in store.dispatches(state="sent", limit=100_000):
-            running[d.host] = running.get(d.host, 0) + 1
+        running = store.dispatch_counts("sent")
     finally:
         store.close()
     rows = host_rows(hosts, running, settings.host_timeout_seconds, datetime.now(UTC))

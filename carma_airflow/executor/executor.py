@@ -473,7 +473,7 @@ class CarmaExecutor(BaseExecutor):
             metrics.decision_time(took_ms)
         metrics.waiting(len(self.waiting))
         metrics.running(len(self.active))
-        metrics.pending_writes(self.writer.pending if self.writer is not None else 0)
+        metrics.pending_writes(self._pending_writes)
         self._publish_snapshot()
 
     def _release(self, active: _Active) -> None:
@@ -658,6 +658,10 @@ class CarmaExecutor(BaseExecutor):
         return not_adopted
 
     # -- store -----------------------------------------------------------------------------
+    @property
+    def _pending_writes(self) -> int:
+        return self.writer.pending if self.writer is not None else 0
+
     def _write(self, method: str, *args: Any) -> None:
         """A store write, made in order by the writer (held while the store is unreachable)."""
         assert self.writer is not None
@@ -714,7 +718,7 @@ class CarmaExecutor(BaseExecutor):
             waiting=[(w.request, w.last_summary) for w in self.waiting.values()],
             running=len(self.active),
             pass_ms=list(self._pass_ms),
-            pending_writes=self.writer.pending if self.writer is not None else 0,
+            pending_writes=self._pending_writes,
             errors={s.uuid: s.error for s in self.monitor.latest().values() if s.error},
         )
         try:

@@ -692,6 +692,14 @@ class Store:
         with self._session() as session:
             return [_dispatch_record(row) for row in session.scalars(stmt)]
 
+    def dispatch_counts(self, state: str) -> dict[str, int]:
+        """How many dispatches are in ``state``, per host (one grouped query, not the rows)."""
+        if state not in DISPATCH_STATES:
+            raise RecordError(f"dispatch state must be one of {', '.join(DISPATCH_STATES)}, not {state!r}")
+        stmt = select(DispatchRow.host, func.count()).where(DispatchRow.state == state).group_by(DispatchRow.host)
+        with self._session() as session:
+            return {host: int(n) for host, n in session.execute(stmt)}
+
     def end_dispatch(self, key: str, at: Moment, state: str, reason: str | None = None) -> bool:
         """A sent try ended (``ended``) or its host was lost (``lost``).  False if it was not ``sent``.
 

@@ -64,3 +64,14 @@ def test_a_lost_dispatch_stays_lost_when_the_worker_answers_late(store: Store) -
         store.end_dispatch("d/t/r/-1/2", T0, "sent")
     with pytest.raises(RecordError, match="unknown dispatch state"):
         store.record_dispatch(DispatchRecord("x", "a", "q", "c", T0, state="gone"))
+
+
+def test_dispatch_counts_per_host_in_one_state(store: Store) -> None:
+    for i, h in enumerate(["a", "a", "b"]):
+        store.record_dispatch(DispatchRecord(f"d/t{i}/r/-1/1", h, f"carma-{h}", f"c{i}", T0))
+    store.end_dispatch("d/t1/r/-1/1", T0 + timedelta(seconds=5), "ended")
+    assert store.dispatch_counts("sent") == {"a": 1, "b": 1}
+    assert store.dispatch_counts("ended") == {"a": 1}
+    assert store.dispatch_counts("lost") == {}
+    with pytest.raises(RecordError, match="dispatch state"):
+        store.dispatch_counts("running")
