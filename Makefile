@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo compare test lint typecheck unit bench clean
+.PHONY: demo compare test prereqs lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,9 +22,15 @@ compare: $(STAMP)
 	mkdir -p out
 	$(BIN)/carma compare --trace t1 --gpus 4xA100-40GB --plot out/compare_t1.png
 
-## test: set up, then lint, type-check and run the whole test suite (what CI runs):
-## unit tests in parallel, then the end-to-end tests (real Airflow: SQLite, PostgreSQL, Celery, Chromium) serially
-test: $(STAMP) lint typecheck unit
+## test: provide what the suite needs (prereqs), set up, then lint, type-check and run the whole test suite
+## (what CI runs): unit tests in parallel, then the end-to-end tests (real Airflow: SQLite, PostgreSQL,
+## Celery, Chromium) serially
+test: prereqs $(STAMP) lint typecheck unit
+
+## prereqs: Debian's chromium + chromedriver and PostgreSQL, Redis, RabbitMQ on loopback: installed or
+## started when missing (as root or with passwordless sudo), else one line saying what to do (tools/test-prereqs)
+prereqs:
+	tools/test-prereqs
 
 lint: $(STAMP)
 	$(BIN)/ruff check carma_airflow tests bench dags
@@ -33,7 +39,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) prereqs
 	$(BIN)/pytest -q -n 2 -m "not e2e"
 	$(BIN)/pytest -q -m e2e
 
