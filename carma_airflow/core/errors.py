@@ -27,6 +27,12 @@ class NeverFitsError(CarmaError):
     """A task can never be placed on the given GPUs (too many GPUs or too much memory)."""
 
 
+class TaskRefusedError(CarmaError):
+    """CarmaExecutor will not run this try (it can never be placed, or its executor_config is
+    invalid): raised inside the task process, so the try fails with the reason in its own log and
+    Airflow applies the author's ``retries`` to it like to any other failure."""
+
+
 def brief(value: object, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for quoting user input in an error message.
 

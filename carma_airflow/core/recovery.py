@@ -129,6 +129,16 @@ class GiveUp:
     reason: str
 
 
+def author_retry_left(try_number: int, prior_oom_tries: int, author_retries: int) -> bool:
+    """Whether a try that fails for any reason but a CUDA OOM may be retried.
+
+    CUDA OOM tries have a budget of their own; every other failure (an exception, a kill by a
+    signal, a refusal) counts against the author's ``retries``: the tries of this run that did not
+    end in an OOM, this one included, must not be more than them.
+    """
+    return try_number - prior_oom_tries <= author_retries
+
+
 def advised_memory_gib(reached_mib: int, settings: RecoverySettings = RecoverySettings()) -> int:
     """What to declare once a task's OOM retries are spent: the memory its last try reached,
     grown, in whole GiB (rounded up).  No headroom: the placer adds ``headroom_mib`` to a declared

@@ -2,23 +2,37 @@
 
 Runs wherever DAGs are parsed (dag-processor, and the worker before a task runs).  An invalid
 ``executor_config`` fails *that task* with a message naming the field and what to write: the
-task's ``execute`` is replaced by one raising AirflowFailException, so the rest of the DAG runs
-and the message is the first line of the task's log.  With ``[carma] strict_validation = True``
-the whole DAG fails to import instead (AirflowClusterPolicyViolation).  The ``gpu_task()``
-helper validates where the DAG is written, so helper users see mistakes at import time.
+task's ``execute`` is replaced by one raising TaskRefusedError, so the rest of the DAG runs, the
+message is in the task's log, and the author's own ``retries`` apply.  With ``[carma]
+strict_validation = True`` the whole DAG fails to import instead (AirflowClusterPolicyViolation).
+The ``gpu_task()`` helper validates where the DAG is written, so helper users see mistakes at
+import time.
+
+Retries: a CUDA OOM gets ``[carma] oom_retries`` tries of its own, on top of the author's
+``retries``.  Airflow decides at the start of a try whether it may be retried (from
+``max_tries``), so the policy raises ``retries`` by ``oom_retries`` and attaches
+CudaOomRetryPolicy, which holds every other exception to the author's count; the author's count
+also travels in ``executor_config`` (AUTHOR_RETRIES_KEY) so that the executor can hold a try
+killed by a signal to it too (launch.py).  A try the executor refuses (never fits) runs as a
+process that fails at once with the reason: the worker's parse of the DAG sees REFUSED_ENV.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
 from typing import Any
 
 from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
 
-from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.errors import ConfigError, TaskRefusedError
 from carma_airflow.settings import option_default
 from carma_airflow.task_config import EXECUTOR_NAME, parse_task_config
+
+AUTHOR_RETRIES_KEY = "carma_author_retries"  # top-level executor_config key, written by this policy
+REFUSED_ENV = "CARMA_REFUSED"  # JSON {"dag_id", "task_id", "reason"}: the executor will not run this try
 
 
 def is_carma_task(task: Any) -> bool:
@@ -43,32 +57,79 @@ def _strict() -> bool:
 
 
 def _fail_at_run(task: Any, message: str) -> None:
-    from airflow.sdk.exceptions import AirflowFailException
+    """Make the task fail when it runs, with ``message`` in its log; the author's retries apply."""
 
-    def execute(*args: Any, **kwargs: Any) -> None:
-        raise AirflowFailException(f"CARMA cannot run this task: {message}")
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TaskRefusedError(f"CARMA cannot run this task: {message}")
 
-    task.retries = 0
-    task.execute = execute
+    partial_kwargs = getattr(task, "partial_kwargs", None)
+    if isinstance(partial_kwargs, dict):  # a mapped task: each instance is built from partial_kwargs
+        partial_kwargs["pre_execute"] = refuse
+    else:
+        task.execute = refuse
+
+
+def refusal_env(dag_id: str, task_id: str, reason: str) -> dict[str, str]:
+    """The environment of a try the executor refuses: no GPU, and the reason for the worker's parse."""
+    text = " ".join(reason.split())[:4000]
+    return {"CUDA_VISIBLE_DEVICES": "", REFUSED_ENV: json.dumps({"dag_id": dag_id, "task_id": task_id, "reason": text})}
+
+
+def _refused_reason(task: Any) -> str | None:
+    """Why the executor refused the try this process runs, if it did and this is its task."""
+    raw = os.environ.get(REFUSED_ENV)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("task_id") != getattr(task, "task_id", None):
+        return None
+    if data.get("dag_id") != getattr(task, "dag_id", data.get("dag_id")):
+        return None
+    reason = data.get("reason")
+    return reason if isinstance(reason, str) else "refused by CarmaExecutor"
+
+
+def _set_executor_config(task: Any, config: dict[str, Any]) -> None:
+    partial_kwargs = getattr(task, "partial_kwargs", None)
+    if isinstance(partial_kwargs, dict):
+        partial_kwargs["executor_config"] = config
+    else:
+        task.executor_config = config
 
 
 @hookimpl
 def task_policy(task: Any) -> None:
     if not is_carma_task(task):
         return
+    executor_config = getattr(task, "executor_config", None)
     try:
-        parse_task_config(getattr(task, "executor_config", None), where=f"task {task.task_id!r}: executor_config")
+        parse_task_config(executor_config, where=f"task {task.task_id!r}: executor_config")
     except ConfigError as exc:
         if _strict():
             raise AirflowClusterPolicyViolation(str(exc)) from None
         _fail_at_run(task, str(exc))
         return
-    if getattr(task, "_carma_policy_applied", False):
-        return
-    from carma_airflow.executor.retry import CudaOomRetryPolicy
+    if not getattr(task, "_carma_policy_applied", False):
+        from carma_airflow.executor.retry import CudaOomRetryPolicy
 
-    oom_retries, delay = _oom_settings()
-    author = int(getattr(task, "retries", 0) or 0)
-    task.retries = author + oom_retries
-    task.retry_policy = CudaOomRetryPolicy(author, oom_retries, delay)
-    task._carma_policy_applied = True
+        oom_retries, delay = _oom_settings()
+        author = int(getattr(task, "retries", 0) or 0)
+        task.retries = author + oom_retries
+        task.retry_policy = CudaOomRetryPolicy(author, oom_retries, delay)
+        # a copy: default_args may share one dict between many tasks
+        _set_executor_config(task, {**(executor_config or {}), AUTHOR_RETRIES_KEY: author})
+        task._carma_policy_applied = True
+    reason = _refused_reason(task)
+    if reason is not None:
+        _fail_at_run(task, reason)
+
+
+def author_retries_of(executor_config: Any) -> int | None:
+    """The author's own ``retries`` as this policy recorded them (None: a DAG parsed without it)."""
+    if not isinstance(executor_config, dict):
+        return None
+    value = executor_config.get(AUTHOR_RETRIES_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -101,8 +101,11 @@ def _run_in_child(workload: ExecuteTask, env: dict[str, str], server: str) -> No
     """Body of the per-task process: own session, this try's devices, then run it like LocalExecutor."""
     from airflow.executors.base_executor import BaseExecutor
 
+    from carma_airflow.executor.killguard import install_kill_guard
+
     os.setsid()  # survives an executor restart; killed as a group
     os.environ.update(env)
+    install_kill_guard()
     code = BaseExecutor.run_workload(
         workload,
         server=server,

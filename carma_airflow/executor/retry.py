@@ -1,9 +1,10 @@
 """Retry policy attached to GPU tasks: CUDA OOM gets its own bounded retries.
 
 Runs in the task process with the real exception.  A CUDA OOM is retried (short delay, with a
-reason that shows in the Airflow UI) while OOM tries remain; any other failure follows the
-author's own ``retries`` and then fails, even though the cluster policy raised ``retries`` to
-make room for OOM tries.
+reason that shows in the Airflow UI) while OOM tries remain; any other failure (a GPU that
+failed under the task and a refusal by the executor included) follows the author's own
+``retries`` and then fails, even though the cluster policy raised ``retries`` to make room for
+OOM tries.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from carma_airflow.core.recovery import FailureKind, advised_memory_gib, classify_failure
+from carma_airflow.core.recovery import FailureKind, advised_memory_gib, author_retry_left, classify_failure
 from carma_airflow.executor.taskenv import PRIOR_OOMS_ENV
 
 
@@ -43,13 +44,13 @@ class CudaOomRetryPolicy(RetryPolicy):
             else:
                 told = "; CARMA's OOM retries are spent. Declare more memory in executor_config"
             return RetryDecision.fail(reason=f"CUDA out of memory on {prior_ooms + 1} tries{told} (or exclusive=True)")
-        if failure.kind is FailureKind.GPU_FAULT and try_number < max_tries:
-            return RetryDecision.retry(
-                delay=timedelta(seconds=self.oom_delay_s),
-                reason=f"the GPU failed under the task ({failure.evidence}); CARMA retries it on a healthy GPU",
-            )
         other_failures = try_number - prior_ooms  # tries that failed for other reasons, this one included
-        if other_failures <= self.author_retries:
+        if author_retry_left(try_number, prior_ooms, self.author_retries):
+            if failure.kind is FailureKind.GPU_FAULT:
+                return RetryDecision.retry(
+                    reason=f"the GPU failed under the task ({failure.evidence}); CARMA retries it on a healthy GPU "
+                    f"(author's retry {other_failures} of {self.author_retries})"
+                )
             return RetryDecision.retry(
                 reason=f"{failure.kind.value}: author's retry {other_failures} of {self.author_retries}"
             )

@@ -35,6 +35,7 @@ def make_workload(
     config: dict[str, Any] | None = None,
     run_id: str = "run1",
     dag_id: str = "dag",
+    author_retries: int | None = None,
 ) -> ExecuteTask:
     ti = TaskInstanceDTO(
         id=uuid.uuid4(),
@@ -46,11 +47,19 @@ def make_workload(
         map_index=-1,
         pool_slots=1,
         priority_weight=1,
-        executor_config={"carma": config} if config is not None else None,
+        executor_config=_executor_config(config, author_retries),
     )
     return ExecuteTask(
         ti=ti, dag_rel_path=Path("dag.py"), token="old-token", log_path=None, bundle_info=BundleInfo(name="dags")
     )
+
+
+def _executor_config(config: dict[str, Any] | None, author_retries: int | None) -> dict[str, Any] | None:
+    """What the scheduler hands over: the DAG's block, and the author's retries the cluster policy recorded."""
+    out: dict[str, Any] = {} if config is None else {"carma": config}
+    if author_retries is not None:
+        out["carma_author_retries"] = author_retries
+    return out or None
 
 
 def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
@@ -67,6 +76,8 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
             "TF_FORCE_GPU_ALLOW_GROWTH",
             "CARMA_CONFIG_ERROR",
             "CARMA_PRIOR_OOM_TRIES",
+            "CARMA_REFUSED",
+            "CARMA_RETRY_ON_KILL",
         )
     }
     env["token"] = workload.token

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from airflow.utils.state import TaskInstanceState
 from executor_helpers import make_workload, run_until, seen_env, submit
@@ -70,14 +72,32 @@ def test_invalid_config_runs_without_gpu_and_carries_the_message(executor_factor
     assert "write an integer" in env["CARMA_CONFIG_ERROR"]
 
 
-def test_never_fitting_task_fails_at_once_with_the_reason(executor_factory) -> None:
+def test_never_fitting_task_runs_as_a_process_that_fails_with_the_reason(executor_factory) -> None:
     ex = executor_factory(gpus="2xA100-40GB")
-    w = make_workload("wide", config={"gpus": 4})
+    w = make_workload("wide", config={"gpus": 4}, author_retries=0)
     submit(ex, w)
-    events = ex.get_event_buffer()
-    assert events[w.key][0] == TaskInstanceState.FAILED
-    assert "never fits" in str(events[w.key][1])
+    assert w.key in ex.bare and not ex.waiting  # decided in the first pass, not left waiting
+    run_until(ex, lambda: not ex.bare)
+    env = seen_env("wide")
+    refused = json.loads(env["CARMA_REFUSED"])
+    assert (refused["dag_id"], refused["task_id"]) == ("dag", "wide")
+    assert refused["reason"].startswith("never fits: asks for 4 GPUs")
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["CARMA_RETRY_ON_KILL"] == "0"
     assert w.key not in ex.running
+
+
+def test_a_killed_try_may_retry_only_within_the_authors_retries(executor_factory) -> None:
+    ex = executor_factory(gpus="2xA100-40GB")
+    plain, once, again = (
+        make_workload("plain", config={"memory": "1GiB"}, author_retries=0),
+        make_workload("once", config={"memory": "1GiB"}, author_retries=1),
+        make_workload("again", try_number=2, config={"memory": "1GiB"}, author_retries=1),
+    )
+    submit(ex, plain, once, again)
+    run_until(ex, lambda: not ex.active)
+    assert seen_env("plain")["CARMA_RETRY_ON_KILL"] == "0"
+    assert seen_env("once")["CARMA_RETRY_ON_KILL"] == "1"
+    assert seen_env("again", 2)["CARMA_RETRY_ON_KILL"] == "0"  # try 1 failed (no OOM): the one retry is spent
 
 
 def test_oom_is_recorded_and_the_next_try_goes_elsewhere_with_more_memory(executor_factory) -> None:

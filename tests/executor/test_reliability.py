@@ -7,6 +7,7 @@ task supervisor is the conftest's fake at ``run_workload``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 from airflow.utils.state import TaskInstanceState
-from executor_helpers import make_workload, run_until, submit
+from executor_helpers import make_workload, run_until, seen_env, submit
 from private_pg import PrivatePostgres
 from tcp_proxy import TcpProxy
 
@@ -122,9 +123,12 @@ def test_a_task_that_can_never_fit_fails_at_once(executor_factory, config, why) 
     ex = executor_factory(gpus="2xA100-40GB")
     w = make_workload("t", config=config)
     submit(ex, w)
-    state, info = ex.get_event_buffer()[w.key]
-    assert state == TaskInstanceState.FAILED and why in str(info)
-    assert not ex.waiting and w.key not in ex.running
+    assert not ex.waiting and w.key in ex.bare  # refused in the first pass: its process fails with the reason
+    run_until(ex, lambda: not ex.bare)
+    assert why in json.loads(seen_env("t")["CARMA_REFUSED"])["reason"]
+    rec = ex.store.latest_for("dag", "t")[0]
+    assert rec.outcome.value == "failed" and rec.summary.startswith("never fits") and why in rec.summary
+    assert w.key not in ex.running
 
 
 def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executor_factory) -> None:

@@ -44,13 +44,23 @@ def test_the_final_oom_message_says_what_memory_was_reached_and_what_to_declare(
     assert "on 3 tries, the last at 30000 MiB" in last.reason and "'memory': '37GiB'" in last.reason
 
 
-def test_a_gpu_fault_is_retried_on_a_healthy_gpu_while_tries_remain(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gpu_fault_is_retried_on_a_healthy_gpu_within_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
-    policy = CudaOomRetryPolicy(author_retries=0, oom_retries=2)
     fault = RuntimeError("CUDA error: unspecified launch failure on GPU-SIM-0001 (simulated GPU fault: Xid 79)")
-    d = policy.evaluate(fault, 1, 2)
+    d = CudaOomRetryPolicy(author_retries=1, oom_retries=2).evaluate(fault, 1, 3)
     assert d.action is RetryAction.RETRY and "healthy GPU" in d.reason
-    assert policy.evaluate(fault, 3, 3).action is RetryAction.FAIL  # every try used
+    # not an OOM: the OOM tries the cluster policy added (max_tries 2) are not the author's
+    assert CudaOomRetryPolicy(author_retries=0, oom_retries=2).evaluate(fault, 1, 2).action is RetryAction.FAIL
+    assert CudaOomRetryPolicy(author_retries=1, oom_retries=2).evaluate(fault, 2, 3).action is RetryAction.FAIL
+
+
+def test_a_refused_try_follows_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from carma_airflow.core.errors import TaskRefusedError
+
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
+    refused = TaskRefusedError("CARMA cannot run this task: never fits: needs 100.0 GiB per GPU")
+    assert CudaOomRetryPolicy(author_retries=0, oom_retries=2).evaluate(refused, 1, 2).action is RetryAction.FAIL
+    assert CudaOomRetryPolicy(author_retries=1, oom_retries=2).evaluate(refused, 1, 3).action is RetryAction.RETRY
 
 
 def test_other_failures_follow_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:
