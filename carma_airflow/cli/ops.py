@@ -50,9 +50,31 @@ def _record_dict(rec: Any) -> dict[str, Any]:
     return {k: _plain(v) for k, v in asdict(rec).items()}
 
 
+WideOpt = Annotated[bool, typer.Option("--wide", help="never shorten a cell, even on a narrow terminal")]
+_UNLIMITED = 100_000  # columns: a table never needs more, so no cell is shortened
+
+
+def _table_console(wide: bool, terminal_width: int | None = None) -> Console:
+    """Where a table goes.  A terminal gets a table that fits it (cells shortened with ...) unless
+    ``--wide``; a pipe or a file always gets every cell in full, so ``carma gpus | grep`` sees
+    whole task names."""
+    console = Console(width=terminal_width)
+    if console.is_terminal and not wide:
+        return console
+    return Console(width=_UNLIMITED)
+
+
+def _task_name(rec: Any) -> str:
+    """``dag.task``, with ``[map index]`` for a mapped task's instance."""
+    return f"{rec.dag_id}.{rec.task_id}" + (f"[{rec.map_index}]" if rec.map_index >= 0 else "")
+
+
 @app.command("gpus")
 @one_line_errors
-def gpus_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+def gpus_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    wide: WideOpt = False,
+) -> None:
     """Live GPU table: memory, activity, risk and tenants (reads the GPUs and the store)."""
     from pathlib import Path
 
@@ -73,7 +95,7 @@ def gpus_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
     running = [p for p in _store(settings).running() if _plain(p.outcome) == "running"]
     rows: list[dict[str, Any]] = []
     for s in samples:
-        tenants = [p.label or f"{p.dag_id}.{p.task_id}" for p in running if s.uuid in p.gpu_uuids]
+        tenants = [p.label or _task_name(p) for p in running if s.uuid in p.gpu_uuids]
         smact, smocc, drama = s.smact or 0.0, s.smocc or 0.0, s.drama or 0.0
         risk = "error" if s.error else ("high" if is_high_risk(smact, smocc, drama) else "ok")
         rows.append(
@@ -110,7 +132,7 @@ def gpus_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")]
             r["error"] or r["risk"],
             ", ".join(r["tenants"]) or "-",
         )
-    Console().print(table)
+    _table_console(wide).print(table)
 
 
 @app.command("placements")
@@ -119,6 +141,7 @@ def placements_cmd(
     dag_id: Annotated[str | None, typer.Option("--dag-id", help="only this DAG")] = None,
     limit: Annotated[int, typer.Option(help="most recent N tries")] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list")] = False,
+    wide: WideOpt = False,
 ) -> None:
     """Every placement decision and how each try ended (newest first)."""
     if not 1 <= limit <= 1_000_000:  # a larger int overflows the database's LIMIT
@@ -133,7 +156,7 @@ def placements_cmd(
         table.add_column(col)
     for r in rows:
         table.add_row(
-            f"{r['dag_id']}.{r['task_id']}",
+            f"{r['dag_id']}.{r['task_id']}" + (f"[{r['map_index']}]" if r["map_index"] >= 0 else ""),
             r["run_id"],
             str(r["try_number"]),
             ",".join(r["gpu_uuids"]) or "-",
@@ -142,7 +165,7 @@ def placements_cmd(
             f"{r['peak_mib'] or '-'}",
             r["decided_at"] or "-",
         )
-    Console(width=200).print(table)
+    _table_console(wide, terminal_width=200).print(table)
 
 
 @app.command("why")
@@ -162,7 +185,7 @@ def why_cmd(
         typer.echo(json.dumps([_record_dict(r) for r in records]))
         return
     for r in records[:3]:
-        typer.echo(f"{r.dag_id}.{r.task_id} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
+        typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
         typer.echo(f"  {r.summary}")
         typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
         for line in r.reasons[:10]:

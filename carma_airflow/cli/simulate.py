@@ -18,6 +18,7 @@ from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_name
 from carma_airflow.core.queueing import DEFAULT_QUEUE, make_queue
 from carma_airflow.sim.compare import DEFAULT_COMPARISON, compare
 from carma_airflow.sim.engine import SimConfig, simulate
+from carma_airflow.sim.metrics import SimResult
 from carma_airflow.sim.workload import Arrival, load_catalog, load_trace, packaged, synthetic_trace
 
 TraceOpt = Annotated[
@@ -70,7 +71,9 @@ def simulate_cmd(
     """Replay a trace through one policy and print what it measured."""
     cfg = _config(gpus, policy, estimator, queue)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
-    summary = simulate(cfg, arrivals).summary()
+    result = simulate(cfg, arrivals)
+    _fail_on_impossible(result)
+    summary = result.summary()
     if as_json:
         typer.echo(json.dumps(summary))
         return
@@ -108,6 +111,7 @@ def compare_cmd(
         _check_plot_path(plot)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     comparison = compare(arrivals, cfg, names, queue=queue)
+    _fail_on_impossible(comparison.baseline)  # exclusive with the oracle: it cannot fit at all
     rows = comparison.rows()
     if plot is not None:
         from carma_airflow.sim.plot import plot_comparison
@@ -120,6 +124,20 @@ def compare_cmd(
         typer.echo(json.dumps(rows))
         return
     _print_table(rows, plot)
+
+
+def _fail_on_impossible(result: SimResult) -> None:
+    """A task the placer says can never fit these GPUs is bad input: an ``error:`` line, exit 2."""
+    if not result.never_fits:
+        return
+    first = result.never_fits[0]
+    reason = first.reason.removeprefix("never fits: ")
+    more = len(result.never_fits) - 1
+    others = f" (and {more} more task{'s' if more > 1 else ''} that can never fit)" if more else ""
+    fail(
+        f"trace job {first.job_id} (task {first.task}) can never run on {result.gpus}: {reason}{others}; "
+        "change the task in the catalogue or trace, or simulate GPUs that can hold it (--gpus)"
+    )
 
 
 def _check_plot_path(plot: Path) -> None:

@@ -31,7 +31,7 @@ from carma_airflow.core.risk import MetricWindow
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.core.task import TaskRequest
-from carma_airflow.sim.metrics import GpuIntegrals, SimResult, TaskRecord, TimelineEntry
+from carma_airflow.sim.metrics import GpuIntegrals, NeverFit, SimResult, TaskRecord, TimelineEntry
 from carma_airflow.sim.workload import Arrival
 
 ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
@@ -128,6 +128,7 @@ class Simulation:
         self.passes = 0
         self.now = 0.0
         self.wakes: set[float] = set()
+        self.never_fits: list[NeverFit] = []
 
     # -- events ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -239,9 +240,11 @@ class Simulation:
             self._start(req, [self.by_uuid[u].index for u in d.gpu_uuids])
         for key, d in result.by_key.items():
             if d.outcome is Outcome.NEVER_FITS:
-                req = self.pending.pop(key)
+                self.pending.pop(key)
                 self.pending_since.pop(key, None)
-                self._lose(self.req_arrival[key].job_id)
+                arrival = self.req_arrival[key]
+                self.never_fits.append(NeverFit(arrival.job_id, arrival.task.name, d.summary))
+                self._lose(arrival.job_id)
         if self.pending:
             moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
             if moving and self.placer.policy.checks_risk:
@@ -455,6 +458,7 @@ class Simulation:
             oom_crashes=self.oom_crashes,
             retries=self.retries,
             passes=self.passes,
+            never_fits=tuple(self.never_fits),
         )
 
 

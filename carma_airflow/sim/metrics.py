@@ -60,6 +60,15 @@ class TaskRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NeverFit:
+    """A task the placer found could never run on these GPUs (it ends ``lost`` without a try)."""
+
+    job_id: int
+    task: str
+    reason: str  # the placer's summary, e.g. "never fits: asks for 8 GPUs but the largest host has 4 ..."
+
+
+@dataclass(frozen=True, slots=True)
 class SimResult:
     policy: str
     estimator: str
@@ -73,6 +82,7 @@ class SimResult:
     oom_crashes: int
     retries: int
     passes: int
+    never_fits: tuple[NeverFit, ...] = ()
 
     def frame(self) -> pd.DataFrame:
         """One row per task."""

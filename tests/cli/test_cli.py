@@ -137,17 +137,52 @@ def test_malformed_and_inconsistent_files(tmp_path: Path) -> None:
     assert code == 2 and "unknown task type 'teleport_net'" in err
 
 
-def test_impossible_task_is_reported_lost_not_crashing(tmp_path: Path) -> None:
-    catalog = tmp_path / "cat.csv"
-    catalog.write_text(
-        "task,family,batch_size,gpus,peak_mem_mib,horus_mib,faketensor_mib,gpumemnet_mib,solo_minutes\n"
-        "huge,transformer,8,8,1000,1000,1000,1000,1\n"
+IMPOSSIBLE_CATALOG = (
+    "task,family,batch_size,gpus,peak_mem_mib,horus_mib,faketensor_mib,gpumemnet_mib,solo_minutes\n"
+    "small,cnn,32,1,1000,1000,1000,1000,1\n"
+    "huge,transformer,8,8,1000,1000,1000,1000,1\n"
+    "fat,transformer,8,1,60000,60000,60000,60000,1\n"
+)
+
+
+def console_script(*args: str) -> subprocess.CompletedProcess[str]:
+    """``carma ARGS`` through the console-script entry point (``carma_airflow.cli:main``)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from carma_airflow.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_impossible_task_is_an_error_line_and_exit_2(tmp_path: Path, json_flag: list[str]) -> None:
+    catalog = tmp_path / "cat.csv"
+    catalog.write_text(IMPOSSIBLE_CATALOG)
     trace = tmp_path / "t.csv"
-    trace.write_text("job_id,submit_s,task\n0,0,huge\n")
-    code, out, _ = run("simulate", "--trace", str(trace), "--catalog", str(catalog), "--json")
-    assert code == 0
-    assert json.loads(out)["lost"] == 1
+    trace.write_text("job_id,submit_s,task\n0,0,small\n7,5,huge\n")
+    proc = console_script("simulate", "--trace", str(trace), "--catalog", str(catalog), *json_flag)
+    assert proc.returncode == 2, proc
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "error: trace job 7 (task huge) can never run on 4xA100-40GB: asks for 8 GPUs but the largest host "
+        "has 4 matching GPUs; change the task in the catalogue or trace, or simulate GPUs that can hold it (--gpus)"
+    ]
+
+
+def test_task_too_big_for_every_gpu_names_its_memory_and_counts_the_others(tmp_path: Path) -> None:
+    catalog = tmp_path / "cat.csv"
+    catalog.write_text(IMPOSSIBLE_CATALOG)
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_s,task\n0,0,fat\n1,5,small\n2,9,huge\n")
+    proc = console_script("simulate", "--trace", str(trace), "--catalog", str(catalog), "--estimator", "oracle")
+    assert proc.returncode == 2, proc
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: trace job 0 (task fat) can never run on 4xA100-40GB: needs 58.6 GiB per GPU")
+    assert "(and 1 more task that can never fit)" in line
+    cmp = console_script("compare", "--trace", str(trace), "--catalog", str(catalog), "--policies", "magm")
+    assert cmp.returncode == 2 and cmp.stderr.startswith("error: trace job 0 (task fat) can never run"), cmp
 
 
 def test_console_script_prints_no_traceback_on_error() -> None:

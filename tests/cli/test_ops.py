@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -98,3 +99,61 @@ def test_placements_json_filters_by_dag(env: dict[str, str]) -> None:
     assert {r["task_id"] for r in rows} == {"bert", "gpt"}
     assert {r["outcome"] for r in rows} == {"running", "waiting"}
     assert json.loads(carma(env, "placements", "--dag-id", "other", "--json").stdout) == []
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # rich's styles on a terminal
+LONG = "trial_c_magnitude_pruning_sweep.train_resnet152_imagenet_long_name"
+
+
+def _add_tries(env: dict[str, str], *records: PlacementRecord) -> None:
+    store = Store(f"sqlite:///{Path(env['AIRFLOW_HOME']) / 'carma.db'}")
+    for rec in records:
+        store.upsert_placement(rec)
+    store.close()
+
+
+def _running(key: str, label: str, map_index: int = -1, task_id: str = "t") -> PlacementRecord:
+    return PlacementRecord(
+        key=key,
+        dag_id="sweep",
+        task_id=task_id,
+        run_id="r1",
+        try_number=1,
+        decided_at=datetime.now(timezone.utc),
+        map_index=map_index,
+        outcome=TryOutcome.RUNNING,
+        gpu_uuids=("GPU-SIM-0000",),
+        label=label,
+        summary=f"placed on GPU 0 (A100-40GB): index {map_index}",
+    )
+
+
+def test_gpus_in_a_pipe_prints_whole_task_names(env: dict[str, str]) -> None:
+    _add_tries(env, _running("long", LONG))
+    narrow = {**env, "COLUMNS": "60"}  # a pipe must not take a terminal's width from COLUMNS either
+    piped = carma(narrow, "gpus")
+    assert piped.returncode == 0, piped.stderr
+    assert LONG in piped.stdout and "…" not in piped.stdout, piped.stdout
+
+
+def test_gpus_on_a_narrow_terminal_fits_it_unless_wide(env: dict[str, str]) -> None:
+    _add_tries(env, _running("long", LONG))
+    terminal = {**env, "TTY_COMPATIBLE": "1", "COLUMNS": "60", "NO_COLOR": "1"}  # rich: "this is a terminal"
+    fitted = carma(terminal, "gpus")
+    assert fitted.returncode == 0, fitted.stderr
+    text = ANSI.sub("", fitted.stdout)
+    assert max(len(line) for line in text.splitlines()) <= 60 and LONG not in text, text
+    wide = carma(terminal, "gpus", "--wide")
+    assert wide.returncode == 0, wide.stderr
+    text = ANSI.sub("", wide.stdout)
+    assert LONG in text and "…" not in text, text
+
+
+def test_why_on_a_mapped_task_names_each_map_index(env: dict[str, str]) -> None:
+    _add_tries(env, *(_running(f"m{i}", f"sweep.trial[{i}]", map_index=i, task_id="trial") for i in range(3)))
+    out = carma(env, "why", "sweep.trial")
+    assert out.returncode == 0, out.stderr
+    headers = [line for line in out.stdout.splitlines() if not line.startswith(" ")]
+    assert headers == [f"sweep.trial[{i}] run r1 try 1: running" for i in (2, 1, 0)]
+    plain = carma(env, "why", "train.bert")  # not mapped: no index
+    assert plain.stdout.splitlines()[0] == "train.bert run r1 try 1: running"
