@@ -14,6 +14,7 @@ error that names the field and what to write instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -26,13 +27,29 @@ CONFIG_KEY = "carma"
 _HINTS = {
     "gpus": "an integer from 1 to 64, e.g. gpus=2",
     "memory": "per-GPU memory such as '12GiB', '800MiB' or an int of MiB, or leave it out to estimate",
+    "memory_by_index": "a list with one per-GPU size per map index, e.g. memory_by_index=['4GiB', '12GiB']",
     "exclusive": "true or false",
     "gpu_model": "a GPU model name such as 'A100' or 'H100-80GB'",
     "priority": "an integer from -2147483648 to 2147483647 (higher runs first)",
     "activity": "a number between 0 and 1 (expected SM activity, used by simulated GPUs)",
 }
 _MAX_PROBLEMS = 5
-_KEYS_HINT = "string keys only: gpus, memory, exclusive, gpu_model, priority"
+_KEYS_HINT = "string keys only: gpus, memory, memory_by_index, exclusive, gpu_model, priority"
+MAX_MAPPED = 100_000  # entries of memory_by_index (Airflow's [core] max_map_length is 1024 by default)
+
+
+def _size(value: Any) -> int | None:
+    """A memory size as MiB (None stays None); ValueError saying what to write otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        raise ValueError("must be a size such as '12GiB' or an int of MiB")
+    try:
+        return parse_mib(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class GpuTaskConfig(BaseModel):
@@ -42,6 +59,9 @@ class GpuTaskConfig(BaseModel):
 
     gpus: int = Field(default=1, ge=1, le=64)
     memory: int | None = None  # MiB per GPU, None = estimate it
+    # MiB per GPU of each instance of a mapped task, by map index; None entries (and map indexes
+    # past the end) fall back to ``memory``, then to the learned estimate (``memory_for``)
+    memory_by_index: tuple[int | None, ...] | None = None
     exclusive: bool = False
     gpu_model: str | None = None
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)  # Airflow's priority_weight range
@@ -56,16 +76,36 @@ class GpuTaskConfig(BaseModel):
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, value: Any) -> Any:
+        return _size(value)
+
+    @field_validator("memory_by_index", mode="before")
+    @classmethod
+    def _memory_by_index(cls, value: Any) -> Any:
         if value is None:
             return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, (int, str)) or isinstance(value, bool):
-            raise ValueError("must be a size such as '12GiB' or an int of MiB")
-        try:
-            return parse_mib(value)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        if not isinstance(value, (list, tuple)):
+            raise ValueError("must be a list with one size per map index")
+        if len(value) > MAX_MAPPED:
+            raise ValueError(f"has {len(value)} entries, more than {MAX_MAPPED}")
+        sizes: list[int | None] = []
+        for index, entry in enumerate(value):
+            try:
+                sizes.append(_size(entry))
+            except ValueError as exc:
+                raise ValueError(f"entry {index}: {exc}") from None
+        return tuple(sizes)
+
+    def memory_for(self, map_index: int) -> int | None:
+        """The declared MiB per GPU of one instance (``map_index`` -1: an unmapped task).
+
+        ``memory_by_index[map_index]`` when the list has that entry and it is not None, else
+        ``memory``; None means nothing is declared (the executor estimates it).
+        """
+        if self.memory_by_index is not None and 0 <= map_index < len(self.memory_by_index):
+            entry = self.memory_by_index[map_index]
+            if entry is not None:
+                return entry
+        return self.memory
 
     @field_validator("exclusive", mode="before")
     @classmethod
@@ -86,8 +126,24 @@ class GpuTaskConfig(BaseModel):
         return value.strip()
 
 
-def parse_task_config(executor_config: Any, where: str = "executor_config") -> GpuTaskConfig:
-    """Validate an executor_config; raise ConfigError with one line per problem otherwise."""
+def parse_task_config(
+    executor_config: Any, where: str = "executor_config", *, mapped: bool | None = None
+) -> GpuTaskConfig:
+    """Validate an executor_config; raise ConfigError with one line per problem otherwise.
+
+    ``mapped``: whether the task is mapped (its instances have a map index); False refuses
+    ``memory_by_index``, None (not known) does not check.
+    """
+    config = _parse_block(executor_config, where)
+    if mapped is False and config.memory_by_index is not None:
+        raise ConfigError(
+            f"{where}['carma']['memory_by_index']: only a mapped task (.partial(...).expand(...)) has"
+            " instances to size, and this task is not mapped; write memory='12GiB' instead"
+        )
+    return config
+
+
+def _parse_block(executor_config: Any, where: str) -> GpuTaskConfig:
     if executor_config is None:
         return GpuTaskConfig()
     if not isinstance(executor_config, dict):
@@ -122,6 +178,7 @@ def gpu_task(
     gpus: int = 1,
     memory: int | str | None = None,
     *,
+    memory_by_index: Sequence[int | str | None] | None = None,
     exclusive: bool = False,
     gpu_model: str | None = None,
     priority: int = 0,
@@ -129,12 +186,48 @@ def gpu_task(
 ) -> dict[str, Any]:
     """Operator kwargs that send a task to CarmaExecutor: ``@task(**gpu_task(memory="12GiB"))``.
 
+    ``memory_by_index``: for a mapped task, the memory of each instance by map index
+    (``BashOperator.partial(task_id="ft", **gpu_task(memory_by_index=["4GiB", "12GiB"])).expand(...)``).
     Validates at once, so a mistake fails where the DAG is written.
     """
     block: dict[str, Any] = {"gpus": gpus, "exclusive": exclusive, "priority": priority, **extra}
     if memory is not None:
         block["memory"] = memory
+    if memory_by_index is not None:
+        block["memory_by_index"] = list(memory_by_index) if isinstance(memory_by_index, tuple) else memory_by_index
     if gpu_model is not None:
         block["gpu_model"] = gpu_model
     parse_task_config({CONFIG_KEY: block})
     return {"executor": EXECUTOR_NAME, "executor_config": {CONFIG_KEY: block}}
+
+
+def is_mapped_task(task: Any) -> bool:
+    """Whether the instances of ``task`` have a map index: a mapped operator, or a task in a mapped task group."""
+    if getattr(task, "is_mapped", False) is True:
+        return True
+    closest = getattr(task, "get_closest_mapped_task_group", None)
+    return callable(closest) and closest() is not None
+
+
+def check_task(task: Any) -> GpuTaskConfig:
+    """What the cluster policy checks of a CarmaExecutor task when its DAG is parsed.
+
+    The executor_config (with ``memory_by_index`` only on a mapped task), and that no literal
+    ``expand_kwargs`` entry sets ``executor_config``: Airflow gives every instance of a mapped
+    task the executor_config of ``.partial()`` and fails such an instance at run time with
+    ``TypeError: unmappable or already specified argument: executor_config``.
+    """
+    where = f"task {getattr(task, 'task_id', '?')!r}: executor_config"
+    expand_input = getattr(task, "expand_input", None) if is_mapped_task(task) else None
+    entries = getattr(expand_input, "value", None)
+    if isinstance(entries, (list, tuple)):
+        for index, entry in enumerate(entries):
+            if isinstance(entry, Mapping) and ("executor_config" in entry or "executor" in entry):
+                field = "executor_config" if "executor_config" in entry else "executor"
+                raise ConfigError(
+                    f"{where}: expand_kwargs entry {index} sets {field!r}, which Airflow does not map (every"
+                    " instance gets the executor and executor_config of .partial()); size each instance in"
+                    " .partial() instead: write **gpu_task(memory_by_index=['4GiB', '12GiB', ...]), entry i for"
+                    " map index i"
+                )
+    return parse_task_config(getattr(task, "executor_config", None), where=where, mapped=is_mapped_task(task))

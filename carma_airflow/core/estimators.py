@@ -27,6 +27,7 @@ class TaskMemoryInfo:
     faketensor_mib: int | None = None
     gpumemnet_mib: int | None = None
     history_mib: tuple[int, ...] = ()  # peaks of earlier successful runs, oldest first
+    history_of: str | None = None  # whose runs history_mib are when not the whole task's, e.g. "map index 2"
 
 
 class MemoryEstimator:
@@ -115,7 +116,8 @@ class History(MemoryEstimator):
         recent: Sequence[int] = info.history_mib[-self.runs :]
         peak = round(max(recent) * (1.0 + self.margin), 6)  # 12800 * 1.1 is 14080.000000000002
         mib = math.ceil(peak / self.round_mib) * self.round_mib
-        return MemoryNeed(mib, f"history ({len(recent)} run(s), max {max(recent)} MiB)")
+        of = f" of {info.history_of}" if info.history_of else ""
+        return MemoryNeed(mib, f"history{of} ({len(recent)} run(s), max {max(recent)} MiB)")
 
 
 class Chain(MemoryEstimator):

@@ -155,7 +155,7 @@ class MemoryHistoryRow(Base):
     """The memory peak of one successful run of a task (what the history estimator learns from)."""
 
     __tablename__ = "carma_memory_history"
-    __table_args__ = (Index(None, "dag_id", "task_id", "at"),)
+    __table_args__ = (Index(None, "dag_id", "task_id", "at"), Index(None, "dag_id", "task_id", "map_index", "at"))
 
     id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
     dag_id: Mapped[str] = mapped_column(String(ID_LEN))
@@ -163,6 +163,7 @@ class MemoryHistoryRow(Base):
     peak_mib: Mapped[int] = mapped_column(Integer)
     at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    map_index: Mapped[int | None] = mapped_column(Integer)  # -1: not mapped; None: not recorded (before 0004)
 
 
 class SnapshotRow(Base):

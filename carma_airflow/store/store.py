@@ -494,23 +494,36 @@ class Store:
         with self._session() as session:
             return [_oom_record(row) for row in session.scalars(stmt)]
 
-    def add_peak(self, dag_id: str, task_id: str, peak_mib: int, at: Moment, run_id: str | None = None) -> None:
-        """Remember the memory peak of a successful run of a task."""
+    def add_peak(
+        self,
+        dag_id: str,
+        task_id: str,
+        peak_mib: int,
+        at: Moment,
+        run_id: str | None = None,
+        map_index: int | None = None,
+    ) -> None:
+        """Remember the memory peak of a successful run of a task (``map_index``: of which instance)."""
         if peak_mib < 0:
             raise RecordError(f"peak of {dag_id}.{task_id} must not be negative, got {peak_mib} MiB")
-        row = MemoryHistoryRow(dag_id=dag_id, task_id=task_id, peak_mib=peak_mib, at=_utc(at), run_id=run_id)
+        row = MemoryHistoryRow(
+            dag_id=dag_id, task_id=task_id, peak_mib=peak_mib, at=_utc(at), run_id=run_id, map_index=map_index
+        )
         with self._session(write=True) as session:
             session.add(row)
 
-    def peaks(self, dag_id: str, task_id: str, limit: int = 5) -> list[int]:
-        """The latest ``limit`` peaks of a task, oldest first (``TaskMemoryInfo.history_mib``)."""
+    def peaks(self, dag_id: str, task_id: str, limit: int = 5, *, map_index: int | None = None) -> list[int]:
+        """The latest ``limit`` peaks of a task, oldest first (``TaskMemoryInfo.history_mib``).
+
+        ``map_index`` None: of every run of the task; an int: only of runs of that map index.
+        """
         _check_limit(limit)
-        stmt = (
-            select(MemoryHistoryRow.peak_mib)
-            .where(MemoryHistoryRow.dag_id == dag_id, MemoryHistoryRow.task_id == task_id)
-            .order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc())
-            .limit(limit)
+        stmt = select(MemoryHistoryRow.peak_mib).where(
+            MemoryHistoryRow.dag_id == dag_id, MemoryHistoryRow.task_id == task_id
         )
+        if map_index is not None:
+            stmt = stmt.where(MemoryHistoryRow.map_index == map_index)
+        stmt = stmt.order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc()).limit(limit)
         with self._session() as session:
             return list(reversed(session.scalars(stmt).all()))
 

@@ -19,7 +19,7 @@ from carma_airflow.executor.envcheck import check_task_env
 from carma_airflow.task_config import EXECUTOR_NAME, GpuTaskConfig, gpu_task, parse_task_config
 
 FUZZ = settings.get_profile("carma-fuzz")
-FIELDS = ("gpus", "memory", "exclusive", "gpu_model", "priority")
+FIELDS = ("gpus", "memory", "memory_by_index", "exclusive", "gpu_model", "priority")
 
 scalars = (
     st.none()
@@ -55,6 +55,7 @@ valid_blocks = st.fixed_dictionaries(
     optional={
         "gpus": st.integers(1, 64),
         "memory": st.integers(1, MAX_MIB) | st.sampled_from(["12GiB", "800MiB", "1.5 GB", " 2t "]),
+        "memory_by_index": st.lists(st.none() | st.integers(1, MAX_MIB) | st.sampled_from(["4GiB", "1.5 GB"])),
         "exclusive": st.booleans(),
         "gpu_model": st.sampled_from(["A100", "H100-80GB", "l4", "V100 32GB"]),
         "priority": st.integers(-(2**31), 2**31 - 1),
@@ -65,6 +66,9 @@ valid_blocks = st.fixed_dictionaries(
 def check_contract(cfg: GpuTaskConfig) -> None:
     assert type(cfg.gpus) is int and 1 <= cfg.gpus <= 64
     assert cfg.memory is None or (type(cfg.memory) is int and 1 <= cfg.memory <= MAX_MIB)
+    sizes = cfg.memory_by_index
+    assert sizes is None or all(m is None or (type(m) is int and 1 <= m <= MAX_MIB) for m in sizes)
+    assert all(m is None or (type(m) is int and 1 <= m <= MAX_MIB) for m in map(cfg.memory_for, range(-1, 6)))
     assert type(cfg.exclusive) is bool
     assert cfg.gpu_model is None or (isinstance(cfg.gpu_model, str) and 0 < len(cfg.gpu_model) <= 64)
     assert type(cfg.priority) is int and -(2**31) <= cfg.priority < 2**31

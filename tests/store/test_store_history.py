@@ -39,6 +39,21 @@ def test_peaks_are_the_latest_oldest_first(store: Store) -> None:
     assert store.peaks("train", "missing") == []
 
 
+def test_peaks_of_one_map_index(store: Store) -> None:
+    # three instances of a mapped task, two runs each; an unmapped task of the same name elsewhere
+    for run in range(2):
+        for index, peak in enumerate([1000, 5000, 9000]):
+            store.add_peak("ft", "tune", peak + run, at(10 * run + index), run_id=f"r{run}", map_index=index)
+    store.add_peak("ft", "tune", 7777, at(50))  # written without a map index (before revision 0004)
+    store.add_peak("ft", "plain", 3000, at(60), "r0", -1)  # positional, as the executor's writer passes it
+    assert store.peaks("ft", "tune", map_index=1) == [5000, 5001]
+    assert store.peaks("ft", "tune", map_index=2, limit=1) == [9001]
+    assert store.peaks("ft", "tune", map_index=3) == []
+    assert store.peaks("ft", "tune") == [9000, 1001, 5001, 9001, 7777]  # the whole task, as before
+    assert store.peaks("ft", "plain", map_index=-1) == [3000]
+    assert store.peaks("ft", "plain", map_index=0) == []
+
+
 def test_peaks_order_by_time_not_insertion(store: Store) -> None:
     store.add_peak("d", "t", 3, at(30))
     store.add_peak("d", "t", 1, at(10))

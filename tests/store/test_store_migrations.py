@@ -88,6 +88,28 @@ def test_upgrade_from_0001_keeps_rows_and_adds_process_columns(db_url: str) -> N
     store.close()
 
 
+def test_upgrade_from_0003_keeps_learned_peaks_for_the_whole_task(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0003")  # a database whose memory history has no map index
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_memory_history (dag_id, task_id, peak_mib, at, run_id)"
+                " VALUES ('d', 't', 6000, '2026-01-01 00:00:00+00:00', 'r1')"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD
+    assert store.peaks("d", "t") == [6000]  # the old peak still counts for the task
+    assert store.peaks("d", "t", map_index=0) == []  # but for no instance in particular
+    store.add_peak("d", "t", 9000, 1_900_000_000.0, "r2", 0)
+    assert store.peaks("d", "t", map_index=0) == [9000]
+    assert store.peaks("d", "t") == [6000, 9000]
+    store.close()
+
+
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:
     assert _diff(any_url, metadata) == []
 
