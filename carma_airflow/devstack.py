@@ -1,17 +1,26 @@
 """A real, throwaway Airflow 3 deployment: api-server, scheduler and dag-processor as separate
 processes, CarmaExecutor on simulated GPUs, SQLite or PostgreSQL.  Used by the demo, the
-end-to-end tests and the dispatch benchmark; it is a development tool, not a production launcher."""
+end-to-end tests and the dispatch benchmark; it is a development tool, not a production launcher.
+
+The api-server listens on 127.0.0.1 only and login is on: the simple auth manager with one admin
+user, ``admin``, whose password is generated per stack and written where the simple auth manager
+reads it (``$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated``).  API calls need a token:
+:meth:`AirflowStack.token` gets one from ``POST /auth/token``; :meth:`AirflowStack.api` sends it.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,6 +30,10 @@ import sqlalchemy as sa
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 EXECUTOR_LINE = "LocalExecutor,carma_airflow.executor.CarmaExecutor"
+
+HOST = "127.0.0.1"  # the api-server listens here only: a stack is never reachable from the network
+USERNAME = "admin"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # the simple auth manager's default name
 
 
 def free_port() -> int:
@@ -69,10 +82,18 @@ class AirflowStack:
     ) -> None:
         self.home = home
         self.port = port or free_port()
+        self.base_url = f"http://{HOST}:{self.port}"
         self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
         dags_copy = home / "dags"
         shutil.copytree(dags, dags_copy, dirs_exist_ok=True)
         dags = dags_copy
+        # the login: a known user with a fresh password, in the file the simple auth manager reads
+        # (it generates and prints a password only for a user the file does not have)
+        self.username = USERNAME
+        self.password = secrets.token_urlsafe(12)
+        self.passwords_file = home / PASSWORDS_FILE
+        self.passwords_file.write_text(json.dumps({self.username: self.password}) + "\n")
+        self.passwords_file.chmod(0o600)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
             "AIRFLOW_HOME": str(home),
@@ -80,11 +101,14 @@ class AirflowStack:
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db_url,
+            "AIRFLOW__API__HOST": HOST,
             "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.port}/",
+            "AIRFLOW__API__BASE_URL": f"{self.base_url}/",
             "AIRFLOW__API_AUTH__JWT_SECRET": "carma-e2e-secret-not-for-production",
             "AIRFLOW__API__SECRET_KEY": "carma-e2e-secret-key",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.username}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
@@ -125,7 +149,7 @@ class AirflowStack:
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/v2/monitor/health", timeout=2):
+                with urllib.request.urlopen(f"{self.base_url}/api/v2/monitor/health", timeout=2):
                     return
             except OSError:
                 time.sleep(1)
@@ -135,12 +159,46 @@ class AirflowStack:
         """Start (or start again, after a crash) one Airflow process; its log is appended to."""
         args = list(self.COMPONENTS[name])
         if name == "api-server":
-            args += ["--port", str(self.port)]
+            args += ["--host", HOST, "--port", str(self.port)]
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115  (the process keeps it)
         self.procs[name] = subprocess.Popen(
             [AIRFLOW, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.home
         )
         self.groups.append(self.procs[name].pid)
+
+    # -- REST API ------------------------------------------------------------------------
+    def http(self, path: str, *, headers: dict[str, str] | None = None, data: bytes | None = None) -> tuple[int, str]:
+        """One request to the api-server, as it is (no token added): status and body."""
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode(errors="replace")
+
+    def token(self, username: str | None = None, password: str | None = None) -> str:
+        """A JWT for the REST API, as Airflow's login page gets one: ``POST /auth/token``."""
+        body = json.dumps({"username": username or self.username, "password": password or self.password})
+        status, text = self.http("/auth/token", headers={"Content-Type": "application/json"}, data=body.encode())
+        if status != 201:
+            raise AssertionError(
+                f"POST {self.base_url}/auth/token answered {status}: {text[:500]} "
+                f"(the users and passwords are in {self.passwords_file})"
+            )
+        return str(json.loads(text)["access_token"])
+
+    def api(self, path: str, *, data: Any = None) -> tuple[int, Any]:
+        """An authenticated REST call (GET, or POST of ``data`` as JSON): status and decoded JSON."""
+        headers = {"Authorization": f"Bearer {self.token()}"}
+        body = None
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+            body = json.dumps(data).encode()
+        status, text = self.http(path, headers=headers, data=body)
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
 
     def tail(self, name: str, n: int = 4000) -> str:
         path = self.home / f"{name}.log"

@@ -480,17 +480,9 @@ class _Pass:
                     break
         if chosen is None:
             rejected = self._verdicts(scanned, request) + self.static_rejections()
-            counts: dict[str, int] = {}
-            for v in rejected:
-                label = v.reason.value if v.reason else "?"
-                counts[label] = counts.get(label, 0) + 1
-            short = ", ".join(f"{c} {r}" for r, c in sorted(counts.items(), key=lambda kv: -kv[1]))
-            if n == 1:
-                lack = "no idle GPU" if idle_only else f"no GPU with {format_mib(filter_need)} free"
-            else:
-                what = "idle" if idle_only else f"with {format_mib(filter_need)} free"
-                lack = f"no host with {n} GPUs {what}"
-            summary = f"waiting: {lack} ({short or 'too few candidates on one host'})"
+            summary = waiting_summary(
+                rejected, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
+            )
             return Decision(request.key, Outcome.NOT_NOW, rejected=rejected, summary=summary, policy=pol.name)
         verdicts = tuple(
             _verdict(f, None, _describe(f, [t.label for t in f.state.tenants] + (f.joined or []))) for f in chosen
@@ -542,6 +534,63 @@ class _Pass:
                 f.high_risk = is_high_risk(f.smact, f.smocc, f.drama, self.settings.risk)
             self._place_in_pool(f)
         self.pol.rotate(chosen, len(self.facts))
+
+
+# the headline of a waiting decision where one reason holds every GPU back: the cause, by name
+_EVERY_GPU: dict[Reason, str] = {
+    Reason.UNHEALTHY: "every GPU is quarantined",
+    Reason.STALE: "every GPU has stale telemetry",
+    Reason.LOCKED: "every GPU was placed on moments ago",
+    Reason.MEMORY: "no GPU with {need} free",
+    Reason.RISK: "every GPU is too busy to share (high-risk)",
+    Reason.INTERFERENCE: "every GPU would pass the interference cap",
+    Reason.BUSY: "no idle GPU",
+    Reason.EXCLUSIVE_TENANT: "every GPU is held by an exclusive task",
+    Reason.TENANT_CAP: "every GPU is at its tenant cap",
+    Reason.MODEL: "no GPU is a {model}",
+    Reason.AVOID: "every GPU is avoided after an OOM",
+    Reason.RESERVED: "every GPU is held for a task past its starvation bound",
+    Reason.HOST: "every GPU is on a host short of GPUs",
+}
+_REASON_ORDER = {r: i for i, r in enumerate(Reason)}
+
+
+def waiting_summary(
+    rejected: Sequence[GpuVerdict], total: int, *, n: int, idle_only: bool, need: str, model: str | None = None
+) -> str:
+    """The text of a waiting decision (what ``carma why``, the log and the GPU page show).
+
+    The headline names what blocks: the one reason when it holds back every GPU ("every GPU is
+    at its tenant cap", "no GPU with 6.0 GiB free" only when memory is what every GPU lacks),
+    else that no GPU can take the task now.  The parenthesis counts the reasons, the most
+    common first with its share of the ``total`` GPUs: ``(7 of 8 GPUs tenant-cap, 1 memory)``.
+    The headline's wording depends on the kinds of reasons only, not on their counts: the
+    executor writes a waiting task's reason again when its headline changes.
+    """
+    counts: dict[Reason, int] = {}
+    for v in rejected:
+        if v.reason is not None:
+            counts[v.reason] = counts.get(v.reason, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _REASON_ORDER[kv[0]]))
+    if len(ranked) == 1 and ranked[0][1] >= total:
+        reason = ranked[0][0]
+        if reason is Reason.MEMORY and n > 1:
+            lack = f"no host with {n} GPUs with {need} free"
+        elif reason is Reason.BUSY and n > 1:
+            lack = f"no host with {n} GPUs idle"
+        else:
+            lack = _EVERY_GPU[reason].format(need=need, model=model)
+    elif n == 1:
+        lack = "no usable idle GPU" if idle_only else f"no GPU can take {need} now"
+    else:
+        lack = (
+            f"no host with {n} GPUs idle and usable" if idle_only else f"no host with {n} GPUs that can take {need} now"
+        )
+    if not ranked:
+        return f"waiting: {lack} (too few candidates on one host)"
+    (top, k), rest = ranked[0], ranked[1:]
+    parts = [f"{k} of {total} GPU{'s' if total != 1 else ''} {top.value}"] + [f"{c} {r.value}" for r, c in rest]
+    return f"waiting: {lack} ({', '.join(parts)})"
 
 
 _PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
