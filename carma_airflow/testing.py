@@ -12,13 +12,32 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
 
-__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown"]
+__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown", "try_runner_env"]
+
+TRY_RUNNER_ENV = "CARMA_TRY_RUNNER"  # read by carma_airflow/taskrun/launcher.py
+
+
+def try_runner_env(function: Callable[..., int]) -> dict[str, str]:
+    """The environment under which CarmaExecutor's launcher runs ``function`` in each try's process
+    instead of Airflow's supervisor (``BaseExecutor.run_workload``, same signature): tests replace
+    the supervisor at that boundary.  Set it before the executor starts; ``function`` must be a
+    module-level function (the launcher imports it by name; its folder goes on PYTHONPATH)."""
+    module = sys.modules[function.__module__]
+    if not getattr(module, "__file__", None):
+        raise ValueError(f"{function.__module__} has no file: the launcher could not import it")
+    root = Path(str(module.__file__)).resolve().parents[function.__module__.count(".")]
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    return {TRY_RUNNER_ENV: f"{function.__module__}:{function.__qualname__}", "PYTHONPATH": path}
+
 
 log = logging.getLogger(__name__)
 

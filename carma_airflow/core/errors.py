@@ -27,6 +27,11 @@ class NeverFitsError(CarmaError):
     """A task can never be placed on the given GPUs (too many GPUs or too much memory)."""
 
 
+class DuplicateKeyError(CarmaError, ValueError):
+    """A try's key is submitted or reserved while the scheduling cycle already holds it: a driver
+    handed the same try over twice (release or withdraw it first)."""
+
+
 class TaskRefusedError(CarmaError):
     """CarmaExecutor will not run this try (it can never be placed, or its executor_config is
     invalid): raised inside the task process, so the try fails with the reason in its own log and

@@ -198,3 +198,54 @@ def paper_recovery(request: TaskRequest) -> RetryPlan:
         recovered=True,
     )
     return RetryPlan(nxt, "paper recovery: relaunch on an idle GPU")
+
+
+class RetryMode(enum.Enum):
+    """How the next try after a CUDA OOM is planned (the simulator compares them)."""
+
+    PLANNED = "planned"  # plan_recovery: bounded, more memory, away from the GPU it crashed on
+    PAPER = "paper"  # paper_recovery: relaunch at once on an idle GPU
+    BLIND = "blind"  # the same request again, bounded like PLANNED (static-K sharing's baseline)
+
+
+# The paper sets no bound on its relaunches; a task whose peak no GPU offers would relaunch
+# forever, so the paper's mode stops this many tries after the planned mode would.
+PAPER_EXTRA_RETRIES = 8
+
+
+def plan_retry(
+    mode: RetryMode,
+    request: TaskRequest,
+    failure: Failure,
+    *,
+    oom_retries_done: int,
+    peak_mib: int | None,
+    crashed_gpus: tuple[str, ...],
+    now: float,
+    settings: RecoverySettings = RecoverySettings(),
+) -> RetryPlan | GiveUp:
+    """The next try after ``failure`` under ``mode``, or give up (``oom_retries_done``: OOM tries
+    before this one)."""
+    if mode is RetryMode.PLANNED:
+        return plan_recovery(
+            request,
+            failure,
+            oom_retries_done=oom_retries_done,
+            peak_mib=peak_mib,
+            crashed_gpus=crashed_gpus,
+            now=now,
+            settings=settings,
+        )
+    if not failure.is_oom:
+        return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
+    bound = settings.max_oom_retries + (PAPER_EXTRA_RETRIES if mode is RetryMode.PAPER else 0)
+    if oom_retries_done >= bound:
+        return GiveUp(f"CUDA OOM on {oom_retries_done + 1} tries; {mode.value} recovery stops after {bound} retries")
+    if mode is RetryMode.PAPER:
+        return paper_recovery(request)
+    nxt = replace(
+        request,
+        key=f"{request.key.rsplit('#', 1)[0]}#{request.try_number + 1}",
+        try_number=request.try_number + 1,
+    )
+    return RetryPlan(nxt, "blind recovery: the same request again")

@@ -104,7 +104,7 @@ def run_try(payload: dict[str, Any]) -> dict[str, Any]:
     result_path.unlink(missing_ok=True)
     workload = TypeAdapter[Any](ExecutorWorkload).validate_json(payload["workload"])
     log.info("carma: running %s on %s with CUDA_VISIBLE_DEVICES=%s", key, host, env.get("CUDA_VISIBLE_DEVICES"))
-    from carma_airflow.executor.killguard import install_kill_guard
+    from carma_airflow.taskrun.killguard import install_kill_guard
 
     install_kill_guard()
     try:

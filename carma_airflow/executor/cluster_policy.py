@@ -29,7 +29,7 @@ from airflow.policies import hookimpl
 
 from carma_airflow.core.errors import ConfigError, TaskRefusedError
 from carma_airflow.settings import option_default
-from carma_airflow.task_config import EXECUTOR_NAME, parse_task_config
+from carma_airflow.task_config import EXECUTOR_NAME, check_task
 
 AUTHOR_RETRIES_KEY = "carma_author_retries"  # top-level executor_config key, written by this policy
 REFUSED_ENV = "CARMA_REFUSED"  # JSON {"dag_id", "task_id", "reason"}: the executor will not run this try
@@ -69,6 +69,17 @@ def _fail_at_run(task: Any, message: str) -> None:
         task.execute = refuse
 
 
+def _unmap_executor_keys(task: Any) -> None:
+    """Drop ``executor``/``executor_config`` from literal ``expand_kwargs`` entries: Airflow would
+    fail each instance with its own TypeError before our refusal could say what to write."""
+    entries = getattr(getattr(task, "expand_input", None), "value", None)
+    if isinstance(entries, list):
+        for entry in entries:
+            if isinstance(entry, dict):
+                entry.pop("executor_config", None)
+                entry.pop("executor", None)
+
+
 def refusal_env(dag_id: str, task_id: str, reason: str) -> dict[str, str]:
     """The environment of a try the executor refuses: no GPU, and the reason for the worker's parse."""
     text = " ".join(reason.split())[:4000]
@@ -106,10 +117,11 @@ def task_policy(task: Any) -> None:
         return
     executor_config = getattr(task, "executor_config", None)
     try:
-        parse_task_config(executor_config, where=f"task {task.task_id!r}: executor_config")
+        check_task(task)
     except ConfigError as exc:
         if _strict():
             raise AirflowClusterPolicyViolation(str(exc)) from None
+        _unmap_executor_keys(task)
         _fail_at_run(task, str(exc))
         return
     if not getattr(task, "_carma_policy_applied", False):

@@ -40,19 +40,22 @@ from carma_airflow.core.recovery import (
     RecoverySettings,
     RetryPlan,
     advised_memory_gib,
+    author_retry_left,
     plan_recovery,
 )
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor import metrics
+from carma_airflow.executor.cluster_policy import author_retries_of, refusal_env
 from carma_airflow.executor.envcheck import check_task_env
-from carma_airflow.executor.launch import KILL_GRACE_S, Ended, Launcher, LocalLauncher, TaskHandle
+from carma_airflow.executor.launch import KILL_GRACE_S, Ended, Launcher, LauncherProcess, TaskHandle
 from carma_airflow.executor.outcome import TryResult
 from carma_airflow.executor.taskenv import gpu_task_env, tenants_seen
 from carma_airflow.executor.view import build_view
 from carma_airflow.executor.writer import StoreWriter
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import GpuTaskConfig, parse_task_config
+from carma_airflow.taskrun.killguard import retry_on_kill_env
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -123,6 +126,7 @@ class CarmaExecutor(BaseExecutor):
         # plans from memory, so it works while the store is unreachable
         self._recent: dict[tuple[str, str, str, int], list[tuple[int, str, int | None, int, tuple[str, ...]]]] = {}
         self.writer: StoreWriter | None = None  # store writes, off the scheduler loop (writer.py)
+        self.local_launcher: LauncherProcess | None = None
         self._faulted_since: dict[str, float] = {}
         self._pass_ms: deque[float] = deque(maxlen=256)
         self._snapshot_at = 0.0
@@ -145,8 +149,11 @@ class CarmaExecutor(BaseExecutor):
             store.migrate()
         self.store = store
         self.writer = StoreWriter(store, background=self.background_writes)
-        self.launcher: Launcher = LocalLauncher()
-        if settings.dispatch == "celery":
+        if settings.dispatch != "celery":
+            # a fresh interpreter (exec'd, not forked): the threads of this process do not matter
+            self.local_launcher = LauncherProcess()
+            self.launcher: Launcher = self.local_launcher
+        else:
             # GPUs of every host come from their agents through the store; tries go to the
             # chosen host's Celery queue (carma_airflow.distributed)
             from carma_airflow.distributed.dispatch import celery_backend
@@ -190,8 +197,13 @@ class CarmaExecutor(BaseExecutor):
         while self.active or self.bare:
             self.sync()
             time.sleep(0.5)
+        self._close()
+
+    def _close(self, timeout_s: float | None = None) -> None:
+        if self.local_launcher is not None:
+            self.local_launcher.close()
         if self.writer is not None:
-            self.writer.close()
+            self.writer.close() if timeout_s is None else self.writer.close(timeout_s=timeout_s)
         if self.monitor is not None:
             self.monitor.stop()
 
@@ -202,10 +214,7 @@ class CarmaExecutor(BaseExecutor):
         deadline = time.monotonic() + KILL_GRACE_S + 5.0  # polls send SIGKILL after the grace time
         while time.monotonic() < deadline and any(h.poll() is None for h in handles):
             time.sleep(0.2)
-        if self.writer is not None:
-            self.writer.close(timeout_s=5.0)
-        if self.monitor is not None:
-            self.monitor.stop()
+        self._close(timeout_s=5.0)
 
     # -- intake ----------------------------------------------------------------------------
     def _process_workloads(self, workload_items: Any) -> None:
@@ -228,14 +237,39 @@ class CarmaExecutor(BaseExecutor):
             self._accept(workload)
         except ConfigError as exc:
             # Run it without GPUs: in the task process the cluster policy makes it fail with
-            # this message as the first line of its log; the rest of the DAG is untouched.
+            # this message in its log; the rest of the DAG is untouched.
             self.log.error("Task %s has an invalid executor_config: %s", key, exc)
-            env = {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": " ".join(str(exc).split())[:4000]}
+            message = " ".join(str(exc).split())[:4000]
+            env = {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": message, **self._kill_env(workload.ti, 0)}
             assert self.settings is not None
             self.bare[key] = self._start_process(workload, env, self._result_path(workload), self.settings.host)
         except Exception as exc:  # never the scheduler: this task fails, with the reason
             self.log.exception("Task %s could not be taken", key)
-            self.fail(key, info=f"CarmaExecutor could not take the task: {exc}")
+            self._refuse(key, workload, f"CarmaExecutor could not take the task: {exc}")
+
+    def _refuse(self, key: TaskInstanceKey, workload: ExecuteTask, reason: str, prior_ooms: int = 0) -> None:
+        """Run the try without GPUs as a process that fails at once with ``reason`` in its own log.
+
+        Failing it here instead (``self.fail``) would leave the Airflow UI with no log for the
+        try and let the scheduler retry it by the raised ``max_tries``; in the task process the
+        author's retries apply (retry.py) and the reason is where the user looks.
+        """
+        assert self.settings is not None
+        ti = workload.ti
+        env = {**refusal_env(ti.dag_id, ti.task_id, reason), **self._kill_env(ti, prior_ooms)}
+        try:
+            self.bare[key] = self._start_process(workload, env, self._result_path(workload), self.settings.host)
+        except Exception:  # not even a process: the scheduler's own failure handling is what is left
+            self.log.exception("Task %s: the refusing process could not start", key)
+            self.fail(key, info=reason)
+
+    @staticmethod
+    def _kill_env(ti: Any, prior_ooms: int) -> dict[str, str]:
+        """Whether a try that dies of a signal may be retried: only within the author's retries."""
+        author = author_retries_of(getattr(ti, "executor_config", None))
+        if author is None:  # parsed without our cluster policy: Airflow's max_tries is the author's
+            return {}
+        return retry_on_kill_env(author_retry_left(ti.try_number, prior_ooms, author))
 
     def _previous_try_active(self, key: TaskInstanceKey) -> bool:
         return any(
@@ -254,13 +288,17 @@ class CarmaExecutor(BaseExecutor):
     def _accept(self, workload: ExecuteTask) -> None:
         assert self.store is not None
         ti = workload.ti
-        config = parse_task_config(ti.executor_config, where=f"task {ti.task_id!r}: executor_config")
+        config = parse_task_config(
+            ti.executor_config, where=f"task {ti.task_id!r}: executor_config", mapped=ti.map_index >= 0
+        )
         try:
-            history = tuple(self.store.peaks(ti.dag_id, ti.task_id))
+            history, history_of = self._learned(ti)
         except CarmaError as exc:  # the store is down: place from what was declared
             self.log.warning("carma store unreachable (%s): no learned memory for %s", exc, ti.task_id)
-            history = ()
-        need = self.estimator.estimate(TaskMemoryInfo(declared_mib=config.memory, history_mib=history))
+            history, history_of = (), None
+        need = self.estimator.estimate(
+            TaskMemoryInfo(declared_mib=config.memory_for(ti.map_index), history_mib=history, history_of=history_of)
+        )
         assert need is not None  # the estimator chain ends with the floor
         request = TaskRequest(
             key=request_key(ti.key),
@@ -277,6 +315,15 @@ class CarmaExecutor(BaseExecutor):
         self.waiting[ti.key] = _Waiting(workload, config, request, prior_ooms)
         self._by_request[request.key] = ti.key
         self._record(ti, request, outcome="waiting", summary="waiting for a scheduling pass")
+
+    def _learned(self, ti: Any) -> tuple[tuple[int, ...], str | None]:
+        """Peaks to learn from: a mapped instance's own runs if it has any, else the whole task's."""
+        assert self.store is not None
+        if ti.map_index >= 0:
+            own = self.store.peaks(ti.dag_id, ti.task_id, map_index=ti.map_index)
+            if own:
+                return tuple(own), f"map index {ti.map_index}"
+        return tuple(self.store.peaks(ti.dag_id, ti.task_id)), None
 
     def _recover(self, ti: Any, request: TaskRequest) -> tuple[TaskRequest, int]:
         """After CUDA OOM tries of the same run, plan this try with the recovery planner."""
@@ -350,7 +397,7 @@ class CarmaExecutor(BaseExecutor):
                 metrics.never_fits(ti_key.dag_id, ti_key.task_id)
                 self._record(waiting.workload.ti, waiting.request, outcome="failed", summary=decision.summary)
                 del self.waiting[ti_key]
-                self.fail(ti_key, info=decision.summary)
+                self._refuse(ti_key, waiting.workload, decision.summary, waiting.prior_ooms)
             elif decision.summary != waiting.last_summary:
                 # the live reason (snapshot, UI) changes with every count in it; the store and the
                 # log get it when its kind changes, or once a minute: with thousands waiting, one
@@ -386,6 +433,7 @@ class CarmaExecutor(BaseExecutor):
             guards=self.settings.framework_guards,
             sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,
         )
+        env.update(self._kill_env(workload.ti, waiting.prior_ooms))
         host = (
             self._host_of.get(decision.gpu_uuids[0], self.settings.host) if decision.gpu_uuids else self.settings.host
         )
@@ -394,7 +442,7 @@ class CarmaExecutor(BaseExecutor):
         except ConfigError as exc:  # a GPU UUID or path that must not reach a process environment
             self.log.error("Task %s not started: %s", ti_key, exc)
             self._record(workload.ti, waiting.request, outcome="failed", summary=f"not started: {exc}")
-            self.fail(ti_key, info=str(exc))
+            self._refuse(ti_key, workload, f"not started: {exc}", waiting.prior_ooms)
             return
         handle = self._start_process(workload, env, result_path, host)
         now = time.time()
@@ -536,7 +584,7 @@ class CarmaExecutor(BaseExecutor):
                 metrics.recovery("gave_up")
         elif outcome == "success":
             if result.peak_mib:
-                self._write("add_peak", ti.dag_id, ti.task_id, result.peak_mib, _utc(now), ti.run_id)
+                self._write("add_peak", ti.dag_id, ti.task_id, result.peak_mib, _utc(now), ti.run_id, ti.map_index)
             if active.prior_ooms:
                 metrics.recovery("recovered")
 

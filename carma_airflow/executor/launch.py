@@ -1,8 +1,9 @@
 """How a placed try gets a process: the launcher seam of the executor.
 
 The executor decides *where* a try runs; a :class:`Launcher` makes it run there and a
-:class:`TaskHandle` tells when it has ended and how.  :class:`LocalLauncher` forks one process
-per try on this host (its own session, so an executor restart does not take the task with it);
+:class:`TaskHandle` tells when it has ended and how.  :class:`LauncherProcess` hands each try of
+this host to the launcher process (carma_airflow/taskrun/launcher.py: single-threaded, forks one
+child per try in its own session), so the scheduler process, which runs threads, never forks;
 :class:`PidHandle` follows a process started by an earlier executor (restart reconciliation).
 Remote launchers (Celery) implement the same two protocols.
 """
@@ -10,18 +11,30 @@ Remote launchers (Celery) implement the same two protocols.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import json
+import logging
 import os
+import select
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from carma_airflow.core.errors import CarmaError
 from carma_airflow.executor.outcome import TryResult, read_result
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
+
+
+log = logging.getLogger(__name__)
+
+
+class LauncherError(CarmaError):
+    """The launcher process could not start a try (it is started again at the next launch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,53 +110,6 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _run_in_child(workload: ExecuteTask, env: dict[str, str], server: str) -> None:
-    """Body of the per-task process: own session, this try's devices, then run it like LocalExecutor."""
-    from airflow.executors.base_executor import BaseExecutor
-
-    from carma_airflow.executor.killguard import install_kill_guard
-
-    os.setsid()  # survives an executor restart; killed as a group
-    os.environ.update(env)
-    install_kill_guard()
-    code = BaseExecutor.run_workload(
-        workload,
-        server=server,
-        proctitle=f"airflow worker -- CarmaExecutor: {workload.display_name}",
-        subprocess_logs_to_stdout=True,
-    )
-    os._exit(code if isinstance(code, int) else 0)
-
-
-class ForkHandle:
-    """A try running in a child process of this executor."""
-
-    def __init__(self, process: Any, result_path: Path) -> None:
-        self.process = process
-        self.result_path = result_path
-        self._pid_start = process_start_ticks(process.pid) if process.pid else None
-        self._stop = _GroupStop()
-
-    @property
-    def pid(self) -> int | None:
-        return int(self.process.pid) if self.process.pid else None
-
-    @property
-    def pid_start(self) -> int | None:
-        return self._pid_start
-
-    def poll(self) -> Ended | None:
-        if self.process.is_alive():
-            self._stop.escalate(self.process.pid)
-            return None
-        self.process.join(timeout=0)
-        return Ended(self.process.exitcode, read_result(self.result_path))
-
-    def kill(self) -> None:
-        if self.process.is_alive() and self.process.pid:
-            self._stop.start(self.process.pid)
-
-
 class PidHandle:
     """A try whose process an earlier executor started (found again after a restart).
 
@@ -183,28 +149,203 @@ class PidHandle:
             self._stop.start(self._pid)
 
 
-class LocalLauncher:
-    """One forked process per try on this host."""
+class LaunchedHandle:
+    """A try started by this executor's launcher process (carma_airflow/taskrun/launcher.py).
+
+    Its end comes from the launcher (the exit code, from waitpid); if the launcher itself is
+    gone, the try is followed through /proc as an adopted one would be.
+    """
+
+    def __init__(self, pid: int, result_path: Path, launcher: LauncherProcess) -> None:
+        self._pid = pid
+        self._pid_start = process_start_ticks(pid)
+        self.result_path = result_path
+        self._launcher = launcher
+        self._stop = _GroupStop()
+        self._orphaned: PidHandle | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    @property
+    def pid_start(self) -> int | None:
+        return self._pid_start
+
+    def poll(self) -> Ended | None:
+        if self._orphaned is not None:
+            return self._orphaned.poll()
+        self._launcher.pump()
+        code = self._launcher.exit_code(self._pid)
+        if code is not None:
+            return Ended(code, read_result(self.result_path))
+        if not self._launcher.knows(self._pid):  # its launcher died: follow it through /proc
+            self._orphaned = PidHandle(self._pid, self._pid_start, self.result_path)
+            return self._orphaned.poll()
+        self._stop.escalate(self._pid)
+        return None
+
+    def kill(self) -> None:
+        if self._orphaned is not None:
+            self._orphaned.kill()
+        else:
+            self._stop.start(self._pid)
+
+
+LAUNCHER_START_S = 120.0  # importing Airflow on a loaded machine
+LAUNCH_REPLY_S = 30.0
+
+
+class LauncherProcess:
+    """This host's launcher process, from the executor's side: start it, send tries, read ends.
+
+    Every call is made from the scheduler loop (one thread); a launch waits only for the
+    launcher's fork (milliseconds), never for the try.
+    """
 
     def __init__(self) -> None:
-        self._ctx = multiprocessing.get_context("fork")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reply_fd = -1
+        self._buffer = b""
+        self._next_id = 0
+        self._ended: dict[int, int] = {}  # pid -> exit code, until the handle has read it
+        self._live: set[int] = set()
+        self._answers: dict[int, dict[str, Any]] = {}
+        self.start()
+
+    def start(self) -> None:
+        read_fd, write_fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "carma_airflow.taskrun.launcher", "--reply-fd", str(write_fd)],
+                stdin=subprocess.PIPE,
+                pass_fds=(write_fd,),
+                start_new_session=True,  # a Ctrl-C to the scheduler's group is not ours; end of stdin is
+                close_fds=True,
+            )
+        finally:
+            os.close(write_fd)
+        self._reply_fd = read_fd
+        self._buffer = b""
+        self._live.clear()
+        ready = self._wait_for(lambda m: m.get("op") == "ready", LAUNCHER_START_S)
+        if ready is None:
+            raise LauncherError(
+                f"the CarmaExecutor launcher did not start within {LAUNCHER_START_S:.0f} s "
+                f"(exit code {self._proc.poll()}); see the scheduler's log for its error"
+            )
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def launch(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
         from airflow.executors.base_executor import get_execution_api_server_url
 
-        process = self._ctx.Process(
-            target=_run_in_child, args=(workload, env, get_execution_api_server_url()), daemon=False
-        )
-        process.start()
-        return ForkHandle(process, result_path)
+        if not self.alive():
+            log.error("CarmaExecutor launcher ended (exit code %s); starting a new one", self._exit_status())
+            self.start()
+        self._next_id += 1
+        command = {
+            "op": "launch",
+            "id": self._next_id,
+            "workload": workload.model_dump_json(),
+            "env": env,
+            "server": get_execution_api_server_url(),
+            "proctitle": f"airflow worker -- CarmaExecutor: {workload.display_name}",
+        }
+        self._send(command)
+        answer = self._wait_for(lambda m: m.get("id") == command["id"], LAUNCH_REPLY_S)
+        if answer is None or answer.get("op") != "started":
+            why = "no answer" if answer is None else answer.get("message")
+            raise LauncherError(f"the launcher did not start try {workload.ti.key}: {why}")
+        pid = int(answer["pid"])
+        self._live.add(pid)
+        return LaunchedHandle(pid, result_path, self)
+
+    def pump(self) -> None:
+        """Read what the launcher reported so far, without waiting."""
+        while self._reply_fd >= 0 and select.select([self._reply_fd], [], [], 0)[0]:
+            if not self._read():
+                break
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._ended.pop(pid, None)
+
+    def knows(self, pid: int) -> bool:
+        """Whether the launcher will still report ``pid``'s end (it runs, or its end is read)."""
+        return pid in self._ended or (pid in self._live and self.alive())
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        with contextlib.suppress(OSError):
+            os.close(self._reply_fd)
+        self._reply_fd = -1
+
+    # -- the pipe ----------------------------------------------------------------------------
+    def _exit_status(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    def _send(self, command: dict[str, Any]) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write((json.dumps(command) + "\n").encode())
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise LauncherError(f"the launcher is gone ({exc}); it is started again at the next launch") from None
+
+    def _read(self) -> bool:
+        """One read from the reply pipe; False at its end (the launcher exited)."""
+        try:
+            chunk = os.read(self._reply_fd, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            with contextlib.suppress(OSError):
+                os.close(self._reply_fd)
+            self._reply_fd = -1
+            return False
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            if not line.strip():
+                continue
+            message = json.loads(line)
+            if message.get("op") == "ended":
+                pid = int(message["pid"])
+                self._live.discard(pid)
+                self._ended[pid] = int(message["exitcode"])
+            elif "id" in message or message.get("op") == "ready":
+                self._answers[int(message.get("id") or 0)] = message
+        return True
+
+    def _wait_for(self, match: Any, timeout_s: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for key, message in list(self._answers.items()):
+                if match(message):
+                    return self._answers.pop(key)
+            left = deadline - time.monotonic()
+            if left <= 0 or self._reply_fd < 0 or not self.alive():
+                return None
+            if select.select([self._reply_fd], [], [], min(left, 1.0))[0] and not self._read():
+                return None
 
 
 __all__ = [
     "KILL_GRACE_S",
     "Ended",
-    "ForkHandle",
+    "LaunchedHandle",
     "Launcher",
-    "LocalLauncher",
+    "LauncherError",
+    "LauncherProcess",
     "PidHandle",
     "TaskHandle",
     "process_start_ticks",

@@ -21,7 +21,6 @@ from collections import deque
 from typing import Any
 
 from carma_airflow.core.errors import CarmaError
-from carma_airflow.forkguard import no_fork
 from carma_airflow.store.errors import RecordError
 
 log = logging.getLogger(__name__)
@@ -110,8 +109,7 @@ class StoreWriter:
                 return True
             method, args = self._queue[0]
         try:
-            with no_fork():  # a fork now would leave the child holding the database library's locks
-                getattr(self.store, method)(*args)
+            getattr(self.store, method)(*args)
         except RecordError:  # a bad record is a bug: retrying it would hold every write behind it
             log.exception("carma store write %s refused; dropped", method)
         except CarmaError as exc:

@@ -19,7 +19,6 @@ from pathlib import Path
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.gpu import parse_gpu_list
 from carma_airflow.core.risk import DEFAULT_RISK, MetricWindow, RiskSettings
-from carma_airflow.forkguard import no_fork
 from carma_airflow.monitor.base import GpuSample, Probe
 
 log = logging.getLogger(__name__)
@@ -79,8 +78,7 @@ class Monitor:
         # CPU time of this thread only: other threads of the host process (a scheduler) are not ours.
         start = time.thread_time()
         try:
-            with no_fork():  # a task forked meanwhile would inherit NVML's or the ledger's locks held
-                samples = self.probe.sample()
+            samples = self.probe.sample()
         finally:
             spent = time.thread_time() - start
             with self._lock:

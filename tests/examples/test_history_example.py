@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.testing import try_runner_env
+
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
 from airflow.executors.workloads import ExecuteTask
@@ -83,7 +85,8 @@ def workload(run_id: str) -> ExecuteTask:
 
 @pytest.fixture
 def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CarmaExecutor]:
-    monkeypatch.setattr("airflow.executors.base_executor.BaseExecutor.run_workload", staticmethod(run_dag_task))
+    for name, value in try_runner_env(run_dag_task).items():
+        monkeypatch.setenv(name, value)
     values = {"gpu_backend": "simulated", "simulated_gpus": "1xA100-40GB", "sample_period": "0.2"}
     ex = CarmaExecutor(parallelism=4)
     ex.configure(CarmaSettings.load(values.get, str(tmp_path)))

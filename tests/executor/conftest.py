@@ -12,11 +12,13 @@ from executor_helpers import fake_run_workload
 
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.settings import CarmaSettings
+from carma_airflow.testing import try_runner_env
 
 
 @pytest.fixture
 def executor_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., CarmaExecutor]]:
-    monkeypatch.setattr("airflow.executors.base_executor.BaseExecutor.run_workload", staticmethod(fake_run_workload))
+    for name, value in try_runner_env(fake_run_workload).items():
+        monkeypatch.setenv(name, value)
     out = tmp_path / "out"
     out.mkdir()
     monkeypatch.setenv("CARMA_TEST_OUT", str(out))

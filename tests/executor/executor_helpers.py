@@ -94,6 +94,14 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
             return 1
         write_result(TryResult("success", peak_mib=behaviour["train"]["peak_mib"]))
         return 0
+    if behaviour.get("touch_locks"):  # what a task's start-up takes: the logging lock, SQLite's mutexes
+        import logging
+        import sqlite3
+
+        logging.getLogger("carma.test").warning("try %s logs", task_id)
+        with sqlite3.connect(out_dir / f"{task_id}.db") as db:
+            db.execute("create table if not exists t (x)")
+            db.execute("insert into t values (1)")
     time.sleep(behaviour.get("seconds", 0.2))
     write_result(TryResult(**behaviour.get("result", {"state": "success", "peak_mib": 1000})))
     time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report

@@ -66,3 +66,15 @@ def test_author_retries_of_rejects_what_the_policy_did_not_write() -> None:
     assert author_retries_of({AUTHOR_RETRIES_KEY: True}) is None
     assert author_retries_of({AUTHOR_RETRIES_KEY: -1}) is None
     assert author_retries_of({AUTHOR_RETRIES_KEY: 0}) == 0
+
+
+def test_executor_config_in_expand_kwargs_fails_each_instance_with_what_to_write() -> None:
+    with DAG("d", start_date=datetime(2026, 1, 1), schedule=None):
+        mapped = BashOperator.partial(task_id="m", **gpu_task()).expand_kwargs(
+            [{"bash_command": "true", "executor_config": {"carma": {"memory": "4GiB"}}}, {"bash_command": "true"}]
+        )
+    task_policy(mapped)
+    # Airflow's own TypeError would come first: the key is gone, our refusal says what to write
+    assert all("executor_config" not in entry for entry in mapped.expand_input.value)
+    with pytest.raises(TaskRefusedError, match=r"memory_by_index=\['4GiB', '12GiB', \.\.\.\]"):
+        mapped.partial_kwargs["pre_execute"]({})

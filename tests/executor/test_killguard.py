@@ -7,7 +7,7 @@ import pytest
 from airflow.sdk.execution_time.supervisor import ActivitySubprocess
 from airflow.utils.state import TaskInstanceState
 
-from carma_airflow.executor.killguard import RETRY_ON_KILL_ENV, install_kill_guard
+from carma_airflow.taskrun.killguard import RETRY_ON_KILL_ENV, install_kill_guard
 
 
 def _ended(exit_code: int, *, should_retry: bool, terminal: str | None = None) -> ActivitySubprocess:

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzz_runner import recording_run_workload
+
+from carma_airflow.testing import try_runner_env
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "fuzz-test-secret-" + "x" * 64)  # >= 64 bytes: no key warning
 
@@ -31,7 +34,6 @@ from hypothesis import strategies as st
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.executor.envcheck import check_task_env
-from carma_airflow.executor.outcome import TryResult, write_result
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import parse_task_config
 
@@ -59,20 +61,10 @@ executor_configs = (
 )
 
 
-def recording_run_workload(workload: ExecuteTask, **_: Any) -> int:
-    """Runs in the per-task process: record the environment, report success at once."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "CARMA_"))}
-    out = Path(os.environ["CARMA_FUZZ_OUT"]) / f"{workload.ti.task_id}.json"
-    out.write_text(json.dumps(env))
-    write_result(TryResult(state="success", peak_mib=100))
-    return 0
-
-
 @pytest.fixture
 def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CarmaExecutor]:
-    monkeypatch.setattr(
-        "airflow.executors.base_executor.BaseExecutor.run_workload", staticmethod(recording_run_workload)
-    )
+    for name, value in try_runner_env(recording_run_workload).items():
+        monkeypatch.setenv(name, value)
     (tmp_path / "out").mkdir()
     monkeypatch.setenv("CARMA_FUZZ_OUT", str(tmp_path / "out"))
     values = {

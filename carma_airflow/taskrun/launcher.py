@@ -1,0 +1,170 @@
+"""The launcher: a single-threaded process that starts every try of this host's CarmaExecutor.
+
+Why a process of its own: forking a try from the scheduler copies a process that runs threads
+(the GPU monitor, the store writer, Airflow's own); a child forked while one of them holds a
+lock (logging, SQLite, NVML, the simulated ledger) keeps it held for ever.  Guards around our
+own threads can never cover Airflow's or a library's.  The launcher is started by the
+executor's ``start()`` as a fresh interpreter (fork+exec, so it inherits no thread and no lock),
+imports Airflow's supervisor once, freezes its heap, and from then on forks one child per try:
+its own session (an executor restart does not take it along; it is stopped as a group), the
+try's environment, then Airflow's ``run_workload`` as LocalExecutor runs it.  Forking a warm
+single-threaded process costs milliseconds; exec'ing a fresh interpreter per try costs the
+Airflow import every time (bench/launch.py measures both).
+
+Protocol (one JSON object per line): the executor writes commands to the launcher's stdin,
+``{"op": "launch", "id": N, "workload": <ExecuteTask JSON>, "env": {...}, "server": URL,
+"proctitle": str}``; the launcher answers on the file descriptor it was given,
+``{"op": "started", "id": N, "pid": P}`` or ``{"op": "error", "id": N, "message": str}``, and
+``{"op": "ended", "pid": P, "exitcode": C}`` when a child ends.  End of its stdin (the executor
+stopped or died) ends the launcher; tries it started keep running, as they did before.
+
+    python -m carma_airflow.taskrun.launcher --reply-fd FD
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import select
+import signal
+import sys
+from typing import Any
+
+
+def _run_try(command: dict[str, Any], reply_fd: int) -> None:  # pragma: no cover - the child
+    """Body of one try's process (a child of the launcher): never returns."""
+    code = 1
+    try:
+        os.close(reply_fd)
+        os.setsid()  # survives an executor restart; stopped as a group
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.environ.update(command["env"])
+        from airflow.executors.workloads import ExecuteTask
+
+        from carma_airflow.taskrun.killguard import install_kill_guard
+
+        install_kill_guard()
+        workload = ExecuteTask.model_validate_json(command["workload"])
+        result = _try_runner()(
+            workload,
+            server=command.get("server"),
+            proctitle=command.get("proctitle"),
+            subprocess_logs_to_stdout=True,
+        )
+        code = result if isinstance(result, int) else 0
+    except BaseException as exc:  # the try fails; the launcher lives on
+        print(f"carma launcher: try could not run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    finally:
+        os._exit(code)
+
+
+RUNNER_ENV = "CARMA_TRY_RUNNER"  # "module:function" instead of BaseExecutor.run_workload (testing.py)
+
+
+def _try_runner() -> Any:
+    """Airflow's ``BaseExecutor.run_workload``; tests name a fake of the same signature (the true
+    boundary: the supervisor and the task itself) through RUNNER_ENV."""
+    spec = os.environ.get(RUNNER_ENV)
+    if spec:
+        import importlib
+
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)
+    from airflow.executors.base_executor import BaseExecutor
+
+    return BaseExecutor.run_workload
+
+
+class Launcher:
+    def __init__(self, reply_fd: int) -> None:
+        self.reply_fd = reply_fd
+        self.buffer = b""
+        self.children: set[int] = set()
+
+    def reply(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            data = data[os.write(self.reply_fd, data) :]
+
+    def launch(self, command: dict[str, Any]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.reply({"op": "error", "id": command.get("id"), "message": f"fork failed: {exc}"})
+            return
+        if pid == 0:  # pragma: no cover - the child
+            _run_try(command, self.reply_fd)
+        self.children.add(pid)
+        self.reply({"op": "started", "id": command.get("id"), "pid": pid})
+
+    def reap(self) -> None:
+        for pid in list(self.children):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                self.children.discard(pid)
+                self.reply({"op": "ended", "pid": pid, "exitcode": os.waitstatus_to_exitcode(status)})
+
+    def handle(self, line: bytes) -> None:
+        try:
+            command = json.loads(line)
+        except ValueError:
+            print(f"carma launcher: not a command: {line[:200]!r}", file=sys.stderr, flush=True)
+            return
+        if isinstance(command, dict) and command.get("op") == "launch":
+            self.launch(command)
+
+    def serve(self, commands: int) -> None:
+        """Until the executor closes our stdin: take commands, start tries, report their ends."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        # a child's end wakes the loop at once (no polling delay on the exit code)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        open_ = True
+        while open_ or self.children:
+            ready, _, _ = select.select([commands, wake_r] if open_ else [wake_r], [], [], 1.0)
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+            if commands in ready:
+                chunk = os.read(commands, 1 << 16)
+                if not chunk:
+                    open_ = False
+                    break  # the executor is gone: the tries run on in their own sessions
+                self.buffer += chunk
+                *lines, self.buffer = self.buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self.handle(line)
+            self.reap()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--reply-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    # what every try needs, imported once: a fork then starts with it loaded
+    import airflow.executors.base_executor
+    import airflow.executors.workloads
+    import airflow.sdk.execution_time.supervisor  # noqa: F401
+
+    import carma_airflow.taskrun.killguard  # noqa: F401
+
+    _try_runner()  # a runner that cannot be imported fails the launcher's start, not every try
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the scheduler: end of stdin ends us
+    gc.collect()
+    gc.freeze()  # children share the imported heap instead of copying it on the first collection
+    launcher = Launcher(args.reply_fd)
+    launcher.reply({"op": "ready", "pid": os.getpid()})
+    launcher.serve(sys.stdin.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
