@@ -50,7 +50,7 @@ def redis_url() -> str:
     try:
         redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
-        pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); start it (see .ci/run)")
+        pytest.fail(f"Redis at {REDIS_URL} is not reachable ({exc}); start it (make prereqs does)")
     return REDIS_URL
 
 
@@ -66,5 +66,5 @@ def rabbitmq_url() -> str:
     try:
         socket.create_connection((where.hostname or "127.0.0.1", where.port or 5672), timeout=3).close()
     except OSError as exc:
-        pytest.fail(f"RabbitMQ at {where.hostname}:{where.port} is not reachable ({exc}); start it (see .ci/run)")
+        pytest.fail(f"RabbitMQ at {where.hostname}:{where.port} is not reachable ({exc}); start it (make prereqs does)")
     return RABBITMQ_URL

@@ -18,7 +18,7 @@ def make_pg_database(prefix: str) -> str:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is not reachable ({exc.orig}); start it (see .ci/run)")
+        pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is not reachable ({exc.orig}); start it (make prereqs does)")
     finally:
         admin.dispose()
     return sa.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)

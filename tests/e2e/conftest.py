@@ -24,7 +24,7 @@ def _pg_database() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as exc:
-        pytest.fail(f"PostgreSQL at {PG_ADMIN} is not reachable ({exc.orig}); start it (see .ci/run)")
+        pytest.fail(f"PostgreSQL at {PG_ADMIN} is not reachable ({exc.orig}); start it (make prereqs does)")
     try:
         yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
     finally:
