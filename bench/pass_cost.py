@@ -39,9 +39,9 @@ from airflow.executors.workloads.task import TaskInstanceDTO
 from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh database on 127.0.0.1:5432
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.outcome import TryResult, write_result
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
+from carma_airflow.taskrun.outcome import TryResult, write_result
 
 
 def _child(workload: ExecuteTask, **_: Any) -> int:

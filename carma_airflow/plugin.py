@@ -5,7 +5,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from carma_airflow import ui
-from carma_airflow.executor import listener
+from carma_airflow.taskrun import listener
 
 # A small GPU chip, inline so the navigation needs no extra request.
 ICON = (

@@ -48,10 +48,10 @@ def test_core_imports_only_stdlib_and_itself() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "carma_airflow.executor.listener",
-        "carma_airflow.executor.retry",
-        "carma_airflow.executor.cluster_policy",
-        "carma_airflow.executor.outcome",
+        "carma_airflow.taskrun.listener",
+        "carma_airflow.taskrun.retry",
+        "carma_airflow.dagparse.cluster_policy",
+        "carma_airflow.taskrun.outcome",
         "carma_airflow.executor.taskenv",
         "carma_airflow.testing",
     ],

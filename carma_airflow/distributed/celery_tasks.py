@@ -37,9 +37,9 @@ from celery.signals import worker_ready, worker_shutdown
 
 from carma_airflow.distributed.errors import WrongHostError
 from carma_airflow.distributed.simgpus import ledger_path
-from carma_airflow.executor.outcome import RESULT_ENV, read_result
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
+from carma_airflow.taskrun.outcome import RESULT_ENV, read_result
 from carma_airflow.testing import LEDGER_ENV
 
 log = logging.getLogger(__name__)

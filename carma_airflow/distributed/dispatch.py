@@ -31,11 +31,11 @@ from carma_airflow.distributed.agent import queue_for
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.errors import CeleryMissingError
 from carma_airflow.executor.launch import Ended, Launcher, TaskHandle
-from carma_airflow.executor.outcome import TryResult
 from carma_airflow.monitor.base import GpuSource
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import DispatchRecord
 from carma_airflow.store.store import Store
+from carma_airflow.taskrun.outcome import TryResult
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask

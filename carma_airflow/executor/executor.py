@@ -45,17 +45,17 @@ from carma_airflow.core.recovery import (
 )
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.dagparse.cluster_policy import author_retries_of, refusal_env
 from carma_airflow.executor import metrics
-from carma_airflow.executor.cluster_policy import author_retries_of, refusal_env
 from carma_airflow.executor.envcheck import check_task_env
 from carma_airflow.executor.launch import KILL_GRACE_S, Ended, Launcher, LauncherProcess, TaskHandle
-from carma_airflow.executor.outcome import TryResult
 from carma_airflow.executor.taskenv import gpu_task_env, tenants_seen
 from carma_airflow.executor.view import build_view
 from carma_airflow.executor.writer import StoreWriter
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import GpuTaskConfig, parse_task_config
 from carma_airflow.taskrun.killguard import retry_on_kill_env
+from carma_airflow.taskrun.outcome import TryResult
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask

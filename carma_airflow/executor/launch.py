@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from carma_airflow.core.errors import CarmaError
-from carma_airflow.executor.outcome import TryResult, read_result
+from carma_airflow.taskrun.outcome import TryResult, read_result
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask

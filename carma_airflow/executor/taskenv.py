@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from carma_airflow.core.gpu import Tenant
-from carma_airflow.executor.outcome import RESULT_ENV
+from carma_airflow.taskrun.outcome import RESULT_ENV
 
 PLACEMENT_ENV = "CARMA_PLACEMENT"
 PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"

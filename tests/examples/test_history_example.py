@@ -50,7 +50,7 @@ TRAIN = DAG.get_task(TASK_ID)
 
 def run_dag_task(workload: ExecuteTask, **_: Any) -> int:
     """In the per-task process: the DAG's own task code, then the listener, as a worker would."""
-    from carma_airflow.executor import listener
+    from carma_airflow.taskrun import listener
 
     try:
         TRAIN.python_callable(params={"peak_mib": PEAK_MIB, "seconds": 0.3})

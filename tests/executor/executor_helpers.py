@@ -23,7 +23,7 @@ from airflow.executors.workloads.base import BundleInfo
 from airflow.executors.workloads.task import TaskInstanceDTO
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.outcome import TryResult, write_result
+from carma_airflow.taskrun.outcome import TryResult, write_result
 
 BEHAVIOUR: dict[str, dict[str, Any]] = {}
 

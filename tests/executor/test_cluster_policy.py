@@ -12,14 +12,14 @@ from airflow.sdk import DAG
 
 from carma_airflow import gpu_task
 from carma_airflow.core.errors import TaskRefusedError
-from carma_airflow.executor.cluster_policy import (
+from carma_airflow.dagparse.cluster_policy import (
     AUTHOR_RETRIES_KEY,
     REFUSED_ENV,
     author_retries_of,
     refusal_env,
     task_policy,
 )
-from carma_airflow.executor.retry import CudaOomRetryPolicy
+from carma_airflow.taskrun.retry import CudaOomRetryPolicy
 
 
 def _task(task_id: str = "t", **kwargs: object) -> BashOperator:

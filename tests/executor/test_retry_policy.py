@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.definitions.retry_policy import RetryAction
 
-from carma_airflow.executor.retry import PRIOR_OOMS_ENV, CudaOomRetryPolicy
+from carma_airflow.taskrun.retry import PRIOR_OOMS_ENV, CudaOomRetryPolicy
 
 
 class OutOfMemoryError(RuntimeError):

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.executors.workloads import ExecuteTask
 
-from carma_airflow.executor.outcome import TryResult, write_result
+from carma_airflow.taskrun.outcome import TryResult, write_result
 
 
 def recording_run_workload(workload: ExecuteTask, **_: Any) -> int:

@@ -22,7 +22,7 @@ def test_plugin_mounts_the_page_and_adds_a_navigation_entry() -> None:
     assert view["href"] == app["url_prefix"] + "/"
     assert (view["url_route"], view["destination"], view["name"]) == ("carma", "nav", "GPUs")
     assert view["icon"].startswith("data:image/svg+xml")
-    from carma_airflow.executor import listener
+    from carma_airflow.taskrun import listener
 
     assert CarmaPlugin.listeners == [listener]
 

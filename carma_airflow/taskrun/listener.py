@@ -17,7 +17,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.recovery import classify_failure
-from carma_airflow.executor.outcome import RESULT_ENV, TryResult, write_result
+from carma_airflow.taskrun.outcome import RESULT_ENV, TryResult, write_result
 
 PLACEMENT_ENV = "CARMA_PLACEMENT"
 log = logging.getLogger("carma")

@@ -125,7 +125,7 @@ def task_policy(task: Any) -> None:
         _fail_at_run(task, str(exc))
         return
     if not getattr(task, "_carma_policy_applied", False):
-        from carma_airflow.executor.retry import CudaOomRetryPolicy
+        from carma_airflow.taskrun.retry import CudaOomRetryPolicy
 
         oom_retries, delay = _oom_settings()
         author = int(getattr(task, "retries", 0) or 0)

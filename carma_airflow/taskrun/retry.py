@@ -35,7 +35,7 @@ class CudaOomRetryPolicy(RetryPolicy):
                     reason=f"CUDA out of memory ({failure.evidence}); CARMA retries it on a GPU with more free "
                     f"memory (OOM retry {prior_ooms + 1} of {self.oom_retries})",
                 )
-            from carma_airflow.executor.listener import peak_mib_of_this_process
+            from carma_airflow.taskrun.listener import peak_mib_of_this_process
 
             reached = peak_mib_of_this_process()
             if reached:
