@@ -6,6 +6,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.errors import UnknownGpuSpecError, brief
 from carma_airflow.core.risk import MetricWindow
 
@@ -86,7 +87,8 @@ class Tenant:
     """A task holding (part of) a GPU.
 
     ``reserved_mib`` is what the placer reserved for it (its estimate); ``observed_mib`` is what
-    the monitor last saw it use, None until its process appears.
+    the monitor last saw it use, None until its process appears.  ``activity`` is its expected
+    solo SM activity (as on its request), None where unknown.
     """
 
     key: str
@@ -95,6 +97,7 @@ class Tenant:
     placed_at: float
     observed_mib: int | None = None
     exclusive: bool = False
+    activity: ActivityEstimate | None = None
 
     @property
     def accounted_mib(self) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from carma_airflow.core.activity import ActivityEstimate
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryNeed:
@@ -30,6 +32,9 @@ class TaskRequest:
     ``key`` identifies the try (unique); ``label`` is what users read (task name).  Priority is
     larger-first (Airflow's priority_weight).  ``avoid_gpus`` lists GPUs a recovery plan wants
     to keep away from; ``gpu_model`` is a case-insensitive substring of the spec name.
+    ``activity``: the task's expected solo SM activity (learned from its earlier tries or its
+    ``executor_config`` hint); None where nobody knows, and the policies that predict
+    interference then fall back to memory order.
     """
 
     key: str
@@ -43,6 +48,7 @@ class TaskRequest:
     try_number: int = 1
     recovered: bool = False
     avoid_gpus: frozenset[str] = field(default_factory=frozenset)
+    activity: ActivityEstimate | None = None
 
     @property
     def needs_idle_gpu(self) -> bool:

@@ -12,6 +12,7 @@ from carma_airflow.core.policies.first_fit import FirstFit
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.policies.least_utilised import LeastUtilised
 from carma_airflow.core.policies.most_free_memory import MostFreeMemory
+from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.policies.round_robin import RoundRobin
 from carma_airflow.core.policies.static_share import StaticShare
 
@@ -24,6 +25,7 @@ _FIXED: tuple[type[Policy], ...] = (
     LeastUtilised,
     RoundRobin,
     InterferenceAware,
+    Predictive,
 )
 _STATIC = re.compile(r"^static-(\d+)$")
 

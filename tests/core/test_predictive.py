@@ -1,0 +1,168 @@
+"""The predictive policy: summed progress rate, the newcomer's slowdown, confidence, fallback."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from helpers import busy_gpu, idle_gpu, request, view
+
+from carma_airflow.core import DEFAULT_POLICY, GpuState, Placer, TaskRequest, make_policy
+from carma_airflow.core.activity import ActivityEstimate, estimate_activity, hinted_activity
+from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceModel, speed
+from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
+
+
+def sure(a: float) -> ActivityEstimate:
+    """An activity learned from ten steady tries."""
+    return estimate_activity([a] * 10)
+
+
+def with_tenants(gpu: GpuState, *activities: float | None) -> GpuState:
+    """``gpu`` with its tenants' activities set (None: unknown) and labels naming them."""
+    assert len(gpu.tenants) == len(activities)
+    tenants = tuple(
+        replace(t, label=f"job{gpu.index}-{a}", activity=None if a is None else sure(a))
+        for t, a in zip(gpu.tenants, activities, strict=True)
+    )
+    return replace(gpu, tenants=tenants)
+
+
+def newcomer(a: ActivityEstimate | None, mib: int = 4000) -> TaskRequest:
+    return request("new", mib, activity=a)
+
+
+def chosen_index(policy: Predictive, req: TaskRequest, *gpus: GpuState) -> int:
+    d = Placer(policy).decide(req, view(*gpus))
+    assert d.placed, d.summary
+    return int(d.gpu_uuids[0].split("-")[1])
+
+
+def test_registered_but_not_the_default() -> None:
+    assert make_policy("predictive").name == "predictive"
+    assert make_policy("learned").name == "predictive"
+    assert DEFAULT_POLICY == "interference-aware"
+
+
+def test_prefers_the_gpu_whose_summed_rate_rises_most() -> None:
+    # GPU 0 has the most free memory but a heavy tenant; GPU 1 a light one
+    heavy = with_tenants(busy_gpu(0, 30000), 0.9)
+    light = with_tenants(busy_gpu(1, 20000), 0.25)
+    assert chosen_index(Predictive(), newcomer(sure(0.5)), heavy, light) == 1
+    # most-free-memory, and the predictive policy without the newcomer's activity, take GPU 0
+    assert Placer(make_policy("most-free-memory")).decide(newcomer(None), view(heavy, light)).gpu_uuids == ("GPU-0",)
+    assert chosen_index(Predictive(), newcomer(None), heavy, light) == 0
+
+
+def test_gain_is_the_change_in_summed_speed() -> None:
+    gpu = with_tenants(busy_gpu(0, 20000, tenants=2), 0.3, 0.6)
+    policy = Predictive()
+    facts = Placer(policy).facts(view(gpu))[0]
+    a = policy.assess(facts, newcomer(sure(0.5)))
+    beta = 0.5  # the prior: the sharing model's
+    before = speed(0.3, [0.6], beta) + speed(0.6, [0.3], beta)
+    after = speed(0.3, [1.1], beta) + speed(0.6, [0.8], beta) + speed(0.5, [0.9], beta)
+    assert a.rate_before == pytest.approx(before)
+    assert a.rate_after == pytest.approx(after)
+    assert a.gain == pytest.approx(after - before)
+    assert a.newcomer.speed == pytest.approx(speed(0.5, [0.9], beta))
+    assert a.neighbour == "job0-0.6"
+
+
+def test_choice_maximises_gain_on_random_clusters() -> None:
+    rng = random.Random(11)
+    policy = Predictive(settings=PredictiveSettings(min_gain=-10.0, max_slowdown=100.0))
+    for _ in range(200):
+        gpus = []
+        for i in range(8):
+            k = rng.choice((1, 1, 2))
+            g = busy_gpu(i, rng.randrange(8000, 30000), tenants=k)
+            gpus.append(with_tenants(g, *(round(rng.uniform(0.05, 0.9), 2) for _ in range(k))))
+        req = newcomer(sure(round(rng.uniform(0.1, 0.9), 2)))
+        facts = Placer(policy).facts(view(*gpus))
+        gains = {f.index: policy.assess(f, req).gain for f in facts}
+        pick = chosen_index(policy, req, *gpus)
+        # gains are compared in steps of gain_step / confidence (0.5: the prior's trust); memory
+        # decides within a step, so the pick is within one step of the best
+        step = PredictiveSettings().gain_step / InterferenceFit.prior("a100-40gb").confidence
+        assert gains[pick] >= max(gains.values()) - step
+
+
+def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
+    crowded = with_tenants(busy_gpu(0, 30000, tenants=2), 0.7, 0.7)  # a third heavy task lowers the sum
+    roomy = with_tenants(busy_gpu(1, 9000), 0.3)
+    policy = Predictive()
+    req = newcomer(sure(0.7))
+    facts = {f.index: f for f in Placer(policy).facts(view(crowded, roomy))}
+    assert policy.assess(facts[0], req).gain < 0 < policy.assess(facts[1], req).gain
+    assert policy.refuses(facts[1], req) is None
+    refusal = policy.refuses(facts[0], req)
+    assert refusal is not None
+    assert "beside job0-0.7" in refusal
+    assert "gain under" in refusal or "slowdown limit" in refusal
+    assert chosen_index(policy, req, crowded, roomy) == 1
+    # nowhere else to go: ordering only prefers; refusing is for a placer that asks refuses()
+    assert chosen_index(policy, req, crowded) == 0
+
+
+def test_newcomer_slowdown_limit() -> None:
+    gpu = with_tenants(busy_gpu(0, 30000), 0.9)
+    policy = Predictive(settings=PredictiveSettings(min_gain=-10.0, max_slowdown=1.2))
+    facts = Placer(policy).facts(view(gpu))[0]
+    a = policy.assess(facts, newcomer(sure(0.6)))
+    assert a.newcomer.slowdown > 1.2
+    assert not a.pays
+    assert "slowdown limit" in (policy.refuses(facts, newcomer(sure(0.6))) or "")
+
+
+def test_says_how_sure_it_is() -> None:
+    known = with_tenants(busy_gpu(0, 20000), 0.4)
+    unknown = with_tenants(busy_gpu(1, 20000), None)
+    policy = Predictive()
+    facts = Placer(policy).facts(view(known, unknown))
+    firm = policy.assess(facts[0], newcomer(sure(0.4)))
+    vague = policy.assess(facts[1], newcomer(sure(0.4)))
+    hinted = policy.assess(facts[0], newcomer(hinted_activity(0.4)))
+    assert vague.confidence == 0.0 < hinted.confidence < firm.confidence
+    # with the fit at its prior, the prior's trust caps confidence
+    assert firm.confidence == pytest.approx(InterferenceFit.prior("a100-40gb").confidence)
+    text = policy.describe(facts[0], newcomer(sure(0.4)))
+    assert text.startswith("predicted ") and "x slower beside job0-0.4" in text and "confidence" in text
+    assert policy.describe(facts[0], newcomer(None)).startswith("model unsure")
+
+
+def test_an_unsure_fit_falls_back_to_most_free_memory() -> None:
+    heavy = with_tenants(busy_gpu(0, 30000), 0.9)
+    light = with_tenants(busy_gpu(1, 20000), 0.25)
+    rng = random.Random(5)
+    # stretches all over the place: the fit learns, but its range stays wide
+    noise = [CollocationObservation.steady(rng.uniform(0.6, 4.0), 0.5, (rng.uniform(0.1, 0.3),)) for _ in range(12)]
+    model = InterferenceModel({"a100-40gb": InterferenceFit.prior("a100-40gb").observe_all(noise)})
+    fit = model.fit_for("A100-40GB")
+    assert fit.learned and fit.confidence < PredictiveSettings().min_confidence
+    req = newcomer(sure(0.5))
+    assert chosen_index(Predictive(model), req, heavy, light) == 0  # most free memory
+    assert chosen_index(Predictive(), req, heavy, light) == 1  # the prior is trusted enough
+    facts = Placer(Predictive(model)).facts(view(heavy, light))
+    assert Predictive(model).refuses(facts[0], req) is None  # no refusals while unsure
+
+
+def test_idle_gpus_still_come_first() -> None:
+    light = with_tenants(busy_gpu(0, 30000), 0.05)
+    assert chosen_index(Predictive(), newcomer(sure(0.5)), light, idle_gpu(1)) == 1
+
+
+def test_memory_check_still_applies() -> None:
+    light_but_full = with_tenants(busy_gpu(0, 5000), 0.1)
+    heavy_roomy = with_tenants(busy_gpu(1, 30000), 0.9)
+    assert chosen_index(Predictive(), newcomer(sure(0.5), mib=8000), light_but_full, heavy_roomy) == 1
+
+
+def test_tenants_placed_in_the_same_pass_count_at_the_prior() -> None:
+    a = with_tenants(busy_gpu(0, 30000), 0.3)
+    b = with_tenants(busy_gpu(1, 30000), 0.3)
+    reqs = [request(f"r{i}", 4000, activity=sure(0.5)) for i in range(2)]
+    result = Placer(Predictive()).schedule(reqs, view(a, b))
+    # the first lands on one GPU; that GPU now has an extra tenant, so the second takes the other
+    assert sorted(d.gpu_uuids[0] for d in result.placed) == ["GPU-0", "GPU-1"]
