@@ -1,14 +1,17 @@
 """The placement core: pure Python, standard library only, no I/O, no clock, no globals.
 
 Value types (GPUs, tasks, decisions), the paper's risk analysis, placement policies, memory
-estimators, queue disciplines, the recovery planner and the GPU sharing model.  The
-simulator and the Airflow executor call the same :class:`Placer`.
+estimators, queue disciplines, the recovery planner, the GPU sharing model, and the scheduling
+cycle with its reservation ledger.  The simulator, the GPU kit and the Airflow executor drive the
+same :class:`SchedulingCycle` over the same :class:`Placer`.
 """
 
+from carma_airflow.core.cycle import CycleResult, Placed, SchedulingCycle, Unplaceable
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.errors import (
     CarmaError,
     ConfigError,
+    DuplicateKeyError,
     NeverFitsError,
     UnknownGpuSpecError,
     UnknownPolicyError,
@@ -39,11 +42,14 @@ from carma_airflow.core.recovery import (
     FailureKind,
     GiveUp,
     RecoverySettings,
+    RetryMode,
     RetryPlan,
     classify_failure,
     paper_recovery,
     plan_recovery,
+    plan_retry,
 )
+from carma_airflow.core.reservations import Reservation, Reservations
 from carma_airflow.core.risk import MetricWindow, RiskSettings, is_high_risk, window_score
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel, activity_profile
@@ -61,7 +67,9 @@ __all__ = [
     "CarmaError",
     "ClusterView",
     "ConfigError",
+    "CycleResult",
     "Decision",
+    "DuplicateKeyError",
     "Failure",
     "FailureKind",
     "Fifo",
@@ -76,20 +84,26 @@ __all__ = [
     "NeverFitsError",
     "Outcome",
     "PassResult",
+    "Placed",
     "PlacementSettings",
     "Placer",
     "Policy",
     "QueueDiscipline",
     "Reason",
     "RecoverySettings",
+    "Reservation",
+    "Reservations",
+    "RetryMode",
     "RetryPlan",
     "RiskSettings",
+    "SchedulingCycle",
     "SharingModel",
     "TaskMemoryInfo",
     "TaskRequest",
     "Tenant",
     "UnknownGpuSpecError",
     "UnknownPolicyError",
+    "Unplaceable",
     "WorkloadError",
     "activity_profile",
     "classify_failure",
@@ -104,6 +118,7 @@ __all__ = [
     "parse_gpu_list",
     "parse_mib",
     "plan_recovery",
+    "plan_retry",
     "policy_names",
     "window_score",
 ]

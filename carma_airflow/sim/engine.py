@@ -1,8 +1,10 @@
-"""Discrete-event replay of a trace through the same placer and queue the executor uses.
+"""Discrete-event replay of a trace through the same scheduling cycle the executor uses.
 
 Events: arrivals, memory ramp-ups (where a CUDA OOM can happen), finishes, and wake-ups
 (lock expiry, a metric window settling, a starvation bound passing).  After the events of one
-instant are handled, one scheduling pass runs if anything changed.  The GPU sharing model
+instant are handled, one pass of the core's :class:`~carma_airflow.core.cycle.SchedulingCycle`
+runs if anything changed: it owns the waiting tries, the reservations and the recovery after an
+OOM; the simulation only plays the GPUs.  The GPU sharing model
 (:mod:`carma_airflow.core.sharing`) decides slowdowns, telemetry, power and OOMs.
 """
 
@@ -13,20 +15,14 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from carma_airflow.core.decision import Outcome
+from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.estimators import make_estimator
-from carma_airflow.core.gpu import ClusterView, GpuSpec, GpuState, Tenant
+from carma_airflow.core.gpu import GpuSpec, GpuState
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import make_queue
-from carma_airflow.core.recovery import (
-    Failure,
-    FailureKind,
-    GiveUp,
-    RecoverySettings,
-    paper_recovery,
-    plan_recovery,
-)
+from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RecoverySettings, RetryMode
+from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.risk import MetricWindow
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
@@ -86,7 +82,6 @@ class _Gpu:
     drama: float = 0.0
     changed_at: float = -1e18
     history: list[tuple[float, float, float, float]] = field(default_factory=list)
-    last_placed: float | None = None
     integ: GpuIntegrals = field(default_factory=GpuIntegrals)
     since: float = 0.0
     cached: GpuState | None = None
@@ -110,6 +105,15 @@ class Simulation:
         self.cfg = config
         self.placer = Placer(make_policy(config.policy), config.settings)
         self.queue = make_queue(config.queue)
+        # the simulation knows when each process allocates (the ramp): it observes its tenants
+        # itself, none is assumed seen after the lock time
+        self.cycle = SchedulingCycle(
+            self.placer,
+            self.queue,
+            reservations=Reservations(seen_after_s=None),
+            recovery=config.recovery_settings,
+            retry_mode=RetryMode(config.recovery_mode()),
+        )
         self.estimator = make_estimator(config.estimator, config.settings.floor_mib)
         self.model = config.sharing
         self.window = config.settings.risk.window
@@ -117,8 +121,6 @@ class Simulation:
         self.by_uuid = {g.uuid: g for g in self.gpus}
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = itertools.count()
-        self.pending: dict[str, TaskRequest] = {}
-        self.pending_since: dict[str, float] = {}
         self.jobs: dict[int, _Job] = {}
         self.req_arrival: dict[str, Arrival] = {}
         self.timeline: list[TimelineEntry] = []
@@ -145,7 +147,7 @@ class Simulation:
             while self.events and self.events[0][0] == t:
                 _, _, kind, payload = heapq.heappop(self.events)
                 changed |= self._handle(kind, payload)
-            if changed and self.pending:
+            if changed and len(self.cycle):
                 self._schedule()
         return self._result(arrivals)
 
@@ -182,19 +184,20 @@ class Simulation:
         )
 
     def _submit(self, request: TaskRequest) -> None:
-        self.pending[request.key] = request
-        self.pending_since[request.key] = self.now
+        self.cycle.submit(request, self.now)
         self.req_arrival[request.key] = self.jobs[int(request.key[3:].split("#")[0])].arrival
 
     # -- scheduling --------------------------------------------------------------------
-    def _view(self) -> ClusterView:
+    def _states(self) -> list[GpuState]:
+        """The GPUs as a monitor would read them (the cycle adds the tenants); a settled GPU's
+        state is kept, so the cycle's view reuses it too."""
         states = []
         for g in self.gpus:
             settled = self.now - g.changed_at >= self.window
             if g.cached is None or not settled:
                 g.cached = self._state(g, settled)
             states.append(g.cached)
-        return ClusterView(self.now, tuple(states))
+        return states
 
     def _state(self, g: _Gpu, settled: bool) -> GpuState:
         risk = self.cfg.settings.risk
@@ -209,17 +212,6 @@ class Simulation:
             window = MetricWindow(
                 tuple(x[1] for x in samples), tuple(x[2] for x in samples), tuple(x[3] for x in samples), risk
             )
-        tenants = tuple(
-            Tenant(
-                key=r.request.key,
-                label=r.request.label,
-                reserved_mib=r.request.memory.mib,
-                placed_at=r.start,
-                observed_mib=r.held if r.ramped else None,
-                exclusive=self.placer.needs_idle(r.request),
-            )
-            for r in g.runs
-        )
         return GpuState(
             uuid=g.uuid,
             index=g.index,
@@ -227,33 +219,24 @@ class Simulation:
             free_mib=g.spec.memory_mib - g.used,
             used_mib=g.used,
             window=window,
-            tenants=tenants,
-            last_placed_at=g.last_placed,
         )
 
     def _schedule(self) -> None:
         self.passes += 1
-        plan = self.queue.plan(list(self.pending.values()), self.now)
-        result = self.placer.schedule(plan.ordered, self._view(), blocking=plan.blocking, protected=plan.protected)
-        for d in result.placed:
-            req = self.pending.pop(d.request_key)
-            self._start(req, [self.by_uuid[u].index for u in d.gpu_uuids])
-        for key, d in result.by_key.items():
-            if d.outcome is Outcome.NEVER_FITS:
-                self.pending.pop(key)
-                self.pending_since.pop(key, None)
-                arrival = self.req_arrival[key]
-                self.never_fits.append(NeverFit(arrival.job_id, arrival.task.name, d.summary))
-                self._lose(arrival.job_id)
-        if self.pending:
+        result = self.cycle.run(self.now, self._states())
+        for p in result.placed:
+            self._start(p.request, [self.by_uuid[u].index for u in p.decision.gpu_uuids], p.waited_s)
+        for nf in result.never_fits:
+            arrival = self.req_arrival[nf.request.key]
+            self.never_fits.append(NeverFit(arrival.job_id, arrival.task.name, nf.decision.summary))
+            self._lose(arrival.job_id)
+        if len(self.cycle):
             moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
             if moving and self.placer.policy.checks_risk:
                 self._wake(min(moving))
-            starve = getattr(self.queue, "starvation_s", None)
-            if starve is not None:
-                due = [r.submitted_at + starve for r in self.pending.values() if r.submitted_at + starve > self.now]
-                if due:
-                    self._wake(min(due) + 1e-6)
+            starving_at = self.cycle.next_starvation_at(self.now)
+            if starving_at is not None:
+                self._wake(starving_at + 1e-6)
 
     def _wake(self, t: float) -> None:
         if t > self.now and t not in self.wakes:
@@ -312,11 +295,11 @@ class Simulation:
                     del g.history[:cut]
             g.cached = None
 
-    def _start(self, request: TaskRequest, gpu_ids: list[int]) -> None:
+    def _start(self, request: TaskRequest, gpu_ids: list[int], waited_s: float) -> None:
         arrival = self.req_arrival[request.key]
         job = self.jobs[arrival.job_id]
         job.tries += 1
-        job.waited += self.now - self.pending_since.pop(request.key)
+        job.waited += waited_s
         if job.first_start is None:
             job.first_start = self.now
         job.gpus = tuple(gpu_ids)
@@ -326,7 +309,6 @@ class Simulation:
         self._advance(closure)
         for g in gpus:
             g.runs.append(run)
-            g.last_placed = self.now
         self._rerate(gpus, self._closure(gpus))
         self._push(self.now + self.model.ramp_s, RAMP, (run, -1))
         if self.placer.policy.uses_lock:
@@ -345,6 +327,7 @@ class Simulation:
             return
         run.ramped = True
         run.held = peak
+        self.cycle.observe(run.request.key, peak)
         for g in gpus:
             g.used += peak
         self._mark(gpus)
@@ -362,6 +345,7 @@ class Simulation:
     def _finish(self, run: _Run) -> None:
         gpus = [self.gpus[i] for i in run.gpus]
         self._remove(run, gpus)
+        self.cycle.release(run.request.key)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"
@@ -379,39 +363,19 @@ class Simulation:
         self.timeline.append(
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "oom")
         )
-        mode = self.cfg.recovery_mode()
-        req = run.request
-        nxt: TaskRequest | None
-        if mode == "paper":
-            nxt = paper_recovery(req).request if job.ooms <= self.cfg.recovery_settings.max_oom_retries + 8 else None
-        elif mode == "blind":
-            nxt = None
-            if job.ooms <= self.cfg.recovery_settings.max_oom_retries:
-                nxt = TaskRequest(
-                    key=f"job{run.arrival.job_id}#{req.try_number + 1}",
-                    label=req.label,
-                    memory=req.memory,
-                    gpus=req.gpus,
-                    priority=req.priority,
-                    submitted_at=req.submitted_at,
-                    try_number=req.try_number + 1,
-                )
-        else:
-            plan = plan_recovery(
-                req,
-                Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
-                oom_retries_done=job.ooms - 1,
-                peak_mib=reached,
-                crashed_gpus=tuple(g.uuid for g in gpus),
-                now=self.now,
-                settings=self.cfg.recovery_settings,
-            )
-            nxt = None if isinstance(plan, GiveUp) else plan.request
-        if nxt is None:
+        # the cycle releases the try's GPUs, plans the next try in the configured mode (it counts
+        # the OOM tries itself) and queues it
+        plan = self.cycle.recover(
+            run.request.key,
+            Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
+            now=self.now,
+            peak_mib=reached,
+        )
+        if isinstance(plan, GiveUp):
             self._lose(run.arrival.job_id)
             return
         self.retries += 1
-        self._submit(nxt)
+        self.req_arrival[plan.request.key] = run.arrival
 
     def _lose(self, job_id: int) -> None:
         job = self.jobs[job_id]

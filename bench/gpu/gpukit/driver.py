@@ -3,9 +3,11 @@
 One run = one policy over the kit's tasks.  Every tick the driver samples the GPUs through
 carma's :class:`~carma_airflow.monitor.Monitor` (NVML or simulated probe), reaps ended task
 processes (their result file says success / CUDA OOM / other, as for CarmaExecutor), plans the
-next try of an OOM with carma's recovery planner, builds the placer's view with carma's
-``build_view`` from the samples and its own tenant book, and lets carma's :class:`Placer` (the
-policy under test, the backfill queue) decide.  A placed task starts as its own process with the
+next try of an OOM, and runs one pass of carma's
+:class:`~carma_airflow.core.cycle.SchedulingCycle` over the GPUs as ``build_view`` reads them from
+the samples: the cycle owns the waiting tries, the reservations and the recovery planner, and its
+:class:`Placer` (the policy under test, the backfill queue) decides, as in CarmaExecutor and in the
+simulator.  A placed task starts as its own process with the
 environment CarmaExecutor gives GPU tasks: ``CUDA_VISIBLE_DEVICES`` set to its GPUs' UUIDs,
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, the framework guards and the result file.
 """
@@ -17,21 +19,21 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from carma_airflow.core.decision import Outcome
-from carma_airflow.core.gpu import Tenant
+from carma_airflow.core.cycle import Placed, SchedulingCycle
+from carma_airflow.core.gpu import ClusterView
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import Backfill
-from carma_airflow.core.recovery import GiveUp, RecoverySettings, classify_failure, plan_recovery
+from carma_airflow.core.recovery import GiveUp, RecoverySettings, classify_failure
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.monitor.sampler import Monitor
-from gpukit.carma_shim import TryResult, build_view, gpu_task_env, read_result, tenants_seen
+from gpukit.carma_shim import TryResult, build_view, gpu_task_env, read_result
 from gpukit.train import BACKEND_ENV, LEDGER_ENV, METRICS_ENV, SIM_SCALE_ENV
 from gpukit.workload import TaskSpec
 
@@ -122,16 +124,6 @@ class _Active:
     result_path: Path
     metrics_path: Path
     log_path: Path
-    oom_retries: int
-
-
-@dataclass(slots=True)
-class _Waiting:
-    spec: TaskSpec
-    request: TaskRequest
-    oom_retries: int
-    not_before: float
-    recovery: str | None = None
 
 
 class LightDriver:
@@ -158,8 +150,8 @@ class LightDriver:
         if hasattr(pol, "max_tenants") and pol.collocates:
             pol.max_tenants = max_tenants
         self.placer = Placer(pol, PlacementSettings())
-        self.queue = Backfill()
-        self.recovery = RecoverySettings()
+        # its ledger counts a tenant as seen by the monitor after the lock time, as CarmaExecutor's
+        self.cycle = SchedulingCycle(self.placer, Backfill(), recovery=RecoverySettings())
         self.tasks = tasks
         self.work_dir = work_dir
         self.backend = backend
@@ -169,8 +161,8 @@ class LightDriver:
         self.oom_retry_delay_s = oom_retry_delay_s
         self.timeout_s = timeout_s
         self.python = python
-        self.tenants: dict[str, list[Tenant]] = {}
-        self.last_placed: dict[str, float] = {}
+        self._specs: dict[str, TaskSpec] = {}  # request key -> the kit task it tries
+        self._planned_by: dict[str, str] = {}  # request key -> the recovery reason that planned it
         self.samples: list[SampleRow] = []
         self.tries: list[TryRecord] = []
         self.failed: list[str] = []
@@ -184,7 +176,6 @@ class LightDriver:
         # simulated tasks run sim_scale seconds per real second: so do their submission delays
         time_scale = self.sim_scale if self.backend == "simulated" else 1.0
         pending = sorted(self.tasks, key=lambda t: t.delay_s)
-        waiting: dict[str, _Waiting] = {}
         active: dict[str, _Active] = {}
         timed_out = False
         cpu_s = 0.0
@@ -206,9 +197,7 @@ class LightDriver:
             for key, act in list(active.items()):
                 if act.proc.poll() is not None:
                     del active[key]
-                    retry = self._finish(act, now, t0)
-                    if retry is not None:
-                        waiting[retry.request.key] = retry
+                    self._finish(act, now, t0)
             while pending and pending[0].delay_s * time_scale <= now - t0:
                 spec = pending.pop(0)
                 req = TaskRequest(
@@ -218,30 +207,27 @@ class LightDriver:
                     priority=spec.priority,
                     submitted_at=now,
                 )
-                waiting[req.key] = _Waiting(spec, req, 0, now)
-            due = [w for w in waiting.values() if w.not_before <= now]
-            if due:
-                view = build_view(
+                self._specs[req.key] = spec
+                self.cycle.submit(req, now)
+            if len(self.cycle):
+                # the monitor's GPUs, no tenants: the cycle lays its reservations over them
+                observed = build_view(
                     now,
                     samples,
                     {s.uuid: self.monitor.window(s.uuid) for s in samples},
-                    self._tenants_now(now),
-                    self.last_placed,
+                    {},
+                    {},
                     {s.uuid: self.monitor.age(s.uuid, now) for s in samples},
                     10.0,
                 )
-                plan = self.queue.plan([w.request for w in due], now)
-                result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
-                for decision in result.placed:
-                    w = waiting.pop(decision.request_key)
-                    act = self._launch(w, decision, view, now, t0)
-                    active[w.request.key] = act
-                for rkey, decision in result.by_key.items():
-                    if decision.outcome is Outcome.NEVER_FITS and rkey in waiting:
-                        w = waiting.pop(rkey)
-                        self.failed.append(w.spec.name)
-                        print(f"[kit] {w.spec.name} can never be placed: {decision.summary}", flush=True)
-            if not pending and not waiting and not active:
+                result = self.cycle.run(now, observed.gpus)
+                for placed in result.placed:
+                    active[placed.request.key] = self._launch(placed, result.view, now, t0)
+                for nf in result.never_fits:
+                    name = self._specs[nf.request.key].name
+                    self.failed.append(name)
+                    print(f"[kit] {name} can never be placed: {nf.decision.summary}", flush=True)
+            if not pending and not len(self.cycle) and not active:
                 break
             if now - t0 > self.timeout_s:
                 timed_out = True
@@ -249,7 +235,8 @@ class LightDriver:
                     act.proc.kill()
                     act.proc.wait()
                     self.failed.append(act.spec.name)
-                self.failed += [w.spec.name for w in waiting.values()] + [p.name for p in pending]
+                self.failed += [self._specs[r.key].name for r in self.cycle.waiting_requests()]
+                self.failed += [p.name for p in pending]
                 print(f"[kit] run with {self.placer.policy.name} passed its {self.timeout_s:.0f} s limit", flush=True)
                 break
             time.sleep(max(0.0, self.tick_s - (time.time() - now)))
@@ -275,13 +262,19 @@ class LightDriver:
     def _record_samples(self, samples: list[GpuSample], t: float) -> None:
         self.samples.extend(SampleRow.of(t, s) for s in samples if s.error is None)
 
-    def _tenants_now(self, now: float) -> dict[str, list[Tenant]]:
-        """As CarmaExecutor: after the lock time the monitor's readings include a tenant."""
-        return tenants_seen(self.tenants, now, self.placer.settings.lock_s)
+    def _co_tenants(self, uuid: str, key: str) -> list[str]:
+        """Who was on the GPU when try ``key`` joined it (its pass reserved it already)."""
+        out = []
+        for r in self.cycle.reservations.on(uuid):
+            if r.key == key:
+                break
+            out.append(r.label)
+        return out
 
-    def _launch(self, w: _Waiting, decision: Any, view: Any, now: float, t0: float) -> _Active:
-        req = w.request
-        tag = f"{w.spec.name}.try{req.try_number}"
+    def _launch(self, placed: Placed, view: ClusterView, now: float, t0: float) -> _Active:
+        req, decision = placed.request, placed.decision
+        spec = self._specs[req.key]
+        tag = f"{spec.name}.try{req.try_number}"
         result_path = self.work_dir / f"{tag}.result.json"
         metrics_path = self.work_dir / f"{tag}.metrics.json"
         log_path = self.work_dir / f"{tag}.log"
@@ -302,7 +295,6 @@ class LightDriver:
         )
         if self.ledger_path is not None:
             env[LEDGER_ENV] = str(self.ledger_path)
-        spec = w.spec
         log = open(log_path, "wb")  # noqa: SIM115 - the child holds it; closed after the child ends
         try:
             proc = subprocess.Popen(
@@ -312,14 +304,12 @@ class LightDriver:
                 stderr=subprocess.STDOUT,
                 cwd=str(GPUKIT_DIR),
             )
+        except BaseException:
+            self.cycle.release(req.key)  # it never started: its reservation must not outlive it
+            raise
         finally:
             log.close()
-        co = [t.label for u in decision.gpu_uuids for t in self.tenants.get(u, [])]
-        for uuid in decision.gpu_uuids:
-            self.tenants.setdefault(uuid, []).append(
-                Tenant(req.key, req.label, req.memory.mib, now, exclusive=self.placer.needs_idle(req))
-            )
-            self.last_placed[uuid] = now
+        co = [label for u in decision.gpu_uuids for label in self._co_tenants(u, req.key)]
         record = TryRecord(
             task=spec.name,
             try_number=req.try_number,
@@ -328,7 +318,7 @@ class LightDriver:
             request_mib=req.memory.mib,
             gpu_uuids=list(decision.gpu_uuids),
             gpu_indices=[view.by_uuid[u].index for u in decision.gpu_uuids],
-            submitted_s=req.submitted_at - t0,
+            submitted_s=now - placed.waited_s - t0,  # when this try was queued
             started_s=now - t0,
             summary=decision.summary,
             collocated=bool(co),
@@ -336,18 +326,19 @@ class LightDriver:
             recovery=None,
             log=str(log_path),
         )
-        if w.recovery:
-            record.message = f"planned by recovery: {w.recovery}"
+        planned_by = self._planned_by.pop(req.key, None)
+        if planned_by:
+            record.message = f"planned by recovery: {planned_by}"
         self.tries.append(record)
         print(f"[kit] {self.placer.policy.name}: {spec.name} try {req.try_number} {decision.summary}", flush=True)
-        return _Active(spec, req, record, proc, result_path, metrics_path, log_path, w.oom_retries)
+        return _Active(spec, req, record, proc, result_path, metrics_path, log_path)
 
-    def _finish(self, act: _Active, now: float, t0: float) -> _Waiting | None:
+    def _finish(self, act: _Active, now: float, t0: float) -> None:
+        """Record how a try ended; the cycle releases its GPUs and, after a CUDA OOM, queues the
+        next try its recovery planned (after ``oom_retry_delay_s``)."""
         rec = act.record
         rec.ended_s = now - t0
         rec.exit_code = act.proc.returncode
-        for uuid in rec.gpu_uuids:
-            self.tenants[uuid] = [t for t in self.tenants.get(uuid, []) if t.key != act.request.key]
         result = read_result(act.result_path)
         if result is None:  # as CarmaExecutor: no result file means the process died first
             killed = rec.exit_code in (-9, 137)
@@ -364,29 +355,27 @@ class LightDriver:
                 rec.metrics = {}
         if result.state == "success" and rec.exit_code == 0:
             rec.outcome = "success"
-            return None
+            self.cycle.release(act.request.key)
+            return
         failure = classify_failure(result.exc_type, result.message, rec.exit_code)
         rec.outcome = "oom" if failure.is_oom else "failed"
         rec.message = (result.message or "")[:500]
         if not failure.is_oom:
+            self.cycle.release(act.request.key)
             self.failed.append(act.spec.name)
             print(f"[kit] {act.spec.name} failed ({failure.kind.value}): {rec.message[:200]}", flush=True)
-            return None
-        plan = plan_recovery(
-            act.request,
+            return
+        plan = self.cycle.recover(
+            act.request.key,
             failure,
-            oom_retries_done=act.oom_retries,
-            peak_mib=result.peak_mib,
-            crashed_gpus=tuple(rec.gpu_uuids),
             now=now,
-            settings=self.recovery,
+            peak_mib=result.peak_mib,
+            not_before=now + self.oom_retry_delay_s,
         )
-        if isinstance(plan, GiveUp):
-            rec.recovery = plan.reason
-            self.failed.append(act.spec.name)
-            print(f"[kit] {act.spec.name}: {plan.reason}", flush=True)
-            return None
         rec.recovery = plan.reason
         print(f"[kit] {act.spec.name}: {plan.reason}", flush=True)
-        nxt = replace(plan.request, submitted_at=now)
-        return _Waiting(act.spec, nxt, act.oom_retries + 1, now + self.oom_retry_delay_s, plan.reason)
+        if isinstance(plan, GiveUp):
+            self.failed.append(act.spec.name)
+            return
+        self._specs[plan.request.key] = act.spec
+        self._planned_by[plan.request.key] = plan.reason

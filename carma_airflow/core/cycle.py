@@ -1,0 +1,273 @@
+"""One scheduling cycle for every driver: plan -> schedule -> reserve, release, recover.
+
+After the Kubernetes scheduler framework, which owns its scheduling cycle and its cache of
+"assumed" pods while plugins only filter and score: the cycle owns the waiting set and the
+reservation ledger (:mod:`carma_airflow.core.reservations`); the queue discipline orders, the
+placer filters and scores.  The executor, the simulator and the GPU kit drive the same cycle, so a
+policy and a recovery evaluated in simulation are what run in production.
+
+A driver's part is I/O only: it submits tries, passes the time and the monitor's GPUs to
+:meth:`SchedulingCycle.run`, starts the placed tries, refuses the never-fits ones, and reports
+how tries end (:meth:`~SchedulingCycle.release`, :meth:`~SchedulingCycle.recover`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from carma_airflow.core.decision import Decision, Outcome
+from carma_airflow.core.errors import DuplicateKeyError
+from carma_airflow.core.gpu import ClusterView, GpuState
+from carma_airflow.core.placer import Placer
+from carma_airflow.core.queueing import QueueDiscipline
+from carma_airflow.core.recovery import Failure, GiveUp, RecoverySettings, RetryMode, RetryPlan, plan_retry
+from carma_airflow.core.reservations import Reservation, Reservations
+from carma_airflow.core.task import TaskRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A try the pass placed; its GPUs are reserved already (``release`` it if it cannot start)."""
+
+    request: TaskRequest
+    decision: Decision
+    waited_s: float  # since it was submitted to the cycle
+    prior_ooms: int  # CUDA OOM tries of the same task run before this one
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaceable:
+    """A try no GPU set of this cluster could ever take; it left the waiting set."""
+
+    request: TaskRequest
+    decision: Decision
+    prior_ooms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """What one pass decided.  ``waiting`` maps each try that still waits to its decision (tries
+    that wait for the same reason share one Decision; see ``PassResult``)."""
+
+    now: float
+    view: ClusterView  # what the placer saw, before this pass's placements
+    placed: tuple[Placed, ...] = ()
+    never_fits: tuple[Unplaceable, ...] = ()
+    waiting: Mapping[str, Decision] = field(default_factory=dict)
+    reserved_for: str | None = None  # a starving try GPUs are held back for
+
+
+@dataclass(slots=True)
+class _Entry:
+    request: TaskRequest
+    since: float
+    prior_ooms: int
+    not_before: float | None = None
+
+
+class SchedulingCycle:
+    """The waiting set, the reservation ledger and the pass over them; see the module docstring.
+
+    ``reservations``: the ledger (by default one that counts a tenant as seen by the monitor
+    after the placer's lock time, as the executor and the GPU kit assume).  ``retry_mode`` and
+    ``recovery``: how :meth:`recover` plans the next try after a CUDA OOM.
+    """
+
+    def __init__(
+        self,
+        placer: Placer,
+        queue: QueueDiscipline,
+        *,
+        reservations: Reservations | None = None,
+        recovery: RecoverySettings | None = None,
+        retry_mode: RetryMode = RetryMode.PLANNED,
+    ) -> None:
+        self.placer = placer
+        self.queue = queue
+        self.reservations = (
+            reservations if reservations is not None else Reservations(seen_after_s=placer.settings.lock_s)
+        )
+        self.recovery = recovery if recovery is not None else RecoverySettings()
+        self.retry_mode = retry_mode
+        self._waiting: dict[str, TaskRequest] = {}
+        self._entries: dict[str, _Entry] = {}
+        # tries that may not be placed before a time (a retry's back-off): kept out of the
+        # waiting set, so a pass over thousands of tries does not test each one's time
+        self._later: dict[str, _Entry] = {}
+        # the tries that hold a reservation, for recovery: their requests and OOM counts
+        self._running: dict[str, _Entry] = {}
+
+    # -- the waiting set ---------------------------------------------------------------------
+    def submit(self, request: TaskRequest, now: float, *, prior_ooms: int = 0, not_before: float | None = None) -> None:
+        """Queue a try.  ``prior_ooms``: CUDA OOM tries of its task run before it (the recovery
+        bound counts them); ``not_before``: no pass places it earlier."""
+        key = request.key
+        if key in self._entries or key in self.reservations:
+            raise DuplicateKeyError(f"try {key!r} is already waiting or running; withdraw or release it first")
+        entry = _Entry(request, now, prior_ooms, not_before)
+        self._entries[key] = entry
+        if not_before is not None and not_before > now:
+            self._later[key] = entry
+        else:
+            self._waiting[key] = request
+
+    def withdraw(self, key: str) -> TaskRequest | None:
+        """Take a waiting try out (cancelled, handed elsewhere); None when it does not wait."""
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        self._waiting.pop(key, None)
+        self._later.pop(key, None)
+        return entry.request
+
+    def __contains__(self, key: object) -> bool:
+        """Whether try ``key`` waits (a running try is in ``reservations``)."""
+        return key in self._entries
+
+    def __len__(self) -> int:
+        """How many tries wait, those held back until their ``not_before`` included."""
+        return len(self._entries)
+
+    def waiting_requests(self) -> tuple[TaskRequest, ...]:
+        return tuple(e.request for e in self._entries.values())
+
+    def next_starvation_at(self, now: float) -> float | None:
+        """When the next waiting try passes the queue's starvation bound (after ``now``), if the
+        queue has one: a discrete-event driver wakes then, since the next pass decides differently."""
+        bound: float | None = getattr(self.queue, "starvation_s", None)
+        if bound is None:
+            return None
+        due = [r.submitted_at + bound for r in self._waiting.values() if r.submitted_at + bound > now]
+        return min(due) if due else None
+
+    # -- the pass ----------------------------------------------------------------------------
+    def view(self, now: float, gpus: Sequence[GpuState]) -> ClusterView:
+        """The placer's view of the monitor's ``gpus`` with the reservations laid over them."""
+        return self.reservations.view(now, gpus)
+
+    def run(self, now: float, gpus: Sequence[GpuState]) -> CycleResult:
+        """One pass: order the waiting tries, decide them over the GPUs, reserve the placed ones,
+        take the never-fits ones out.  ``gpus``: the monitor's states (their tenants are ignored,
+        the ledger supplies them)."""
+        if self._later:
+            self._admit_due(now)
+        view = self.reservations.view(now, gpus)
+        if not self._waiting:
+            return CycleResult(now, view)
+        plan = self.queue.plan(list(self._waiting.values()), now)
+        result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
+        waiting = dict(result.by_key)
+        placed = []
+        for d in result.placed:
+            key = d.request_key
+            entry = self._take(key)
+            placed.append(Placed(entry.request, d, now - entry.since, entry.prior_ooms))
+            self._hold(entry.request, d.gpu_uuids, now, entry.prior_ooms)
+            del waiting[key]
+        never = []
+        for key, d in result.by_key.items():
+            if d.outcome is Outcome.NEVER_FITS:
+                entry = self._take(key)
+                never.append(Unplaceable(entry.request, d, entry.prior_ooms))
+                del waiting[key]
+        return CycleResult(now, view, tuple(placed), tuple(never), waiting, result.reserved_for)
+
+    def _admit_due(self, now: float) -> None:
+        for key, entry in list(self._later.items()):
+            assert entry.not_before is not None
+            if entry.not_before <= now:
+                del self._later[key]
+                self._waiting[key] = entry.request
+
+    def _take(self, key: str) -> _Entry:
+        del self._waiting[key]
+        return self._entries.pop(key)
+
+    def _hold(self, request: TaskRequest, gpu_uuids: Sequence[str], now: float, prior_ooms: int) -> None:
+        self.reservations.reserve(
+            request.key,
+            request.label,
+            gpu_uuids,
+            request.memory.mib,
+            now,
+            exclusive=self.placer.needs_idle(request),
+        )
+        self._running[request.key] = _Entry(request, now, prior_ooms)
+
+    # -- tries that run ----------------------------------------------------------------------
+    def hold(self, request: TaskRequest, gpu_uuids: Sequence[str], since: float, *, prior_ooms: int = 0) -> None:
+        """Reserve GPUs for a try placed elsewhere: one an earlier executor started whose process
+        still runs (its GPUs stay reserved until it ends)."""
+        if request.key in self._entries:
+            raise DuplicateKeyError(f"try {request.key!r} is waiting; withdraw it before holding GPUs for it")
+        self._hold(request, gpu_uuids, since, prior_ooms)
+
+    def observe(self, key: str, mib: int) -> bool:
+        """What a running try holds per GPU now (for a driver that can tell each process's memory)."""
+        return self.reservations.observe(key, mib)
+
+    def release(self, key: str) -> Reservation | None:
+        """A try ended (or could not start): its GPUs are free for the next pass.  None when it held
+        nothing (released already)."""
+        self._running.pop(key, None)
+        return self.reservations.release(key)
+
+    def plan_retry(
+        self,
+        request: TaskRequest,
+        failure: Failure,
+        *,
+        oom_retries_done: int,
+        peak_mib: int | None,
+        crashed_gpus: tuple[str, ...],
+        now: float,
+    ) -> RetryPlan | GiveUp:
+        """The next try after a failure under this cycle's retry mode and settings, planned from a
+        record (the executor plans a try Airflow hands over from the earlier tries' records)."""
+        return plan_retry(
+            self.retry_mode,
+            request,
+            failure,
+            oom_retries_done=oom_retries_done,
+            peak_mib=peak_mib,
+            crashed_gpus=crashed_gpus,
+            now=now,
+            settings=self.recovery,
+        )
+
+    def recover(
+        self,
+        key: str,
+        failure: Failure,
+        *,
+        now: float,
+        peak_mib: int | None,
+        resubmit: bool = True,
+        not_before: float | None = None,
+    ) -> RetryPlan | GiveUp:
+        """Try ``key`` failed: release its GPUs and plan the next try (after a CUDA OOM: more memory,
+        away from the GPUs it crashed on), which is submitted unless ``resubmit`` is False.
+
+        ``peak_mib``: what the try reached before it failed, if known.  The OOM bound counts the
+        try's own ``prior_ooms`` plus this one.
+        """
+        running = self._running.get(key)
+        held = self.release(key)
+        if running is None or held is None:
+            return GiveUp(f"try {key!r} holds no GPUs: it was never placed by this cycle, or it ended already")
+        prior = running.prior_ooms
+        plan = self.plan_retry(
+            running.request,
+            failure,
+            oom_retries_done=prior,
+            peak_mib=peak_mib,
+            crashed_gpus=held.gpu_uuids,
+            now=now,
+        )
+        if resubmit and isinstance(plan, RetryPlan):
+            self.submit(plan.request, now, prior_ooms=prior + (1 if failure.is_oom else 0), not_before=not_before)
+        return plan
+
+
+__all__ = ["CycleResult", "Placed", "SchedulingCycle", "Unplaceable"]
