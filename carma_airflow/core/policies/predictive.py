@@ -33,7 +33,7 @@ from carma_airflow.core.activity import (
     ActivitySettings,
     unknown_activity,
 )
-from carma_airflow.core.interference import InterferenceFit, InterferenceModel, SpeedPrediction, speed
+from carma_airflow.core.interference import InterferenceFit, InterferenceModel, SpeedPrediction
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.task import TaskRequest
 
@@ -115,44 +115,61 @@ class Predictive(Policy):
         return fit
 
     # -- the prediction --------------------------------------------------------------------
+    def _tenant_activities(self, facts: GpuFacts) -> list[tuple[str, ActivityEstimate]]:
+        unknown = self._unknown
+        tenants = [(t.label, t.activity or unknown) for t in facts.state.tenants]
+        if facts.joined:
+            tenants += [(label, unknown) for label in facts.joined]
+        return tenants
+
+    @staticmethod
+    def _rates(fit: InterferenceFit, acts: list[float], own: float) -> tuple[float, float, float]:
+        """Summed speed of the tenants before, after (newcomer included), and the newcomer's speed."""
+        beta, scale = fit.beta, fit.activity_scale
+        total = sum(acts)
+        before = after = 0.0
+        grown = total + own
+        for a in acts:  # the sharing rule inlined: the hot loop of a decision
+            before += 1.0 / (max(1.0, scale * total) * (1.0 + beta * scale * (total - a)))
+            after += 1.0 / (max(1.0, scale * grown) * (1.0 + beta * scale * (grown - a)))
+        mine = 1.0 / (max(1.0, scale * grown) * (1.0 + beta * scale * total))
+        return before, after + mine, mine
+
+    def _pays(self, has_tenants: bool, gain: float, mine: float) -> bool:
+        s = self.settings
+        return not has_tenants or (gain >= s.min_gain and 1.0 / mine <= s.max_slowdown)
+
     def assess(self, facts: GpuFacts, request: TaskRequest) -> Assessment:
         """Predicted effect of placing ``request`` on this GPU."""
-        s = self.settings
         fit = self._fit(facts.state.spec.name)
-        beta = fit.beta
         newcomer = request.activity or self._unknown
-        tenants: list[tuple[str, ActivityEstimate]] = [
-            (t.label, t.activity or self._unknown) for t in facts.state.tenants
-        ]
-        tenants += [(label, self._unknown) for label in (facts.joined or [])]
+        tenants = self._tenant_activities(facts)
         acts = [a.sm_activity for _, a in tenants]
-        total = sum(acts)
-        before = sum(speed(a, [total - a], beta) for a in acts)
-        own = newcomer.sm_activity
-        after_total = total + own
-        after = sum(speed(a, [after_total - a], beta) for a in acts)
-        mine = fit.predict(own, acts)
-        after += mine.speed
-        confidence = min([newcomer.confidence, fit.confidence, *(a.confidence for _, a in tenants)])
-        sure = min(newcomer.confidence, fit.confidence) >= s.min_confidence
+        before, after, _ = self._rates(fit, acts, newcomer.sm_activity)
+        mine = fit.predict(newcomer.sm_activity, acts)
+        confidence = min([newcomer.confidence, mine.confidence, *(a.confidence for _, a in tenants)])
+        sure = min(newcomer.confidence, fit.confidence) >= self.settings.min_confidence
         gain = after - before
         neighbour = max(tenants, key=lambda t: t[1].sm_activity)[0] if tenants else None
-        pays = not tenants or (gain >= s.min_gain and mine.slowdown <= s.max_slowdown)
+        pays = self._pays(bool(tenants), gain, mine.speed)
         return Assessment(gain, before, after, mine, neighbour, confidence, sure, pays)
 
     # -- the policy hooks ------------------------------------------------------------------
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
-        unsure_key = (0.0, 0.0, -float(facts.usable_free_mib), float(facts.index))
+        free_first = -float(facts.usable_free_mib)
         newcomer = request.activity
-        if newcomer is None or newcomer.confidence < self.settings.min_confidence:
-            return unsure_key  # cheap exit: no prediction without the newcomer's activity
-        a = self.assess(facts, request)
-        if not a.sure:
-            return unsure_key
-        sureness = min(newcomer.confidence, self._fit(facts.state.spec.name).confidence)
-        step = self.settings.gain_step / max(1e-9, sureness)
-        band = -float(math.floor(a.gain / step))
-        return (0.0 if a.pays else 1.0, band, -float(facts.usable_free_mib), float(facts.index))
+        min_confidence = self.settings.min_confidence
+        if newcomer is None or newcomer.confidence < min_confidence:
+            return (0.0, 0.0, free_first, float(facts.index))  # no prediction without the newcomer
+        fit = self._fit(facts.state.spec.name)
+        sureness = min(newcomer.confidence, fit.confidence)
+        if sureness < min_confidence:
+            return (0.0, 0.0, free_first, float(facts.index))
+        acts = [a.sm_activity for _, a in self._tenant_activities(facts)]
+        before, after, mine = self._rates(fit, acts, newcomer.sm_activity)
+        gain = after - before
+        band = -float(math.floor(gain * sureness / self.settings.gain_step))  # steps of gain_step / sureness
+        return (0.0 if self._pays(bool(acts), gain, mine) else 1.0, band, free_first, float(facts.index))
 
     def refuses(self, facts: GpuFacts, request: TaskRequest) -> str | None:
         """Why collocating ``request`` here does not pay, or None (also None while unsure)."""
