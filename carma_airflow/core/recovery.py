@@ -146,6 +146,27 @@ def advised_memory_gib(reached_mib: int, settings: RecoverySettings = RecoverySe
     return math.ceil(reached_mib * settings.growth / 1024)
 
 
+def oom_retry_left(prior_oom_tries: int, max_oom_retries: int) -> bool:
+    """Whether a try that crashed with a CUDA OOM, after ``prior_oom_tries`` OOM tries of the same
+    run, gets another try: the one place this budget is checked (retry policy, executor, planner)."""
+    return prior_oom_tries < max_oom_retries
+
+
+def oom_advice(tries: int, reached_mib: int | None, settings: RecoverySettings = RecoverySettings()) -> str:
+    """What a task whose OOM retries are spent is told to declare (log, store, retry reason)."""
+    if not reached_mib:
+        return (
+            f"CUDA OOM on {tries} tries; no more OOM retries. "
+            "Declare more memory in executor_config (or exclusive=True)"
+        )
+    suggest = advised_memory_gib(reached_mib, settings)
+    return (
+        f"CUDA OOM on {tries} tries, the last at {reached_mib} MiB; no more OOM retries. "
+        f"Declare executor_config={{'carma': {{'memory': '{suggest}GiB'}}}} (or exclusive=True, or a larger "
+        f"gpu_model) for this task"
+    )
+
+
 def plan_recovery(
     request: TaskRequest,
     failure: Failure,
@@ -160,7 +181,7 @@ def plan_recovery(
     if not failure.is_oom:
         return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
     reached = peak_mib if peak_mib is not None else request.memory.mib
-    if oom_retries_done >= settings.max_oom_retries:
+    if not oom_retry_left(oom_retries_done, settings.max_oom_retries):
         advise = advised_memory_gib(reached, settings)
         return GiveUp(
             f"CUDA OOM on {oom_retries_done + 1} tries; the last reached {format_mib(reached)} per GPU. "

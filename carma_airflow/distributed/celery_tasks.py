@@ -27,7 +27,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -124,7 +123,7 @@ def run_try(payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "host": settings.host,
         "exitcode": code if isinstance(code, int) else 0,
-        "result": None if result is None else asdict(result),
+        "result": None if result is None else result.as_json(),
         "visible_devices": env.get("CUDA_VISIBLE_DEVICES", ""),
     }
 

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any
 
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.executor.writes import StoreWrite
 from carma_airflow.store.errors import RecordError
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,11 @@ class StoreWriter:
         self.store = store
         self.background = background
         self.retry_s = retry_s
-        self._queue: deque[tuple[str, tuple[Any, ...]]] = deque()
+        self._queue: deque[StoreWrite] = deque()
+        # best-effort writes (telemetry, the live snapshot): the latest of each kind, made when
+        # the ordered queue is empty, dropped if the store is unreachable; not counted as pending
+        self._loose: dict[str, StoreWrite] = {}
+        self._loose_busy = False
         self._cond = threading.Condition()
         self._outage = False
         self._stopping = False
@@ -48,10 +53,13 @@ class StoreWriter:
         with self._cond:
             return len(self._queue)
 
-    def put(self, method: str, *args: Any) -> None:
-        """Write ``store.<method>(*args)`` after every write put before it."""
+    def put(self, write: StoreWrite) -> None:
+        """Make ``write`` after every write put before it (a best-effort one: when idle)."""
         with self._cond:
-            self._queue.append((method, args))
+            if write.best_effort:
+                self._loose[write.name] = write
+            else:
+                self._queue.append(write)
             if self.background:
                 self._cond.notify()
                 return
@@ -64,6 +72,8 @@ class StoreWriter:
         while self._queue:
             if not self._write_head():
                 return
+        while self._loose:
+            self._write_loose(self._loose.popitem()[1])
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every write put so far is made; False if the store did not take them in time."""
@@ -72,7 +82,7 @@ class StoreWriter:
             return not self._queue
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._queue:
+            while self._queue or self._loose or self._loose_busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -95,21 +105,38 @@ class StoreWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
+                while not self._queue and not self._loose and not self._stopping:
                     self._cond.wait()
                 if self._stopping:
                     return
+                loose = self._loose.popitem()[1] if self._loose and not self._queue else None
+                self._loose_busy = loose is not None
+            if loose is not None:
+                self._write_loose(loose)
+                with self._cond:
+                    self._loose_busy = False
+                    self._cond.notify_all()
+                continue
             if not self._write_head():
                 with self._cond:  # store unreachable: try the same write again later
                     self._cond.wait(self.retry_s)
+
+    def _write_loose(self, write: StoreWrite) -> None:
+        try:
+            write.apply(self.store)
+        except CarmaError as exc:
+            log.debug("carma store: %s not made (%s)", write.name, exc)
+        except Exception:
+            log.exception("carma store write %s failed; dropped", write.name)
 
     def _write_head(self) -> bool:
         with self._cond:
             if not self._queue:
                 return True
-            method, args = self._queue[0]
+            write = self._queue[0]
+        method = write.name
         try:
-            getattr(self.store, method)(*args)
+            write.apply(self.store)
         except RecordError:  # a bad record is a bug: retrying it would hold every write behind it
             log.exception("carma store write %s refused; dropped", method)
         except CarmaError as exc:

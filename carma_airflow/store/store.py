@@ -527,6 +527,21 @@ class Store:
         with self._session() as session:
             return list(reversed(session.scalars(stmt).all()))
 
+    def recent_peaks(self, limit: int = 100_000) -> list[tuple[str, str, int | None, int]]:
+        """The newest ``limit`` learned peaks of every task, oldest first: (dag_id, task_id,
+        map_index, peak_mib).  Read once when an executor starts (executor/learned.py)."""
+        _check_limit(limit)
+        stmt = (
+            select(
+                MemoryHistoryRow.dag_id, MemoryHistoryRow.task_id, MemoryHistoryRow.map_index, MemoryHistoryRow.peak_mib
+            )
+            .order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(r[0], r[1], r[2], int(r[3])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
     # -- snapshots (an executor's live view, read by the UI page) ------------------------
 
     def put_snapshot(self, name: str, at: Moment, body: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.recovery import classify_failure
-from carma_airflow.taskrun.outcome import RESULT_ENV, TryResult, write_result
+from carma_airflow.taskrun.outcome import RESULT_ENV, ResultState, TryResult, remembered_failure, write_result
 
 PLACEMENT_ENV = "CARMA_PLACEMENT"
 log = logging.getLogger("carma")
@@ -56,7 +56,7 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     if os.environ.get(RESULT_ENV):
-        write_result(TryResult(state="success", peak_mib=peak_mib_of_this_process()))
+        write_result(TryResult(state=ResultState.SUCCESS, peak_mib=peak_mib_of_this_process()))
 
 
 @hookimpl
@@ -65,13 +65,14 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
         return
     exc_type = type(error).__name__ if isinstance(error, BaseException) else None
     message = str(error) if error is not None else None
-    failure = classify_failure(exc_type, message)
+    # classified once: by the retry policy that decided on the retry, else here
+    failure = remembered_failure(error) or classify_failure(exc_type, message)
     peak = peak_mib_of_this_process()
     state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
     write_result(
         TryResult(
-            state=str(state),
-            failure_kind=failure.kind.value,
+            state=ResultState(state) if state in ResultState._value2member_map_ else ResultState.FAILED,
+            failure=failure.kind,
             exc_type=exc_type,
             message=(message or "")[:2000],
             peak_mib=peak,

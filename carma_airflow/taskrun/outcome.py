@@ -1,31 +1,88 @@
 """What a task process tells the executor about its try: a small JSON file per try.
 
 The task process (through the listener) writes it; the executor reads it when the process has
-ended.  Only the executor writes the store.
+ended.  Only the executor writes the store.  Outcomes are enums on both sides (the file holds
+their values): :class:`ResultState` says how Airflow ended the try, ``failure`` (a
+:class:`~carma_airflow.core.recovery.FailureKind`) what kind of failure it was.  The failure is
+classified once, in the task process, by the retry policy that decides on the retry;
+:func:`remember_failure` hands that same classification to the listener that writes this file.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from carma_airflow.core.recovery import Failure, FailureKind
 
 RESULT_ENV = "CARMA_RESULT_FILE"
 
 
+class ResultState(str, enum.Enum):
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+
+
 @dataclass(frozen=True, slots=True)
 class TryResult:
-    state: str  # success | failed | up_for_retry
-    failure_kind: str | None = None  # cuda-oom | probable-oom | killed | other
+    state: ResultState
+    failure: FailureKind | None = None
     exc_type: str | None = None
     message: str | None = None
     peak_mib: int | None = None
 
+    def __post_init__(self) -> None:  # values read from a file or written by older code: the enums
+        object.__setattr__(self, "state", ResultState(self.state))
+        if self.failure is not None:
+            object.__setattr__(self, "failure", FailureKind(self.failure))
+
     @property
     def is_oom(self) -> bool:
-        return self.failure_kind in ("cuda-oom", "probable-oom")
+        return self.failure in (FailureKind.CUDA_OOM, FailureKind.PROBABLE_OOM)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state is ResultState.SUCCESS
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "failure_kind": None if self.failure is None else self.failure.value,
+            "exc_type": self.exc_type,
+            "message": self.message,
+            "peak_mib": self.peak_mib,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> TryResult | None:
+        """The result a task process wrote (None if it is not one)."""
+        if not isinstance(data, dict):
+            return None
+
+        def text(name: str) -> str | None:
+            value = data.get(name)
+            return value if isinstance(value, str) else None
+
+        try:
+            state = ResultState(data.get("state"))
+            kind = text("failure_kind")
+            failure = FailureKind(kind) if kind is not None else None
+        except ValueError:
+            return None
+        peak = data.get("peak_mib")
+        return cls(
+            state=state,
+            failure=failure,
+            exc_type=text("exc_type"),
+            message=text("message"),
+            peak_mib=int(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else None,
+        )
 
 
 def write_result(result: TryResult, path: str | os.PathLike[str] | None = None) -> Path | None:
@@ -37,7 +94,7 @@ def write_result(result: TryResult, path: str | os.PathLike[str] | None = None) 
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".result-")
     with os.fdopen(fd, "w") as fh:
-        json.dump(asdict(result), fh)
+        json.dump(result.as_json(), fh)
     os.replace(tmp, out)
     return out
 
@@ -47,18 +104,31 @@ def read_result(path: Path) -> TryResult | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("state"), str):
-        return None
+    return TryResult.from_json(data)
 
-    def text(name: str) -> str | None:
-        value = data.get(name)
-        return value if isinstance(value, str) else None
 
-    peak = data.get("peak_mib")
-    return TryResult(
-        state=data["state"],
-        failure_kind=text("failure_kind"),
-        exc_type=text("exc_type"),
-        message=text("message"),
-        peak_mib=int(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else None,
-    )
+class _Classified:
+    """The failure this task process classified last (one try per process)."""
+
+    failure: Failure | None = None
+    exception_id: int | None = None
+
+
+def remember_failure(exception: BaseException, failure: Failure) -> None:
+    _Classified.failure, _Classified.exception_id = failure, id(exception)
+
+
+def remembered_failure(exception: object) -> Failure | None:
+    """The classification of ``exception`` made by the retry policy, if it made one."""
+    return _Classified.failure if _Classified.exception_id == id(exception) else None
+
+
+__all__ = [
+    "RESULT_ENV",
+    "ResultState",
+    "TryResult",
+    "read_result",
+    "remember_failure",
+    "remembered_failure",
+    "write_result",
+]

@@ -15,8 +15,9 @@ from typing import Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
-from carma_airflow.core.recovery import FailureKind, advised_memory_gib, author_retry_left, classify_failure
+from carma_airflow.core.recovery import FailureKind, author_retry_left, classify_failure, oom_advice, oom_retry_left
 from carma_airflow.executor.taskenv import PRIOR_OOMS_ENV
+from carma_airflow.taskrun.outcome import remember_failure
 
 
 class CudaOomRetryPolicy(RetryPolicy):
@@ -27,9 +28,10 @@ class CudaOomRetryPolicy(RetryPolicy):
 
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
         failure = classify_failure(type(exception).__name__, str(exception))
+        remember_failure(exception, failure)  # the listener writes this classification, not its own
         prior_ooms = int(os.environ.get(PRIOR_OOMS_ENV, "0") or 0)
         if failure.is_oom:
-            if prior_ooms < self.oom_retries:
+            if oom_retry_left(prior_ooms, self.oom_retries):
                 return RetryDecision.retry(
                     delay=timedelta(seconds=self.oom_delay_s),
                     reason=f"CUDA out of memory ({failure.evidence}); CARMA retries it on a GPU with more free "
@@ -37,13 +39,7 @@ class CudaOomRetryPolicy(RetryPolicy):
                 )
             from carma_airflow.taskrun.listener import peak_mib_of_this_process
 
-            reached = peak_mib_of_this_process()
-            if reached:
-                declare = f"executor_config={{'carma': {{'memory': '{advised_memory_gib(reached)}GiB'}}}}"
-                told = f", the last at {reached} MiB; CARMA's OOM retries are spent. Declare {declare}"
-            else:
-                told = "; CARMA's OOM retries are spent. Declare more memory in executor_config"
-            return RetryDecision.fail(reason=f"CUDA out of memory on {prior_ooms + 1} tries{told} (or exclusive=True)")
+            return RetryDecision.fail(reason=oom_advice(prior_ooms + 1, peak_mib_of_this_process()))
         other_failures = try_number - prior_ooms  # tries that failed for other reasons, this one included
         if author_retry_left(try_number, prior_ooms, self.author_retries):
             if failure.kind is FailureKind.GPU_FAULT:

@@ -103,7 +103,9 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
             db.execute("create table if not exists t (x)")
             db.execute("insert into t values (1)")
     time.sleep(behaviour.get("seconds", 0.2))
-    write_result(TryResult(**behaviour.get("result", {"state": "success", "peak_mib": 1000})))
+    result = TryResult.from_json(behaviour.get("result", {"state": "success", "peak_mib": 1000}))
+    assert result is not None, f"not a try result: {behaviour.get('result')}"
+    write_result(result)
     time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report
     return 0
 

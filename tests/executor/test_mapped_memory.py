@@ -12,6 +12,7 @@ from airflow.sdk import DAG, task_group
 from executor_helpers import make_workload, run_until, seen_env, submit
 
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.executor.intake import first_request
 from carma_airflow.task_config import check_task, gpu_task, is_mapped_task, parse_task_config
 
 
@@ -117,34 +118,36 @@ def test_airflow_refuses_executor_config_in_expand_at_parse_time() -> None:
 # -- the executor ----------------------------------------------------------------------------
 
 
+def _request(ex: Any, w: Any) -> Any:
+    """What the executor's intake asks of the placer for this try (executor/intake.py)."""
+    config = parse_task_config(w.ti.executor_config, mapped=w.ti.map_index >= 0)
+    return first_request(w.ti, config, ex.estimator, ex.learned, time.time())
+
+
 def test_each_instance_gets_its_declared_memory(executor_factory) -> None:
     ex = executor_factory(gpus="1xA100-40GB")
     config = {"memory_by_index": ["2GiB", "6GiB", None], "memory": "3GiB"}
     works = [_mapped("ft", i, config) for i in range(4)]
-    for w in works:
-        ex._accept(w)
-    got = [(ex.waiting[w.key].request.memory.mib, ex.waiting[w.key].request.memory.source) for w in works]
+    got = [(_request(ex, w).memory.mib, _request(ex, w).memory.source) for w in works]
     assert got == [(2048, "declared"), (6144, "declared"), (3072, "declared"), (3072, "declared")]
-    assert [ex.waiting[w.key].request.label for w in works] == [f"dag.ft[{i}]" for i in range(4)]
+    assert [_request(ex, w).label for w in works] == [f"dag.ft[{i}]" for i in range(4)]
 
 
 def test_an_instance_learns_from_its_own_runs_then_from_the_whole_task(executor_factory) -> None:
-    ex = executor_factory(gpus="1xA100-40GB")
+    first = executor_factory(gpus="1xA100-40GB")
     now = time.time()
-    ex.store.add_peak("dag", "ft", 1000, now - 30, "old", 0)
-    ex.store.add_peak("dag", "ft", 9000, now - 20, "old", 1)
-    ex.store.add_peak("dag", "ft", 1500, now - 10, "older", None)  # recorded before map indexes were kept
+    first.store.add_peak("dag", "ft", 1000, now - 30, "old", 0)
+    first.store.add_peak("dag", "ft", 9000, now - 20, "old", 1)
+    first.store.add_peak("dag", "ft", 1500, now - 10, "older", None)  # recorded before map indexes were kept
+    ex = executor_factory(gpus="1xA100-40GB")  # the next executor on this store: it reads them at start
     works = [_mapped("ft", i, None) for i in range(3)]
-    for w in works:
-        ex._accept(w)
-    needs = [ex.waiting[w.key].request.memory for w in works]
+    needs = [_request(ex, w).memory for w in works]
     assert [n.mib for n in needs] == [1280, 9984, 9984]  # max peak x 1.1, rounded up to 256 MiB
     assert needs[0].source == "history of map index 0 (1 run(s), max 1000 MiB)"
     assert needs[1].source == "history of map index 1 (1 run(s), max 9000 MiB)"
     assert needs[2].source == "history (3 run(s), max 9000 MiB)"  # no run of its own: the whole task's
     unmapped = make_workload("ft")
-    ex._accept(unmapped)
-    assert ex.waiting[unmapped.key].request.memory.source == "history (3 run(s), max 9000 MiB)"
+    assert _request(ex, unmapped).memory.source == "history (3 run(s), max 9000 MiB)"
 
 
 def test_memory_by_index_on_an_unmapped_try_runs_it_without_gpus_with_the_message(executor_factory) -> None:

@@ -140,7 +140,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     assert first.writer is not None and first.writer.flush()  # the launches were recorded
     # the executor dies: nothing of it runs any more, its task processes do
     first.monitor.stop()
-    first.active.clear()
+    first.tries.forget_all()
     first.running.clear()
 
     second = executor_factory(gpus="2xA100-40GB")
@@ -160,7 +160,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
 
 
 def first_key(w) -> str:
-    from carma_airflow.executor.executor import request_key
+    from carma_airflow.keys import request_key
 
     return request_key(w.key)
 
@@ -249,9 +249,10 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
 def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minute() -> None:
     # found by the 2,000-task load run: every pass rewrote every waiting task's reason (its
     # counts change with every placement), thousands of writes that stalled the scheduler loop
-    from carma_airflow.executor.executor import WAIT_RECORD_S, _Waiting, _worth_recording
+    from carma_airflow.executor.executor import WAIT_RECORD_S, _worth_recording
+    from carma_airflow.executor.tries import Try, TryState
 
-    w = _Waiting(workload=None, config=None, request=None)  # type: ignore[arg-type]
+    w = Try(key=None, rkey="dag/t/r/-1/1", ti=None, state=TryState.WAITING)
     assert _worth_recording(w, "waiting: no GPU with 6.0 GiB free (7 tenant-cap, 1 memory)", 100.0)
     assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (6 tenant-cap, 2 memory)", 101.0)
     assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (8 memory)", 101.5)  # same headline

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from carma_airflow.executor.writer import StoreWriter
+from carma_airflow.executor.writes import AddPeak
 from carma_airflow.store.store import Store
 
 
@@ -36,7 +38,7 @@ class SlowStore(Store):
 def test_writes_are_made_in_the_order_they_were_put(store: Store, background: bool) -> None:
     writer = StoreWriter(store, background=background)
     for i in range(40):
-        writer.put("add_peak", "dag", "t", 1000 + i, time.time() + i)
+        writer.put(AddPeak("dag", "t", 1000 + i, _at(time.time() + i)))
     assert writer.flush(timeout_s=10)
     assert writer.pending == 0
     assert store.peaks("dag", "t", limit=40) == [1000 + i for i in range(40)]
@@ -50,7 +52,7 @@ def test_the_caller_does_not_wait_for_the_database(tmp_path: Path) -> None:
     writer = StoreWriter(slow)
     started = time.perf_counter()
     for i in range(5):
-        writer.put("add_peak", "dag", "t", 1000 + i, time.time() + i)
+        writer.put(AddPeak("dag", "t", 1000 + i, _at(time.time() + i)))
     put_s = time.perf_counter() - started
     assert put_s < slow.delay  # five writes of 0.3 s each were only queued
     assert writer.pending >= 4
@@ -64,7 +66,7 @@ def test_an_outage_holds_the_writes_and_the_store_gets_them_after(store: Store) 
     gone = Store("postgresql+psycopg://carma@127.0.0.1:9/none?connect_timeout=1")  # nothing listens on port 9
     writer = StoreWriter(gone, retry_s=0.1)
     for i in range(3):
-        writer.put("add_peak", "dag", "t", 1000 + i, time.time() + i)
+        writer.put(AddPeak("dag", "t", 1000 + i, _at(time.time() + i)))
     assert not writer.flush(timeout_s=1.5)  # retried, never made, never dropped
     assert writer.pending == 3
     writer.store = store  # the database is back
@@ -75,8 +77,8 @@ def test_an_outage_holds_the_writes_and_the_store_gets_them_after(store: Store) 
 
 def test_a_bad_record_is_dropped_and_the_writes_behind_it_are_made(store: Store, caplog) -> None:
     writer = StoreWriter(store)
-    writer.put("add_peak", "dag", "t", -5, time.time())  # RecordError: a bug in the caller
-    writer.put("add_peak", "dag", "t", 2000, time.time() + 1)
+    writer.put(AddPeak("dag", "t", -5, _at(time.time())))  # RecordError: a bug in the caller
+    writer.put(AddPeak("dag", "t", 2000, _at(time.time() + 1)))
     assert writer.flush(timeout_s=10)
     assert store.peaks("dag", "t") == [2000]
     assert "refused; dropped" in caplog.text
@@ -90,7 +92,11 @@ def test_close_makes_what_is_held_then_stops_the_thread(tmp_path: Path) -> None:
     slow.delay = 0.05
     writer = StoreWriter(slow)
     for i in range(10):
-        writer.put("add_peak", "dag", "t", 1000 + i, time.time() + i)
+        writer.put(AddPeak("dag", "t", 1000 + i, _at(time.time() + i)))
     writer.close(timeout_s=10)
     assert slow.peaks("dag", "t", limit=10) == [1000 + i for i in range(10)]
     assert writer._thread is not None and not writer._thread.is_alive()
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)

@@ -1,0 +1,74 @@
+"""The store records the executor writes about tries and GPUs (built here, written by the writer)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from carma_airflow.executor.ending import utc
+from carma_airflow.executor.tries import Try
+from carma_airflow.executor.writes import UpsertPlacement
+from carma_airflow.monitor.base import GpuSample
+from carma_airflow.store.records import PlacementRecord, SampleRecord, TryOutcome
+
+
+def placement_record(
+    attempt: Try,
+    *,
+    outcome: TryOutcome,
+    summary: str,
+    policy: str,
+    host: str,
+    started_at: float | None = None,
+    reasons: list[str] | None = None,
+) -> UpsertPlacement:
+    """The try as the store keeps it: where it stands, why, on which GPUs and in which process."""
+    assert attempt.request is not None
+    ti, request, handle = attempt.ti, attempt.request, attempt.handle
+    return UpsertPlacement(
+        PlacementRecord(
+            key=request.key,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            map_index=ti.map_index,
+            try_number=ti.try_number,
+            label=request.label,
+            decided_at=utc(request.submitted_at),  # when the executor took the try
+            started_at=utc(started_at) if started_at else None,
+            outcome=outcome,
+            gpu_uuids=tuple(attempt.gpu_uuids) if outcome is not TryOutcome.WAITING else (),
+            host=host,
+            estimate_mib=request.memory.mib,
+            estimate_source=request.memory.source,
+            summary=summary,
+            reasons=tuple(reasons or ()),
+            policy=policy,
+            pid=handle.pid if handle is not None and outcome is TryOutcome.RUNNING else None,
+            pid_start=handle.pid_start if handle is not None and outcome is TryOutcome.RUNNING else None,
+            ti_id=str(ti.id) if getattr(ti, "id", None) else None,
+        )
+    )
+
+
+def sample_records(samples: Iterable[GpuSample]) -> tuple[SampleRecord, ...]:
+    return tuple(
+        SampleRecord(
+            host=s.host,
+            gpu_uuid=s.uuid,
+            gpu_index=s.index,
+            name=s.name,
+            at=utc(s.at),
+            memory_total_mib=s.memory_total_mib,
+            memory_used_mib=s.memory_used_mib,
+            smact=s.smact,
+            smocc=s.smocc,
+            drama=s.drama,
+            power_w=s.power_w,
+            energy_j=s.energy_j,
+            error=s.error,
+        )
+        for s in samples
+    )
+
+
+__all__ = ["placement_record", "sample_records"]

@@ -1,0 +1,84 @@
+"""What a try asks of the placer: its TaskRequest, from its executor_config, what was learned
+of the task, and (after CUDA OOM tries of the same run) the recovery planner.  No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from carma_airflow.core.estimators import MemoryEstimator, TaskMemoryInfo
+from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryPlan
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.executor.learned import Family, Learned
+from carma_airflow.keys import request_key
+from carma_airflow.task_config import GpuTaskConfig
+
+
+def family_of(ti: Any) -> Family:
+    """The tries of one task instance in one run share this."""
+    return (ti.dag_id, ti.task_id, ti.run_id, ti.map_index)
+
+
+def label_of(ti: Any) -> str:
+    return f"{ti.dag_id}.{ti.task_id}" + (f"[{ti.map_index}]" if ti.map_index >= 0 else "")
+
+
+def first_request(
+    ti: Any, config: GpuTaskConfig, estimator: MemoryEstimator, learned: Learned, now: float
+) -> TaskRequest:
+    """The request of a try before recovery: declared memory, else learned, else the floor."""
+    history: tuple[int, ...] = ()
+    history_of = None
+    if ti.map_index >= 0:  # a mapped instance learns from its own runs first
+        history = learned.peaks(ti.dag_id, ti.task_id, ti.map_index)
+        history_of = f"map index {ti.map_index}" if history else None
+    if not history:
+        history = learned.peaks(ti.dag_id, ti.task_id)
+    need = estimator.estimate(
+        TaskMemoryInfo(declared_mib=config.memory_for(ti.map_index), history_mib=history, history_of=history_of)
+    )
+    assert need is not None  # the estimator chain ends with the floor
+    return TaskRequest(
+        key=request_key(ti.key),
+        label=label_of(ti),
+        memory=need,
+        gpus=config.gpus,
+        exclusive=config.exclusive,
+        gpu_model=config.gpu_model,
+        priority=config.priority,
+        submitted_at=now,
+        try_number=ti.try_number,
+    )
+
+
+def recovered(
+    ti: Any, request: TaskRequest, learned: Learned, plan_retry: Callable[..., RetryPlan | GiveUp], now: float
+) -> tuple[TaskRequest, int, bool]:
+    """After CUDA OOM tries of the same run: the planner's request (``plan_retry``: the cycle's,
+    core/cycle.py); with how many tries crashed with an OOM before this one, and whether this try
+    was planned by the recovery planner."""
+    if ti.try_number <= 1:
+        return request, 0, False
+    earlier = [t for t in learned.tries(family_of(ti)) if t.try_number < ti.try_number]
+    ooms = [t for t in earlier if t.outcome == "oom"]
+    last = max(earlier, key=lambda t: t.try_number, default=None)
+    if last is None or last.outcome != "oom":
+        return request, len(ooms), False
+    previous = replace(request, try_number=last.try_number)
+    if last.estimate_mib:
+        previous = replace(previous, memory=replace(request.memory, mib=max(request.memory.mib, last.estimate_mib)))
+    plan = plan_retry(
+        previous,
+        Failure(FailureKind.CUDA_OOM, "recorded by CarmaExecutor"),
+        oom_retries_done=len(ooms) - 1,
+        peak_mib=last.peak_mib,
+        crashed_gpus=last.gpu_uuids,
+        now=now,
+    )
+    if isinstance(plan, RetryPlan):
+        return replace(plan.request, key=request.key, try_number=ti.try_number), len(ooms), True
+    return request, len(ooms), False
+
+
+__all__ = ["family_of", "first_request", "label_of", "recovered"]

@@ -1,0 +1,65 @@
+"""A try's state machine (executor/tries.py): the moves it makes, the ones it refuses, the views."""
+
+from __future__ import annotations
+
+import pytest
+
+from carma_airflow.executor.tries import Try, TryBook, TryState, TryStateError
+
+
+def _try(key: str, state: TryState = TryState.DEFERRED) -> Try:
+    return Try(key=key, rkey=f"d/{key}/r/-1/1", ti=None, state=state)
+
+
+def test_a_try_goes_deferred_waiting_running_ended_and_the_views_follow() -> None:
+    book = TryBook()
+    t = book.add(_try("a"))
+    assert dict(book.in_state(TryState.DEFERRED)) == {"a": t}
+    for state in (TryState.WAITING, TryState.RUNNING):
+        book.move(t, state)
+        assert t.state is state and list(book.in_state(state)) == ["a"]
+        assert all("a" not in book.in_state(s) for s in TryState if s is not state)
+    book.move(t, TryState.ENDED)
+    assert "a" not in book and len(book) == 0
+
+
+@pytest.mark.parametrize(
+    ("start", "to"),
+    [
+        (TryState.DEFERRED, TryState.RUNNING),  # never placed without a plan
+        (TryState.RUNNING, TryState.WAITING),
+        (TryState.REFUSED, TryState.RUNNING),
+        (TryState.ENDED, TryState.WAITING),
+    ],
+)
+def test_moves_the_machine_does_not_make_are_refused(start: TryState, to: TryState) -> None:
+    book = TryBook()
+    t = _try("a", start)
+    if start is not TryState.ENDED:
+        book.add(t)
+    with pytest.raises(TryStateError, match=f"{start.value} -> {to.value}"):
+        book.move(t, to)
+
+
+def test_an_orphan_is_known_by_request_key_until_adopted() -> None:
+    book = TryBook()
+    orphan = book.add(Try(key=None, rkey="d/t/r/-1/1", ti=None, state=TryState.ORPHAN))
+    assert book.orphan("d/t/r/-1/1") is orphan and list(book.holding_gpus()) == [orphan]
+    orphan.key = "ti-key"
+    book.move(orphan, TryState.RUNNING)
+    assert book.get("ti-key") is orphan and book.orphan("d/t/r/-1/1") is None
+    assert list(book.holding_gpus()) == [orphan]
+
+
+def test_a_key_handed_over_twice_is_refused() -> None:
+    book = TryBook()
+    book.add(_try("a"))
+    with pytest.raises(TryStateError, match="already known"):
+        book.add(_try("a"))
+
+
+def test_views_are_read_only() -> None:
+    book = TryBook()
+    book.add(_try("a"))
+    with pytest.raises(TypeError):
+        book.in_state(TryState.DEFERRED)["b"] = _try("b")  # type: ignore[index]
