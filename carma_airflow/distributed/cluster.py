@@ -189,9 +189,14 @@ class ClusterMonitor:
             )
         return HostStatus(name, True, live, not live and fresh, agent_silent, worker_silent, reason)
 
-    def host_status(self, name: str, now: float | None = None) -> HostStatus:
-        """Whether ``name`` is live, or lost (its tries must be ended), and why."""
-        self.refresh()
+    def host_status(self, name: str, now: float | None = None, *, refresh: bool = True) -> HostStatus:
+        """Whether ``name`` is live, or lost (its tries must be ended), and why.
+
+        ``refresh=False``: from the last read only, no store I/O (a handle's poll; the executor's
+        ``latest()`` refreshes the view once per heartbeat).
+        """
+        if refresh:
+            self.refresh()
         with self._lock:
             return self._status(name, self.clock() if now is None else now)
 

@@ -10,7 +10,10 @@ the queue ``[carma] queue_prefix + host`` with the workload and its environment 
 broker_url`` and ``result_backend``).  Before sending, the dispatch is written to the store
 (``carma_dispatch``); the worker runs the try only while that row still says ``sent``.
 
-A :class:`CeleryHandle` follows the try through the result backend.  It ends as *lost* (the
+A :class:`CeleryHandle` follows the try through the result backend: the launcher's
+:class:`~carma_airflow.distributed.results.ResultFetcher` reads the states of every try in flight
+in one round trip, in its own thread (the executor calls :meth:`CeleryLauncher.refresh` at the
+start of each heartbeat), and ``poll`` reads that snapshot without network I/O.  It ends as *lost* (the
 executor then fails the try with the reason, and Airflow's retries rerun it, placed afresh)
 when the host's agent or worker goes silent for ``host_timeout_seconds``, when no worker took the
 try from the queue within ``2 x host_timeout_seconds``, or when the message could not be sent.
@@ -30,7 +33,9 @@ from carma_airflow.core.errors import CarmaError
 from carma_airflow.distributed.agent import queue_for
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.errors import CeleryMissingError
+from carma_airflow.distributed.results import Chores, ResultFetcher
 from carma_airflow.executor.launch import Ended, Launcher, TaskHandle
+from carma_airflow.keys import request_key
 from carma_airflow.monitor.base import GpuSource
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import DispatchRecord
@@ -56,8 +61,6 @@ def _utc(ts: float) -> datetime:
 
 def placement_key(workload: ExecuteTask) -> str:
     """The placement key of the try (the executor's request key)."""
-    from carma_airflow.executor.executor import request_key
-
     return request_key(workload.ti.key)
 
 
@@ -74,27 +77,21 @@ def airflow_celery_app() -> Celery:
 
 
 def _try_result(value: Any) -> TryResult | None:
-    if not isinstance(value, dict) or not isinstance(value.get("state"), str):
-        return None
-    peak = value.get("peak_mib")
-    text = {k: value.get(k) if isinstance(value.get(k), str) else None for k in ("failure_kind", "exc_type", "message")}
-    return TryResult(
-        state=value["state"],
-        failure_kind=text["failure_kind"],
-        exc_type=text["exc_type"],
-        message=text["message"],
-        peak_mib=int(peak) if isinstance(peak, (int, float)) and not isinstance(peak, bool) else None,
-    )
+    return TryResult.from_json(value)
 
 
 class CeleryHandle:
-    """A try sent to a host's Celery queue; :meth:`poll` reads the result backend (at most every ``poll_s``)."""
+    """A try sent to a host's Celery queue.  :meth:`poll` reads the launcher's last bulk read of the
+    result backend (:mod:`~carma_airflow.distributed.results`) and does no network I/O; revoking the
+    try, forgetting its result and recording its end in the store are done off the heartbeat."""
 
     def __init__(
         self,
         app: Celery,
         store: Store,
         cluster: ClusterMonitor,
+        results: ResultFetcher,
+        chores: Chores,
         *,
         key: str,
         host: str,
@@ -102,23 +99,24 @@ class CeleryHandle:
         celery_id: str,
         sent_at: float,
         start_timeout_s: float,
-        poll_s: float = 0.5,
         ended: Ended | None = None,
     ) -> None:
         self.app = app
         self.store = store
         self.cluster = cluster
+        self.results = results
+        self.chores = chores
         self.key = key
         self.host = host
         self.queue = queue
         self.celery_id = celery_id
         self.sent_at = sent_at
         self.start_timeout_s = start_timeout_s
-        self.poll_s = poll_s
         self._ended = ended
-        self._polled_at = 0.0
         self.state = "PENDING"
         self.reply: dict[str, Any] | None = None  # what the worker returned
+        if ended is None:
+            results.watch(celery_id)
 
     @property
     def pid(self) -> int | None:
@@ -131,36 +129,27 @@ class CeleryHandle:
     def poll(self) -> Ended | None:
         if self._ended is not None:
             return self._ended
-        now = time.time()
-        if now - self._polled_at < self.poll_s:
+        seen = self.results.state_of(self.celery_id)
+        if seen is None:  # not read yet, or the result backend does not answer: nothing is known
             return None
-        self._polled_at = now
-        from celery.result import AsyncResult
-
-        result = AsyncResult(self.celery_id, app=self.app)
-        try:
-            self.state = str(result.state)
-            value = result.result if self.state in ("SUCCESS", "FAILURE") else None
-        except Exception as exc:  # the result backend did not answer: ask again next time
-            log.warning("carma: could not read the Celery result of %s: %s", self.key, exc)
-            return None
-        if self.state == "SUCCESS":
-            return self._end_from_reply(value, result)
-        if self.state == "FAILURE":
-            return self._end(
-                Ended(None, None, lost=f"the Celery task of this try failed on host {self.host!r}: {value!r}"), "ended"
-            )
-        if self.state == "REVOKED":
+        self.state = seen.state
+        if seen.state == "SUCCESS":
+            return self._end_from_reply(seen.result)
+        if seen.state == "FAILURE":
+            lost = f"the Celery task of this try failed on host {self.host!r}: {seen.result!r}"
+            return self._end(Ended(None, None, lost=lost), "ended", forget=True)
+        if seen.state == "REVOKED":
             revoked = f"the Celery task of this try was revoked on {self.host!r}"
-            return self._end(Ended(None, None, lost=revoked), "ended")
-        status = self.cluster.host_status(self.host, now)
+            return self._end(Ended(None, None, lost=revoked), "ended", forget=True)
+        status = self.cluster.host_status(self.host, refresh=False)
         if status.lost:
             self._revoke()
             return self._end(
                 Ended(None, None, lost=f"{status.reason}; the try is ended as failed so that Airflow retries it"),
                 "lost",
             )
-        if self.state == "PENDING" and now - self.sent_at > self.start_timeout_s:
+        # still PENDING when last read (the read began at fetched_at): no worker took it in time
+        if seen.state == "PENDING" and seen.fetched_at - self.sent_at > self.start_timeout_s:
             self._revoke()
             return self._end(
                 Ended(
@@ -177,7 +166,7 @@ class CeleryHandle:
             )
         return None
 
-    def _end_from_reply(self, value: Any, result: Any) -> Ended:
+    def _end_from_reply(self, value: Any) -> Ended:
         reply = value if isinstance(value, dict) else {}
         self.reply = reply
         skipped = reply.get("skipped")
@@ -186,44 +175,78 @@ class CeleryHandle:
         else:
             code = reply.get("exitcode")
             ended = Ended(code if isinstance(code, int) else None, _try_result(reply.get("result")))
-        try:
-            result.forget()
-        except Exception as exc:  # a result left behind expires by itself
-            log.debug("carma: could not forget Celery result %s: %s", self.celery_id, exc)
-        return self._end(ended, "ended")
+        return self._end(ended, "ended", forget=True)
 
-    def _end(self, ended: Ended, state: str) -> Ended:
+    def _end(self, ended: Ended, state: str, *, forget: bool = False) -> Ended:
         self._ended = ended
-        try:
-            self.store.end_dispatch(self.key, time.time(), state, ended.lost)
-        except CarmaError as exc:
-            log.error("carma: could not record the end of dispatch %s: %s", self.key, exc)
+        self.results.unwatch(self.celery_id)
+        key, at, reason = self.key, time.time(), ended.lost
+        self.chores.put(
+            f"recording the end of dispatch {key}",
+            lambda: self.store.end_dispatch(key, at, state, reason),
+            until_done=True,  # a row left 'sent' would be followed again after a restart
+        )
+        if forget:  # a result left behind expires by itself
+            celery_id = self.celery_id
+            self.chores.put(f"forgetting Celery result {celery_id}", lambda: self.app.backend.forget(celery_id))
         return ended
 
     def _revoke(self) -> None:
-        try:
-            self.app.control.revoke(self.celery_id)
-        except Exception as exc:  # the broker may be what failed; the store row stops the worker anyway
-            log.warning("carma: could not revoke Celery task %s: %s", self.celery_id, exc)
+        # the broker may be what failed; the store row (now 'lost') stops the worker anyway
+        celery_id = self.celery_id
+        self.chores.put(f"revoking Celery task {celery_id}", lambda: self.app.control.revoke(celery_id))
 
     def kill(self) -> None:
-        """Stop the try on its host (the worker's supervisor gets SIGTERM)."""
+        """Stop the try on its host (the worker's supervisor gets SIGTERM); returns at once."""
         if self._ended is not None:
             return
-        try:
-            self.app.control.revoke(self.celery_id, terminate=True, signal="SIGTERM")
-        except Exception as exc:
-            log.warning("carma: could not stop Celery task %s on %s: %s", self.celery_id, self.host, exc)
+        celery_id = self.celery_id
+        self.chores.put(
+            f"stopping Celery task {celery_id} on {self.host}",
+            lambda: self.app.control.revoke(celery_id, terminate=True, signal="SIGTERM"),
+        )
 
 
 class CeleryLauncher:
-    """Sends each placed try to the Celery queue of the host of its GPUs."""
+    """Sends each placed try to the Celery queue of the host of its GPUs, and reads the states of
+    the tries in flight in bulk (:meth:`refresh`, once per heartbeat).
 
-    def __init__(self, app: Celery, store: Store, cluster: ClusterMonitor, settings: CarmaSettings) -> None:
+    ``background=False``: the bulk read happens in :meth:`refresh` and the chores (store writes,
+    revokes) when they arise, in the caller's thread (tests, benchmarks).
+    """
+
+    def __init__(
+        self,
+        app: Celery,
+        store: Store,
+        cluster: ClusterMonitor,
+        settings: CarmaSettings,
+        *,
+        background: bool = True,
+        period_s: float = 0.5,
+        stale_s: float | None = None,
+    ) -> None:
         self.app = app
         self.store = store
         self.cluster = cluster
         self.settings = settings
+        if stale_s is None:  # hosts are declared lost after host_timeout_seconds: a fraction of it is old news
+            stale_s = max(5.0, settings.host_timeout_seconds / 3)
+        self.results = ResultFetcher(lambda: app.backend, period_s=period_s, stale_s=stale_s, background=background)
+        self.chores = Chores(background=background)
+
+    def refresh(self) -> None:
+        """Start of a heartbeat: read the states of every try in flight in one round trip (in the
+        background thread, or here with ``background=False``)."""
+        self.results.refresh()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop reading results; finish the pending store writes and revokes (at most ``timeout_s``)."""
+        self.results.close(timeout_s)
+        self.chores.close(timeout_s)
+
+    def _handle(self, **kwargs: Any) -> CeleryHandle:
+        return CeleryHandle(self.app, self.store, self.cluster, self.results, self.chores, **kwargs)
 
     def launch(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
         key = placement_key(workload)
@@ -253,9 +276,9 @@ class CeleryLauncher:
             log.error("carma: %s", reason)
             with contextlib.suppress(CarmaError):
                 self.store.end_dispatch(key, time.time(), "lost", reason)
-            return CeleryHandle(self.app, self.store, self.cluster, ended=Ended(None, None, lost=reason), **handle_args)
+            return self._handle(ended=Ended(None, None, lost=reason), **handle_args)
         log.info("carma: sent %s to queue %s (Celery task %s)", key, queue, celery_id)
-        return CeleryHandle(self.app, self.store, self.cluster, **handle_args)
+        return self._handle(**handle_args)
 
     def reattach(self, record: Any) -> TaskHandle | None:
         """After an executor restart: follow a try an earlier executor sent (None if it is not in flight)."""
@@ -266,10 +289,7 @@ class CeleryLauncher:
             return None
         if dispatch is None or dispatch.state != "sent":
             return None
-        return CeleryHandle(
-            self.app,
-            self.store,
-            self.cluster,
+        return self._handle(
             key=dispatch.key,
             host=dispatch.host,
             queue=dispatch.queue,

@@ -11,39 +11,20 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from dist_helpers import Workload, carma_settings, live_host
 
 from carma_airflow.distributed import celery_tasks
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.dispatch import CeleryLauncher
 from carma_airflow.distributed.errors import WrongHostError
 from carma_airflow.settings import CarmaSettings
-from carma_airflow.store.records import DispatchRecord, HostRecord
+from carma_airflow.store.records import DispatchRecord
 from carma_airflow.store.store import Store
 
 pytestmark = pytest.mark.db
 
 
-class Workload:
-    """What the launcher reads of an Airflow ExecuteTask: the try's key and its JSON."""
-
-    def __init__(self, try_number: int = 1) -> None:
-        self.ti = SimpleNamespace(
-            key=SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=-1, try_number=try_number)
-        )
-
-    def model_dump_json(self) -> str:
-        return "{}"
-
-
-def settings(tmp_path: Path, **extra: str) -> CarmaSettings:
-    values = {"gpu_backend": "simulated", "host": "gpu-a", "state_dir": str(tmp_path / "state"), **extra}
-    return CarmaSettings.load(values.get, str(tmp_path))
-
-
-def live_host(store: Store, name: str) -> None:
-    now = datetime.now(tz=timezone.utc)
-    store.publish_host(HostRecord(name, f"carma-test-{name}", now, now, "simulated"))
-    store.worker_beat(name, now)
+settings = carma_settings
 
 
 def test_a_try_no_worker_takes_is_lost_with_what_to_start(tmp_path: Path, store: Store, redis_url: str) -> None:
@@ -61,6 +42,7 @@ def test_a_try_no_worker_takes_is_lost_with_what_to_start(tmp_path: Path, store:
         ended = handle.poll()
     assert ended is not None and ended.exitcode is None and ended.result is None
     assert "no Celery worker took the try from queue 'carma-test-gpu-a'" in (ended.lost or "")
+    launcher.close()  # the store write is made off the heartbeat: close finishes it
     assert store.dispatch("d/t/r/-1/1").state == "lost"  # type: ignore[union-attr]
 
 
@@ -145,3 +127,19 @@ def test_paths_in_the_env_are_the_worker_hosts_own(worker_side: CarmaSettings) -
     assert env["CARMA_RESULT_FILE"] == str(state / "results" / "ti.json")
     assert env["CARMA_SIM_LEDGER"] == str(state / "simulated-gpus.json")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-gpu-b-0001"
+
+
+def test_dispatch_imports_neither_the_executor_nor_airflow() -> None:
+    # no import circle executor <-> distributed: the request key comes from carma_airflow.keys
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, carma_airflow.distributed.dispatch as d\n"
+        "from types import SimpleNamespace as N\n"
+        "assert d.placement_key(N(ti=N(key=N(dag_id='d', task_id='t', run_id='r', map_index=2, try_number=3))))"
+        " == 'd/t/r/2/3'\n"
+        "print(sorted(m for m in ('carma_airflow.executor.executor', 'airflow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
