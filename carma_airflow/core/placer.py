@@ -181,8 +181,10 @@ class Placer:
         # memo: a request of the same shape and memory that had to wait keeps waiting, for the
         # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
         # reason text names the memory it lacks, so a larger request gets its own decision.
+        # A policy that refuses GPUs per request decides by the request's activity too.
         memo: dict[tuple[object, ...], Decision] = {}
         monotone = self.policy.checks_memory
+        by_activity = self.policy.refuses_gpus
         blocked: Decision | None = None
         for req in requests:
             key = req.key
@@ -202,6 +204,7 @@ class Placer:
                     req.avoid_gpus,
                     mem.add_headroom,
                     mem.mib,
+                    req.activity if by_activity else None,
                 )
                 hit = memo.get(sig)
                 if hit is not None:
@@ -316,6 +319,7 @@ class _Pass:
         self.where: dict[str, _Entry] = {}
         self.static: dict[str, GpuVerdict] = {}
         self._static_tuple: tuple[GpuVerdict, ...] | None = None
+        self._static_counts: dict[Reason, int] | None = None
         for f in self.facts:
             self._place_in_pool(f, sort=False)
         self.idle.sort(key=lambda e: (e[0], e[1]))
@@ -393,7 +397,15 @@ class _Pass:
     def static_rejections(self) -> tuple[GpuVerdict, ...]:
         if self._static_tuple is None:
             self._static_tuple = tuple(self.static.values())
+            self._static_counts = None
         return self._static_tuple
+
+    def static_counts(self) -> dict[Reason, int]:
+        """The reasons of :meth:`static_rejections`, counted (kept while they stay the same)."""
+        verdicts = self.static_rejections()
+        if self._static_counts is None:
+            self._static_counts = _count_reasons(verdicts, {})
+        return self._static_counts
 
     # decisions ---------------------------------------------------------------------------
     def decide(self, request: TaskRequest, reserved: frozenset[str]) -> Decision:
@@ -410,6 +422,8 @@ class _Pass:
         wanted = request.gpu_model
         avoid = request.avoid_gpus
         scanned: list[tuple[GpuFacts, Reason, bool]] = []  # (GPU, reason, in collocation pool)
+        refusing = pol.refuses_gpus
+        notes: dict[str, str] = {}  # a policy's refusal texts, by GPU
         avoided: list[GpuFacts] = []
         groups: dict[str, list[GpuFacts]] = {}
         chosen: list[GpuFacts] | None = None
@@ -441,6 +455,7 @@ class _Pass:
             and not avoid
             and pol.checks_memory
             and pol.stable_keys
+            and not refusing
         )
         if fast:
             # same answer as the scan below (the first candidate in policy order with enough
@@ -467,6 +482,9 @@ class _Pass:
                     scanned.append((f, Reason.BUSY, True))
                 elif pol.checks_memory and filter_need > f.usable_free_mib:
                     scanned.append((f, Reason.MEMORY, True))
+                elif refusing and (refusal := pol.refuses(f, request)) is not None:
+                    scanned.append((f, refusal.reason, True))
+                    notes[f.uuid] = refusal.detail
                 elif avoid and f.state.uuid in avoid:
                     avoided.append(f)
                 else:
@@ -479,33 +497,47 @@ class _Pass:
                 if chosen is not None:
                     break
         if chosen is None:
-            rejected = self._verdicts(scanned, request) + self.static_rejections()
-            summary = waiting_summary(
-                rejected, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
+            mine = self._verdicts(scanned, request, notes)
+            rejected = mine + self.static_rejections()
+            counts = _count_reasons(mine, dict(self.static_counts()))
+            summary = _summary_of_counts(
+                counts, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
             )
             return Decision(request.key, Outcome.NOT_NOW, rejected=rejected, summary=summary, policy=pol.name)
-        verdicts = tuple(
-            _verdict(f, None, _describe(f, [t.label for t in f.state.tenants] + (f.joined or []))) for f in chosen
-        )
+        verdicts = tuple(_verdict(f, None, self._chosen_detail(f, request)) for f in chosen)
         where = ", ".join(f"GPU {f.index} ({f.state.spec.name})" for f in chosen)
         return Decision(
             request.key,
             Outcome.PLACED,
             gpu_uuids=tuple(f.uuid for f in chosen),
             chosen=verdicts,
-            rejected=self._verdicts(scanned[:_PLACED_REJECTIONS], request) + self.static_rejections(),
+            rejected=self._verdicts(scanned[:_PLACED_REJECTIONS], request, notes) + self.static_rejections(),
             summary=f"placed on {where}: " + "; ".join(v.detail for v in verdicts),
             collocated=any(not f.idle for f in chosen),
             policy=pol.name,
         )
 
-    def _verdicts(self, scanned: list[tuple[GpuFacts, Reason, bool]], request: TaskRequest) -> tuple[GpuVerdict, ...]:
-        """Turn the light records of a scan into verdicts with their texts."""
+    def _chosen_detail(self, f: GpuFacts, request: TaskRequest) -> str:
+        text = _describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
+        extra = self.pol.describe(f, request)
+        return text if extra is None else f"{text}; {extra}"
+
+    def _verdicts(
+        self,
+        scanned: list[tuple[GpuFacts, Reason, bool]],
+        request: TaskRequest,
+        notes: dict[str, str] | None = None,
+    ) -> tuple[GpuVerdict, ...]:
+        """Turn the light records of a scan into verdicts with their texts (``notes``: a policy's
+        own texts for the GPUs it refused)."""
         need = request.memory.mib
         filter_need = request.memory.filter_mib(self.settings.headroom_mib)
         out = []
         for f, reason, shared in scanned:
-            if reason is Reason.MODEL:
+            note = notes.get(f.uuid) if notes else None
+            if note is not None:
+                detail = note
+            elif reason is Reason.MODEL:
                 detail = f"is not a {request.gpu_model}"
             elif reason is Reason.RESERVED:
                 detail = "held for a task past its starvation bound"
@@ -571,6 +603,21 @@ def waiting_summary(
     for v in rejected:
         if v.reason is not None:
             counts[v.reason] = counts.get(v.reason, 0) + 1
+    return _summary_of_counts(counts, total, n=n, idle_only=idle_only, need=need, model=model)
+
+
+def _count_reasons(verdicts: Sequence[GpuVerdict], into: dict[Reason, int]) -> dict[Reason, int]:
+    for v in verdicts:
+        if v.reason is not None:
+            into[v.reason] = into.get(v.reason, 0) + 1
+    return into
+
+
+def _summary_of_counts(
+    counts: dict[Reason, int], total: int, *, n: int, idle_only: bool, need: str, model: str | None
+) -> str:
+    """:func:`waiting_summary` from the reasons counted already (a pass counts the GPUs no
+    request can use once, not once per waiting decision)."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _REASON_ORDER[kv[0]]))
     if len(ranked) == 1 and ranked[0][1] >= total:
         reason = ranked[0][0]

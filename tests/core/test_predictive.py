@@ -10,6 +10,7 @@ from helpers import busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import DEFAULT_POLICY, GpuState, Placer, TaskRequest, make_policy
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity, hinted_activity
+from carma_airflow.core.decision import Outcome, Reason
 from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceModel, speed
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 
@@ -99,11 +100,16 @@ def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
     assert policy.refuses(facts[1], req) is None
     refusal = policy.refuses(facts[0], req)
     assert refusal is not None
-    assert "beside job0-0.7" in refusal
-    assert "gain under" in refusal or "slowdown limit" in refusal
+    assert refusal.reason is Reason.INTERFERENCE
+    assert "beside job0-0.7" in refusal.detail
+    assert "gain under" in refusal.detail or "slowdown limit" in refusal.detail
     assert chosen_index(policy, req, crowded, roomy) == 1
-    # nowhere else to go: ordering only prefers; refusing is for a placer that asks refuses()
-    assert chosen_index(policy, req, crowded) == 0
+    # nowhere else to go: the placer asks refuses() and the request waits, saying why
+    d = Placer(policy).decide(req, view(crowded))
+    assert d.outcome is Outcome.NOT_NOW
+    assert [v.reason for v in d.rejected] == [Reason.INTERFERENCE]
+    assert d.rejected[0].detail == refusal.detail
+    assert "1 of 1 GPU interference" in d.summary
 
 
 def test_newcomer_slowdown_limit() -> None:
@@ -113,7 +119,8 @@ def test_newcomer_slowdown_limit() -> None:
     a = policy.assess(facts, newcomer(sure(0.6)))
     assert a.newcomer.slowdown > 1.2
     assert not a.pays
-    assert "slowdown limit" in (policy.refuses(facts, newcomer(sure(0.6))) or "")
+    refusal = policy.refuses(facts, newcomer(sure(0.6)))
+    assert refusal is not None and "slowdown limit" in refusal.detail
 
 
 def test_says_how_sure_it_is() -> None:
@@ -155,7 +162,7 @@ def test_idle_gpus_still_come_first() -> None:
 
 def test_memory_check_still_applies() -> None:
     light_but_full = with_tenants(busy_gpu(0, 5000), 0.1)
-    heavy_roomy = with_tenants(busy_gpu(1, 30000), 0.9)
+    heavy_roomy = with_tenants(busy_gpu(1, 30000), 0.6)  # busier, but collocating there still pays
     assert chosen_index(Predictive(), newcomer(sure(0.5), mib=8000), light_but_full, heavy_roomy) == 1
 
 

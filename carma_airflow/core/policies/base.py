@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from carma_airflow.core.decision import Reason
 from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.task import TaskRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A policy's "not this GPU for this request": the reason (as data) and its text."""
+
+    reason: Reason
+    detail: str
 
 
 @dataclass(slots=True)
@@ -51,6 +60,9 @@ class Policy:
     uses_reservations = False  # ours: count reserved memory of tenants not yet visible
     max_tenants: int | None = None
     stable_keys = True  # keys depend on the GPU only, so a pass can keep candidates sorted
+    # True: :meth:`refuses` may turn a collocation candidate down for one request (the placer
+    # asks it in the collocation scan, and tells requests of different activity apart)
+    refuses_gpus = False
 
     # Keys and ``admits`` may not depend on the request unless ``stable_keys`` is False.
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
@@ -64,6 +76,15 @@ class Policy:
     def admits(self, facts: GpuFacts, request: TaskRequest, prior: float) -> bool:
         """Extra collocation check of a policy (``prior``: activity assumed for the newcomer)."""
         return True
+
+    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
+        """Why this collocation candidate must not take ``request`` (asked only when
+        ``refuses_gpus`` is True, after the memory check); None: it may."""
+        return None
+
+    def describe(self, facts: GpuFacts, request: TaskRequest) -> str | None:
+        """Extra reason text for choosing this GPU (appended to the chosen GPU's detail)."""
+        return None
 
     def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
         """Hook called after a placement (round-robin moves its cursor)."""

@@ -33,8 +33,9 @@ from carma_airflow.core.activity import (
     ActivitySettings,
     unknown_activity,
 )
+from carma_airflow.core.decision import Reason
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel, SpeedPrediction
-from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.policies.base import GpuFacts, Policy, Refusal
 from carma_airflow.core.task import TaskRequest
 
 
@@ -87,6 +88,7 @@ class Predictive(Policy):
     uses_lock = False
     uses_reservations = True
     stable_keys = False  # the order depends on the newcomer's activity
+    refuses_gpus = True
 
     def __init__(
         self,
@@ -171,15 +173,15 @@ class Predictive(Policy):
         band = -float(math.floor(gain * sureness / self.settings.gain_step))  # steps of gain_step / sureness
         return (0.0 if self._pays(bool(acts), gain, mine) else 1.0, band, free_first, float(facts.index))
 
-    def refuses(self, facts: GpuFacts, request: TaskRequest) -> str | None:
+    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
         """Why collocating ``request`` here does not pay, or None (also None while unsure)."""
         a = self.assess(facts, request)
         if not a.sure or a.pays:
             return None
         s = self.settings
         if a.newcomer.slowdown > s.max_slowdown:
-            return f"{a.describe()}: over the {s.max_slowdown:.2f}x slowdown limit"
-        return f"{a.describe()}: gain under {s.min_gain:+.2f}"
+            return Refusal(Reason.INTERFERENCE, f"{a.describe()}: over the {s.max_slowdown:.2f}x slowdown limit")
+        return Refusal(Reason.INTERFERENCE, f"{a.describe()}: gain under {s.min_gain:+.2f}")
 
     def describe(self, facts: GpuFacts, request: TaskRequest) -> str:
         """Reason text for choosing this GPU (prediction, or that the model was unsure)."""
