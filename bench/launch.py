@@ -28,9 +28,9 @@ from tempfile import TemporaryDirectory
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "bench-secret-" + "x" * 64)
 
-import noop_try  # noqa: E402
+import noop_try
 
-from carma_airflow.testing import try_runner_env  # noqa: E402
+from carma_airflow.testing import try_runner_env
 
 
 def _workload(i: int) -> object:
@@ -125,7 +125,9 @@ def main() -> int:
     print(f"{os.cpu_count()} CPUs; {args.tries} tries ({args.exec_tries} for fork+exec)")
     print(f"{'design':<28}{'heartbeat p50':>15}{'heartbeat p90':>15}{'ready p50':>12}{'ready p90':>12}  (ms)")
     for name, (waits, ends) in rows.items():
-        print(f"{name:<28}{_ms(waits, .5):>15.2f}{_ms(waits, .9):>15.2f}{_ms(ends, .5):>12.1f}{_ms(ends, .9):>12.1f}")
+        print(
+            f"{name:<28}{_ms(waits, 0.5):>15.2f}{_ms(waits, 0.9):>15.2f}{_ms(ends, 0.5):>12.1f}{_ms(ends, 0.9):>12.1f}"
+        )
     ours, execd = rows["launcher (ours)"][1], rows["fork+exec per try"][1]
     print(f"ready p50, fork+exec / launcher: {statistics.median(execd) / statistics.median(ours):.1f}x")
     return 0

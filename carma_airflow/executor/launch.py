@@ -45,6 +45,13 @@ class Ended:
     result: TryResult | None
     lost: str | None = None  # the process ended without a word (killed while the executor was away, host lost)
 
+    @property
+    def ok(self) -> bool:
+        """What the scheduler is told: the process's exit code, or, unknown, what the try reported."""
+        if self.exitcode is not None:
+            return self.exitcode == 0
+        return self.result is not None and self.result.succeeded
+
 
 class TaskHandle(Protocol):
     @property

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from carma_airflow.store.store import Store
 
 PEAKS_KEPT = 5  # the estimator looks at the latest few
 RECENT_TRIES_KEPT = 8
@@ -37,6 +41,15 @@ class Learned:
     def __init__(self) -> None:
         self._peaks: dict[tuple[str, str, int | None], deque[int]] = {}
         self._tries: dict[Family, deque[EndedTry]] = {}
+
+    def load(self, store: Store) -> None:
+        """What the store knows: learned peaks, and how the recent tries of each run ended."""
+        for dag_id, task_id, map_index, peak in store.recent_peaks():
+            self.add_peak(dag_id, task_id, map_index, peak)
+        for rec in sorted(store.placements(limit=5000), key=lambda r: r.try_number):
+            if rec.outcome.finished:
+                ended = EndedTry(rec.try_number, rec.outcome.value, rec.peak_mib, rec.estimate_mib or 0, rec.gpu_uuids)
+                self.add_try((rec.dag_id, rec.task_id, rec.run_id, rec.map_index), ended)
 
     # -- memory ------------------------------------------------------------------------------
     def add_peak(self, dag_id: str, task_id: str, map_index: int | None, peak_mib: int) -> None:

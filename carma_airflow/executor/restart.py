@@ -14,9 +14,9 @@ from typing import Any
 
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.launch import PidHandle, TaskHandle
-from carma_airflow.executor.learned import EndedTry, Learned
 from carma_airflow.executor.tries import Try, TryState
-from carma_airflow.store.records import PlacementRecord
+from carma_airflow.executor.writes import MarkEnded
+from carma_airflow.store.records import PlacementRecord, TryOutcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +63,9 @@ def orphan_of(rec: PlacementRecord, handle: TaskHandle, now: float) -> Try:
     )
 
 
-def remember_tries(learned: Learned, records: list[PlacementRecord]) -> None:
-    """How the recent tries the store knows ended (for recovery planning after an OOM)."""
-    for rec in sorted(records, key=lambda r: r.try_number):
-        if rec.outcome.finished:
-            learned.add_try(
-                (rec.dag_id, rec.task_id, rec.run_id, rec.map_index),
-                EndedTry(rec.try_number, rec.outcome.value, rec.peak_mib, rec.estimate_mib or 0, tuple(rec.gpu_uuids)),
-            )
+def closed_at_restart(rec: PlacementRecord, now: float) -> MarkEnded:
+    """A try that was not running when the executor restarted: the scheduler queues it again."""
+    return MarkEnded(rec.key, now, TryOutcome.FAILED, None, "not running when the executor restarted; requeued")
 
 
-__all__ = ["StoredTi", "orphan_of", "reattach", "remember_tries", "request_of"]
+__all__ = ["StoredTi", "closed_at_restart", "orphan_of", "reattach", "request_of"]

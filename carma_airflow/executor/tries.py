@@ -15,6 +15,7 @@ yet.  A :class:`TryBook` keeps every try of the executor, indexed by state.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from carma_airflow.core.task import TaskRequest
     from carma_airflow.executor.launch import TaskHandle
     from carma_airflow.task_config import GpuTaskConfig
+
+
+WAIT_RECORD_S = 60.0  # a waiting try's unchanged kind of reason is written at most this often
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")
 
 
 class TryState(enum.Enum):
@@ -70,6 +75,16 @@ class Try:
     last_summary: str = ""  # the placer's latest word on it while it waits
     recorded_shape: str = ""  # that word as last written to the store, numbers left out
     recorded_at: float = 0.0
+
+    def worth_recording(self, summary: str, now: float) -> bool:
+        """Whether a new waiting reason goes to the store and log: its kind changed (the
+        headline, numbers left out: which GPUs said no, and why, changes with every placement on
+        a busy cluster), or the last write is ``WAIT_RECORD_S`` old.  Remembers the write if so."""
+        shape = _NUMBERS.sub("#", summary.split(" (", 1)[0])
+        if shape == self.recorded_shape and now - self.recorded_at < WAIT_RECORD_S:
+            return False
+        self.recorded_shape, self.recorded_at = shape, now
+        return True
 
 
 class TryBook:
@@ -136,4 +151,4 @@ class TryBook:
         self.__init__()  # type: ignore[misc]
 
 
-__all__ = ["Try", "TryBook", "TryState", "TryStateError"]
+__all__ = ["WAIT_RECORD_S", "Try", "TryBook", "TryState", "TryStateError"]

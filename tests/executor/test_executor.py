@@ -157,6 +157,7 @@ def test_gpu_samples_are_kept_downsampled(executor_factory) -> None:
     ex.monitor.sample_once()
     ex.sync()
     ex.sync()  # within the interval: no second row
+    assert ex.writer.flush()  # written by the writer thread, not in the heartbeat
     rows = ex.store.samples()
     assert sorted(r.gpu_uuid for r in rows) == ["GPU-SIM-0000", "GPU-SIM-0001"]
     assert all(r.memory_total_mib == 40960 for r in rows)

@@ -249,10 +249,13 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
 def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minute() -> None:
     # found by the 2,000-task load run: every pass rewrote every waiting task's reason (its
     # counts change with every placement), thousands of writes that stalled the scheduler loop
-    from carma_airflow.executor.executor import WAIT_RECORD_S, _worth_recording
-    from carma_airflow.executor.tries import Try, TryState
+    from carma_airflow.executor.tries import WAIT_RECORD_S, Try, TryState
 
     w = Try(key=None, rkey="dag/t/r/-1/1", ti=None, state=TryState.WAITING)
+
+    def _worth_recording(attempt: Try, summary: str, now: float) -> bool:
+        return attempt.worth_recording(summary, now)
+
     assert _worth_recording(w, "waiting: no GPU with 6.0 GiB free (7 tenant-cap, 1 memory)", 100.0)
     assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (6 tenant-cap, 2 memory)", 101.0)
     assert not _worth_recording(w, "waiting: no GPU with 6.0 GiB free (8 memory)", 101.5)  # same headline

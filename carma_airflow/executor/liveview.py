@@ -1,0 +1,61 @@
+"""What the executor publishes about itself on a clock: the UI page's live snapshot and a
+downsampled history of GPU telemetry.  Both are best-effort store writes (writes.py)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from carma_airflow.core.gpu import ClusterView
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.executor.bookkeeping import sample_records
+from carma_airflow.executor.snapshot import build_snapshot
+from carma_airflow.executor.writes import PutSnapshot, RecordSamples
+from carma_airflow.monitor.base import GpuSample
+from carma_airflow.settings import CarmaSettings
+
+SAMPLES_EVERY_S = 30.0  # one row of GPU telemetry history per GPU this often
+
+
+class LiveView:
+    def __init__(self, settings: CarmaSettings, policy: str, queue: str) -> None:
+        self.settings, self.policy, self.queue = settings, policy, queue
+        self.pass_ms: deque[float] = deque(maxlen=256)  # the latest scheduling passes
+        self._samples_at = 0.0
+        self._snapshot_at = 0.0
+
+    def samples_due(self, now: float, samples: Sequence[GpuSample]) -> RecordSamples | None:
+        if now - self._samples_at < SAMPLES_EVERY_S:
+            return None
+        self._samples_at = now
+        return RecordSamples(sample_records(samples), SAMPLES_EVERY_S)
+
+    def snapshot_due(self, now: float) -> bool:
+        return now - self._snapshot_at >= self.settings.snapshot_period
+
+    def snapshot(
+        self,
+        now: float,
+        view: ClusterView,
+        waiting: Sequence[tuple[TaskRequest, str]],
+        running: int,
+        pending_writes: int,
+        samples: Sequence[GpuSample],
+    ) -> PutSnapshot:
+        self._snapshot_at = now
+        body = build_snapshot(
+            now=now,
+            settings=self.settings,
+            policy=self.policy,
+            queue=self.queue,
+            view=view,
+            waiting=waiting,
+            running=running,
+            pass_ms=list(self.pass_ms),
+            pending_writes=pending_writes,
+            errors={s.uuid: s.error for s in samples if s.error},
+        )
+        return PutSnapshot(f"executor:{self.settings.host}", now, body)
+
+
+__all__ = ["SAMPLES_EVERY_S", "LiveView"]
