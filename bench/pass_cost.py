@@ -26,13 +26,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "carma-pass-cost-bench-" * 3)
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # not one line per placement
 
-from airflow.executors.base_executor import BaseExecutor
+import noop_try
 from airflow.executors.workloads import ExecuteTask
 from airflow.executors.workloads.base import BundleInfo
 from airflow.executors.workloads.task import TaskInstanceDTO
@@ -41,15 +40,7 @@ from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh da
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
-from carma_airflow.taskrun.outcome import TryResult, write_result
-
-
-def _child(workload: ExecuteTask, **_: Any) -> int:
-    """In the forked child, instead of Airflow's supervisor: train for a while, report."""
-    seconds = float((workload.ti.executor_config or {}).get("bench_seconds", 1.0))
-    time.sleep(seconds)
-    write_result(TryResult("success", peak_mib=1000))
-    return 0
+from carma_airflow.testing import try_runner_env
 
 
 def _workloads(n: int, seed: int) -> list[ExecuteTask]:
@@ -107,7 +98,7 @@ def run_mode(background: bool, args: argparse.Namespace) -> dict[str, float]:
             launches.append(waiting_before - len(ex.waiting))
             time.sleep(args.heartbeat)
         wall = time.perf_counter() - started
-        pass_ms = list(ex._pass_ms)
+        pass_ms = list(ex.live.pass_ms)
         ex.end()
         store = Store(url)
         recorded = sum(1 for p in store.placements(limit=args.tasks + 10) if p.outcome.value == "success")
@@ -137,7 +128,7 @@ def main() -> int:
     ap.add_argument("--heartbeat", type=float, default=0.2, help="seconds between sync() calls")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    BaseExecutor.run_workload = staticmethod(_child)  # type: ignore[method-assign,assignment]
+    os.environ.update(try_runner_env(noop_try.train_briefly))  # the launcher runs it instead of Airflow's supervisor
 
     print(f"{platform.node()}: {os.cpu_count()} CPUs, {args.tasks} tasks, {args.gpus}, store {args.db}")
     rows = {"inline": run_mode(False, args), "background": run_mode(True, args)}
