@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +18,7 @@ from carma_airflow.core.estimators import DEFAULT_ESTIMATOR, make_estimator
 from carma_airflow.core.gpu import parse_gpu_list
 from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_names
 from carma_airflow.core.queueing import DEFAULT_QUEUE, make_queue
+from carma_airflow.core.sharing import SharingModel
 from carma_airflow.sim.compare import DEFAULT_COMPARISON, compare
 from carma_airflow.sim.engine import SimConfig, simulate
 from carma_airflow.sim.metrics import SimResult
@@ -31,6 +34,40 @@ EstimatorOpt = Annotated[str, typer.Option(help="oracle, gpumemnet, faketensor, 
 QueueOpt = Annotated[str | None, typer.Option(help="fifo (the paper's) or backfill (default)")]
 SeedOpt = Annotated[int, typer.Option(help="seed for synthetic traces")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+BetaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--interference-beta",
+        help="the simulated truth: contention per unit of co-tenant activity (default: the calibration, "
+        f"{SharingModel().beta}); the placer only learns it from ended tries",
+    ),
+]
+ScaleOpt = Annotated[
+    str,
+    typer.Option(
+        "--activity-scale",
+        help="the simulated truth: real SM demand = S x the activity the monitor reports (default 1.0)",
+    ),
+]
+
+
+def _truth_number(option: str, text: str | None, default: float) -> float:
+    """A ground-truth option as a finite number >= 0 (an ``error:`` line and exit 2 otherwise)."""
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        fail(f"{option} must be a number >= 0, got {text!r}")
+    if not math.isfinite(value) or value < 0:
+        fail(f"{option} must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _with_truth(cfg: SimConfig, beta: str | None, scale: str) -> SimConfig:
+    b = _truth_number("--interference-beta", beta, cfg.sharing.beta)
+    s = _truth_number("--activity-scale", scale, 1.0)
+    return replace(cfg, sharing=replace(cfg.sharing, beta=b), activity_scale=s)
 
 
 def _workload(trace: str, catalog: str, gpus: int, seed: int) -> list[Arrival]:
@@ -66,10 +103,12 @@ def simulate_cmd(
     estimator: EstimatorOpt = DEFAULT_ESTIMATOR,
     queue: QueueOpt = None,
     seed: SeedOpt = 0,
+    interference_beta: BetaOpt = None,
+    activity_scale: ScaleOpt = "1.0",
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
-    cfg = _config(gpus, policy, estimator, queue)
+    cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     result = simulate(cfg, arrivals)
     _fail_on_impossible(result)
@@ -97,6 +136,8 @@ def compare_cmd(
         str | None, typer.Option(help="queue for all policies; default: fifo for the paper's, backfill for others")
     ] = None,
     seed: SeedOpt = 0,
+    interference_beta: BetaOpt = None,
+    activity_scale: ScaleOpt = "1.0",
     as_json: JsonOpt = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG: per-GPU timelines and a bar chart")] = None,
 ) -> None:
@@ -106,7 +147,7 @@ def compare_cmd(
         fail("--policies is empty; give e.g. magm,interference-aware")
     for name in names:
         make_policy(name)
-    cfg = _config(gpus, DEFAULT_POLICY, estimator, queue)
+    cfg = _with_truth(_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale)
     if plot is not None:
         _check_plot_path(plot)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)

@@ -192,6 +192,7 @@ class SchedulingCycle:
             request.memory.mib,
             now,
             exclusive=self.placer.needs_idle(request),
+            activity=request.activity,
         )
         self._running[request.key] = _Entry(request, now, prior_ooms)
 

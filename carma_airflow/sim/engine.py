@@ -6,6 +6,16 @@ instant are handled, one pass of the core's :class:`~carma_airflow.core.cycle.Sc
 runs if anything changed: it owns the waiting tries, the reservations and the recovery after an
 OOM; the simulation only plays the GPUs.  The GPU sharing model
 (:mod:`carma_airflow.core.sharing`) decides slowdowns, telemetry, power and OOMs.
+
+Truth apart from knowledge.  The *truth* is ``SimConfig.sharing`` (its ``beta``) and
+``SimConfig.activity_scale``: a task whose catalogue activity is ``a`` demands ``S * a`` of its
+GPU, and the slowdowns follow from those.  The monitor reports the catalogue activity (NVML busy
+time over-states real demand), so ``S`` is what the learned interference model's activity scale
+has to find.  The placer never reads the truth: per task type (the trace's task name, the
+executor's Airflow task) it gets an activity estimate learned from the telemetry of earlier tries
+that ran alone for a while (with a monitor's noise), and, for policies that predict, an
+:class:`~carma_airflow.core.interference.InterferenceModel` updated as tries end, from each try's
+stretch over the solo duration of earlier solo runs of its type and the co-tenants it had.
 """
 
 from __future__ import annotations
@@ -13,13 +23,18 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import random
+import statistics
 from dataclasses import dataclass, field
 
+from carma_airflow.core.activity import ActivityEstimate, ActivitySample, estimate_activity
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.estimators import make_estimator
 from carma_airflow.core.gpu import GpuSpec, GpuState
+from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RecoverySettings, RetryMode
 from carma_airflow.core.reservations import Reservations
@@ -41,8 +56,12 @@ class SimConfig:
     queue: str = "backfill"
     recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
     settings: PlacementSettings = DEFAULT_SETTINGS
-    sharing: SharingModel = field(default_factory=SharingModel)
+    sharing: SharingModel = field(default_factory=SharingModel)  # the truth: its beta
     recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
+    activity_scale: float = 1.0  # the truth: real demand = this x the catalogue (reported) activity
+    telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
+    seed: int = 0  # of the telemetry noise
+    predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:
@@ -60,14 +79,19 @@ class _Run:
     request: TaskRequest
     gpus: list[int]
     start: float
-    profile: ActivityProfile
+    profile: ActivityProfile  # the truth: what it demands of its GPU
     remaining: float  # solo seconds of work left
+    reported: ActivityProfile | None = None  # what the monitor reports of it (telemetry)
     rate: float = 1.0
     last: float = 0.0
     version: int = 0
     ramped: bool = False
     held: int = 0
     alive: bool = True
+    # co-tenancy as the driver would record it: (seconds, co-tenant task types) per segment
+    seg_start: float = 0.0
+    seg_with: tuple[str, ...] = ()
+    segments: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)
@@ -103,7 +127,10 @@ class _Job:
 class Simulation:
     def __init__(self, config: SimConfig) -> None:
         self.cfg = config
-        self.placer = Placer(make_policy(config.policy), config.settings)
+        policy = make_policy(config.policy)
+        if isinstance(policy, Predictive) and config.predictive is not None:
+            policy = Predictive(settings=config.predictive)
+        self.placer = Placer(policy, config.settings)
         self.queue = make_queue(config.queue)
         # the simulation knows when each process allocates (the ramp): it observes its tenants
         # itself, none is assumed seen after the lock time
@@ -131,6 +158,15 @@ class Simulation:
         self.now = 0.0
         self.wakes: set[float] = set()
         self.never_fits: list[NeverFit] = []
+        # knowledge, learned from simulated telemetry and ended tries only (see the module doc)
+        self.rng = random.Random(config.seed)
+        self.activity_samples: dict[str, list[ActivitySample]] = {}
+        self.activities: dict[str, ActivityEstimate] = {}
+        self.solo_runs: dict[str, list[float]] = {}
+        self.predictive = policy if isinstance(policy, Predictive) else None
+        self.interference = InterferenceModel()
+        self.pending_obs: dict[str, list[CollocationObservation]] = {}
+        self.observations = 0
 
     # -- events ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -181,6 +217,7 @@ class Simulation:
             memory=need,
             gpus=arrival.task.gpus,
             submitted_at=arrival.submit_s,
+            activity=self.activities.get(arrival.task.name),
         )
 
     def _submit(self, request: TaskRequest) -> None:
@@ -223,6 +260,8 @@ class Simulation:
 
     def _schedule(self) -> None:
         self.passes += 1
+        if self.pending_obs:
+            self._learn_interference()
         result = self.cycle.run(self.now, self._states())
         for p in result.placed:
             self._start(p.request, [self.by_uuid[u].index for u in p.decision.gpu_uuids], p.waited_s)
@@ -282,10 +321,24 @@ class Simulation:
                     if r.ramped:
                         self._push(self.now + max(0.0, r.remaining) / r.rate, FINISH, (r, r.version))
         self._mark(closure)
+        self._regroup(closure)
+
+    def _regroup(self, gpus: list[_Gpu]) -> None:
+        """Close the co-tenancy segment of every run on these GPUs whose co-tenants changed."""
+        for g in gpus:
+            for r in g.runs:
+                names = sorted({o.arrival.task.name for i in r.gpus for o in self.gpus[i].runs if o is not r})
+                with_now = tuple(names)
+                if with_now != r.seg_with:
+                    if self.now > r.seg_start:
+                        r.segments.append((self.now - r.seg_start, r.seg_with))
+                    r.seg_start, r.seg_with = self.now, with_now
 
     def _mark(self, gpus: list[_Gpu]) -> None:
         for g in gpus:
-            smact, smocc, drama = self.model.telemetry([r.profile for r in g.runs], [r.rate for r in g.runs])
+            smact, smocc, drama = self.model.telemetry(
+                [r.reported or r.profile for r in g.runs], [r.rate for r in g.runs]
+            )
             g.smact, g.smocc, g.drama = smact, smocc, drama
             g.changed_at = self.now
             g.history.append((self.now, smact, smocc, drama))
@@ -303,7 +356,12 @@ class Simulation:
         if job.first_start is None:
             job.first_start = self.now
         job.gpus = tuple(gpu_ids)
-        run = _Run(arrival, request, gpu_ids, self.now, arrival.task.profile, arrival.task.solo_s, last=self.now)
+        reported = arrival.task.profile
+        scale = self.cfg.activity_scale
+        true = reported if scale == 1.0 else _scaled(reported, scale)
+        run = _Run(
+            arrival, request, gpu_ids, self.now, true, arrival.task.solo_s, reported, last=self.now, seg_start=self.now
+        )
         gpus = [self.gpus[i] for i in gpu_ids]
         closure = self._closure(gpus)
         self._advance(closure)
@@ -346,6 +404,7 @@ class Simulation:
         gpus = [self.gpus[i] for i in run.gpus]
         self._remove(run, gpus)
         self.cycle.release(run.request.key)
+        self._learn_from(run)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"
@@ -376,6 +435,56 @@ class Simulation:
             return
         self.retries += 1
         self.req_arrival[plan.request.key] = run.arrival
+
+    # -- learning (what a driver can know: telemetry and ended tries) ---------------------
+    def _learn_from(self, run: _Run) -> None:
+        """An ended try's lessons: its solo activity if it ran alone long enough, its solo
+        duration if it ran alone throughout, its stretch beside its co-tenants otherwise."""
+        if self.now > run.seg_start:
+            run.segments.append((self.now - run.seg_start, run.seg_with))
+        name = run.arrival.task.name
+        duration = self.now - run.start
+        alone = sum(d for d, w in run.segments if not w)
+        if alone >= _SOLO_SAMPLE_S:
+            # the GPU's SM activity while the try was its only tenant, as the monitor read it
+            reported = (run.reported or run.profile).sm_activity
+            seen = min(1.0, max(0.0, self.rng.gauss(reported, self.cfg.telemetry_noise)))
+            self.activity_samples.setdefault(name, []).append(ActivitySample(seen))
+            self.activities[name] = estimate_activity(self.activity_samples[name])
+        if alone >= duration - 1e-9:
+            self.solo_runs.setdefault(name, []).append(duration)
+            return
+        if self.predictive is None:
+            return
+        solo = self.solo_runs.get(name)
+        own = self.activities.get(name)
+        if not solo or own is None or duration <= 0:
+            return
+        segments = []
+        for seconds, names in run.segments:
+            acts = [self.activities.get(n) for n in names]
+            if any(a is None for a in acts):
+                return  # a co-tenant nobody knows: the observation would be a guess
+            segments.append(Segment(seconds / duration, tuple(a.sm_activity for a in acts if a is not None)))
+        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(segments))
+        spec = self.gpus[run.gpus[0]].spec.name
+        self.pending_obs.setdefault(spec, []).append(obs)
+
+    def _learn_interference(self) -> None:
+        """Refit the interference model with the observations since the last pass (batched once
+        the fit rests on many: a refit costs milliseconds)."""
+        assert self.predictive is not None
+        waiting = sum(len(v) for v in self.pending_obs.values())
+        if self.observations >= _REFIT_BATCH_AFTER and waiting < _REFIT_BATCH:
+            return
+        model = self.interference
+        for spec, observations in self.pending_obs.items():
+            fit = model.fit_for(spec).observe_all(observations)
+            model = InterferenceModel({**model.fits, fit.gpu_model: fit}, model.settings)
+        self.observations += waiting
+        self.pending_obs = {}
+        self.interference = model
+        self.predictive.use_model(model)
 
     def _lose(self, job_id: int) -> None:
         job = self.jobs[job_id]
@@ -424,6 +533,17 @@ class Simulation:
             passes=self.passes,
             never_fits=tuple(self.never_fits),
         )
+
+
+_SOLO_SAMPLE_S = 60.0  # a try alone on its GPU this long gives a solo activity sample
+_REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
+_REFIT_BATCH = 16  # ... this many at a time
+
+
+def _scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
+    return ActivityProfile(
+        min(1.0, p.sm_activity * scale), min(1.0, p.sm_occupancy * scale), min(1.0, p.dram_activity * scale)
+    )
 
 
 def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:

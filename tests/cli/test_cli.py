@@ -115,6 +115,11 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["compare", "--policies", "magm,nope"], "unknown policy"),
         (["compare", "--policies", " , "], "--policies is empty"),
         (["compare", "--plot", "/no/such/dir/x.png"], "does not exist"),
+        (["simulate", "--interference-beta", "-0.1"], "--interference-beta must be a finite number >= 0"),
+        (["simulate", "--interference-beta", "strong"], "--interference-beta must be a number >= 0"),
+        (["compare", "--activity-scale", "inf"], "--activity-scale must be a finite number >= 0"),
+        (["compare", "--activity-scale", "-1"], "--activity-scale must be a finite number >= 0"),
+        (["simulate", "--activity-scale", "half"], "--activity-scale must be a number >= 0"),
     ],
 )
 def test_bad_input_gives_one_line_error_and_nonzero_exit(args: list[str], fragment: str) -> None:
@@ -124,6 +129,20 @@ def test_bad_input_gives_one_line_error_and_nonzero_exit(args: list[str], fragme
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ") and fragment in lines[0]
     assert "Traceback" not in out + err
+
+
+def test_the_simulated_truth_is_an_option() -> None:
+    def slowdown(*args: str) -> float:
+        code, out, err = run("simulate", "--policy", "magm", "--queue", "fifo", "--json", *args)
+        assert code == 0, err
+        return float(json.loads(out)["mean_slowdown"])
+
+    today = slowdown()
+    assert slowdown("--interference-beta", "0.5", "--activity-scale", "1") == today  # the defaults
+    assert slowdown("--interference-beta", "0.1") < today < slowdown("--interference-beta", "0.8")
+    assert slowdown("--activity-scale", "0.6") < today
+    code, out, _ = run("compare", "--policies", "magm", "--interference-beta", "0.8", "--json")
+    assert code == 0 and len(json.loads(out)) == 2
 
 
 def test_malformed_and_inconsistent_files(tmp_path: Path) -> None:

@@ -101,3 +101,14 @@ def test_predictive_refuses_through_the_placer_and_explains_its_choice() -> None
     d = Placer(policy).decide(request("r", 4000, activity=act(0.5)), view(busy_gpu(0, 30000)))
     assert d.placed
     assert "predicted " in d.chosen[0].detail and "x slower beside tenant0-0" in d.chosen[0].detail
+
+
+def test_a_placed_tries_activity_reaches_its_tenant_through_the_cycle() -> None:
+    from carma_airflow.core import SchedulingCycle, make_queue
+
+    cycle = SchedulingCycle(Placer(make_policy("predictive")), make_queue("backfill"))
+    cycle.submit(request("r", 4000, activity=act(0.7)), 0.0)
+    result = cycle.run(0.0, [idle_gpu(0)])
+    assert [p.request.key for p in result.placed] == ["r"]
+    (tenant,) = cycle.view(1.0, [idle_gpu(0)]).gpus[0].tenants
+    assert tenant.activity == act(0.7)
