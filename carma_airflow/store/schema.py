@@ -166,6 +166,33 @@ class MemoryHistoryRow(Base):
     map_index: Mapped[int | None] = mapped_column(Integer)  # -1: not mapped; None: not recorded (before 0004)
 
 
+ACTIVITY_SOURCE_VALUES = ("process", "gpu-alone", "hint")
+
+
+class ActivityHistoryRow(Base):
+    """The solo SM activity (0..1) of one ended try of a task (what the activity estimate learns from).
+
+    ``source``: ``process`` (per-process SM utilisation), ``gpu-alone`` (the GPU's SM activity
+    while the try was its only tenant) or ``hint`` (the DAG author's declared value).
+    """
+
+    __tablename__ = "carma_activity_history"
+    __table_args__ = (
+        CheckConstraint(f"source IN ({', '.join(repr(v) for v in ACTIVITY_SOURCE_VALUES)})", name="source"),
+        CheckConstraint("sm_activity >= 0 AND sm_activity <= 1", name="sm_activity"),
+        Index(None, "dag_id", "task_id", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(RowId, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(ID_LEN))
+    task_id: Mapped[str] = mapped_column(String(ID_LEN))
+    map_index: Mapped[int | None] = mapped_column(Integer)
+    sm_activity: Mapped[float] = mapped_column(Float)
+    source: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime]
+    run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+
+
 class SnapshotRow(Base):
     """One named JSON document, rewritten in place (an executor's live view, read by the UI)."""
 

@@ -38,7 +38,9 @@ from carma_airflow.store.records import (
     TryOutcome,
 )
 from carma_airflow.store.schema import (
+    ACTIVITY_SOURCE_VALUES,
     VERSION_TABLE,
+    ActivityHistoryRow,
     DispatchRow,
     GpuSampleRow,
     HostRow,
@@ -540,6 +542,76 @@ class Store:
         )
         with self._session() as session:
             rows = [(r[0], r[1], r[2], int(r[3])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
+    # -- activity history (issue 13: learned SM activity) ---------------------------------
+
+    def add_activity(
+        self,
+        dag_id: str,
+        task_id: str,
+        sm_activity: float,
+        source: str,
+        at: Moment,
+        run_id: str | None = None,
+        map_index: int | None = None,
+    ) -> None:
+        """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
+
+        ``source``: ``"process"`` (per-process SM utilisation), ``"gpu-alone"`` (the GPU's SM
+        activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
+        """
+        if source not in ACTIVITY_SOURCE_VALUES:
+            raise RecordError(
+                f"unknown activity source {source!r} for {dag_id}.{task_id}; use one of: "
+                f"{', '.join(ACTIVITY_SOURCE_VALUES)}"
+            )
+        if isinstance(sm_activity, bool) or not isinstance(sm_activity, (int, float)) or not 0.0 <= sm_activity <= 1.0:
+            raise RecordError(
+                f"SM activity of {dag_id}.{task_id} must be a share of SM time between 0 and 1, got {sm_activity!r} "
+                "(divide a percentage by 100)"
+            )
+        row = ActivityHistoryRow(
+            dag_id=dag_id,
+            task_id=task_id,
+            sm_activity=float(sm_activity),
+            source=source,
+            at=_utc(at),
+            run_id=run_id,
+            map_index=map_index,
+        )
+        with self._session(write=True) as session:
+            session.add(row)
+
+    def activities(self, dag_id: str, task_id: str, limit: int = 10) -> list[tuple[float, str]]:
+        """The latest ``limit`` activities of a task, oldest first: (sm_activity, source)."""
+        _check_limit(limit)
+        stmt = (
+            select(ActivityHistoryRow.sm_activity, ActivityHistoryRow.source)
+            .where(ActivityHistoryRow.dag_id == dag_id, ActivityHistoryRow.task_id == task_id)
+            .order_by(ActivityHistoryRow.at.desc(), ActivityHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(float(r[0]), str(r[1])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
+    def recent_activities(self, limit: int = 100_000) -> list[tuple[str, str, float, str]]:
+        """The newest ``limit`` learned activities of every task, oldest first: (dag_id, task_id,
+        sm_activity, source).  Read once when an executor starts."""
+        _check_limit(limit)
+        stmt = (
+            select(
+                ActivityHistoryRow.dag_id,
+                ActivityHistoryRow.task_id,
+                ActivityHistoryRow.sm_activity,
+                ActivityHistoryRow.source,
+            )
+            .order_by(ActivityHistoryRow.at.desc(), ActivityHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(str(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in session.execute(stmt)]
         return list(reversed(rows))
 
     # -- snapshots (an executor's live view, read by the UI page) ------------------------

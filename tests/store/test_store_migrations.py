@@ -18,7 +18,7 @@ HEAD = Store("sqlite://").head_revision()
 
 pytestmark = pytest.mark.db
 
-TABLES = {"carma_gpu_sample", "carma_placement", "carma_oom_event", "carma_memory_history"}
+TABLES = {"carma_gpu_sample", "carma_placement", "carma_oom_event", "carma_memory_history", "carma_activity_history"}
 
 
 def _tables(url: str) -> set[str]:
@@ -108,6 +108,38 @@ def test_upgrade_from_0003_keeps_learned_peaks_for_the_whole_task(db_url: str) -
     assert store.peaks("d", "t", map_index=0) == [9000]
     assert store.peaks("d", "t") == [6000, 9000]
     store.close()
+
+
+def test_upgrade_from_0004_adds_the_activity_history_and_keeps_the_rest(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0004")  # a database from before learned activity
+    assert "carma_activity_history" not in _tables(db_url)
+    store.add_peak("d", "t", 6000, 1_900_000_000.0, "r1", -1)
+    store.put_snapshot("executor:h", 1_900_000_000.0, {"version": 1})
+    store.migrate()
+    assert store.revision() == HEAD == "0005"
+    assert store.peaks("d", "t") == [6000] and list(store.snapshots("executor:")) == ["executor:h"]
+    assert store.activities("d", "t") == []
+    store.add_activity("d", "t", 0.42, "process", 1_900_000_001.0, "r2", -1)
+    assert store.activities("d", "t") == [(0.42, "process")]
+    store.close()
+
+
+def test_downgrade_from_0005_to_0004_drops_only_the_activity_history(store: Store, any_url: str) -> None:
+    store.add_activity("d", "t", 0.5, "hint", 1_900_000_000.0)
+    store.add_peak("d", "t", 6000, 1_900_000_000.0)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    engine = create_engine(any_url)
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0004")
+    engine.dispose()
+    assert "carma_activity_history" not in _tables(any_url)
+    assert store.revision() == "0004" and store.peaks("d", "t") == [6000]
+    store.migrate()
+    assert store.activities("d", "t") == []
 
 
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:

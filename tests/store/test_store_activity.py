@@ -1,0 +1,94 @@
+"""Activity history (issue 13): what each ended try's solo SM activity was, and how it was measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import IntegrityError
+from store_helpers import at
+
+from carma_airflow.store import RecordError, StoreError
+from carma_airflow.store.store import Store
+
+pytestmark = pytest.mark.db
+
+
+def test_activities_are_the_latest_oldest_first(store: Store) -> None:
+    for i, value in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.0, 0.35]):
+        store.add_activity("train", "fit", value, "process" if i % 2 else "gpu-alone", at(i), run_id=f"r{i}")
+    store.add_activity("train", "other", 0.99, "hint", at(100))
+    store.add_activity("other", "fit", 0.98, "process", at(100), map_index=3)
+    latest = store.activities("train", "fit")
+    assert len(latest) == 10  # the default window of core.activity
+    assert latest[0] == (0.3, "gpu-alone") and latest[-1] == (0.35, "process")  # floats stored as given
+    assert store.activities("train", "fit", limit=2) == [(0.0, "gpu-alone"), (0.35, "process")]
+    assert [v for v, _ in store.activities("train", "fit", limit=50)][:2] == [0.1, 0.2]
+    assert store.activities("train", "missing") == []
+    assert store.activities("other", "fit") == [(0.98, "process")]
+
+
+def test_activities_order_by_time_not_insertion(store: Store) -> None:
+    store.add_activity("d", "t", 0.3, "process", at(30))
+    store.add_activity("d", "t", 0.1, "process", at(10))
+    store.add_activity("d", "t", 0.2, "gpu-alone", at(20).timestamp())  # seconds since the epoch work too
+    store.add_activity("d", "t", 0.4, "process", at(30))  # same time: the later insert counts as newer
+    assert [v for v, _ in store.activities("d", "t")] == [0.1, 0.2, 0.3, 0.4]
+    assert store.activities("d", "t", limit=1) == [(0.4, "process")]
+
+
+def test_recent_activities_of_every_task_newest_limit_oldest_first(store: Store) -> None:
+    store.add_activity("a", "x", 0.5, "process", at(20))
+    store.add_activity("b", "y", 0.25, "hint", at(10))
+    store.add_activity("a", "z", 0.75, "gpu-alone", at(30))
+    assert store.recent_activities() == [("b", "y", 0.25, "hint"), ("a", "x", 0.5, "process"),
+                                         ("a", "z", 0.75, "gpu-alone")]  # fmt: skip
+    assert store.recent_activities(limit=2) == [("a", "x", 0.5, "process"), ("a", "z", 0.75, "gpu-alone")]
+    with pytest.raises(RecordError, match="limit must be at least 1"):
+        store.recent_activities(limit=0)
+
+
+@pytest.mark.parametrize("value", [-0.01, 1.01, 42.0, float("nan"), float("inf")])
+def test_an_activity_outside_zero_to_one_is_refused(store: Store, value: float) -> None:
+    with pytest.raises(RecordError, match=r"between 0 and 1, got .*divide a percentage by 100"):
+        store.add_activity("d", "t", value, "process", at(0))
+    assert store.activities("d", "t") == []
+
+
+def test_the_bounds_themselves_are_activities(store: Store) -> None:
+    store.add_activity("d", "t", 0, "process", at(0))
+    store.add_activity("d", "t", 1.0, "process", at(1))
+    assert store.activities("d", "t") == [(0.0, "process"), (1.0, "process")]
+
+
+def test_an_unknown_source_is_refused_with_the_known_ones(store: Store) -> None:
+    with pytest.raises(RecordError, match=r"unknown activity source 'nvml'.*process, gpu-alone, hint"):
+        store.add_activity("d", "t", 0.5, "nvml", at(0))
+    with pytest.raises(RecordError, match="limit must be at least 1"):
+        store.activities("d", "t", limit=0)
+
+
+def test_the_database_itself_refuses_bad_rows(store: Store, any_url: str) -> None:
+    # A writer that bypassed add_activity (another version, a hand-made INSERT) cannot store nonsense.
+    engine = create_engine(any_url)
+    try:
+        for source, value in (("nvml", 0.5), ("process", 1.5)):
+            with pytest.raises(IntegrityError, match=r"(?i)check"), engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "INSERT INTO carma_activity_history (dag_id, task_id, sm_activity, source, at)"
+                        " VALUES ('d', 't', :v, :s, '2026-01-01 00:00:00+00:00')"
+                    ),
+                    {"v": value, "s": source},
+                )
+    finally:
+        engine.dispose()
+    assert store.activities("d", "t") == []
+
+
+def test_without_the_migration_the_error_says_to_migrate(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path}/empty.db")
+    with pytest.raises(StoreError, match=r"migrate\(\)"):
+        store.activities("d", "t")
+    store.close()
