@@ -10,7 +10,7 @@ _FLOATS = ("busy", "smact", "smocc", "drama", "power_w", "energy_j")
 
 
 def to_json(sample: GpuSample) -> dict[str, Any]:
-    """One sample as a JSON-safe dict (processes as ``[pid, used_mib]`` pairs)."""
+    """One sample as a JSON-safe dict (processes as ``[pid, used_mib, sm_util]``; sm_util may be null)."""
     return {
         "uuid": sample.uuid,
         "index": sample.index,
@@ -22,7 +22,7 @@ def to_json(sample: GpuSample) -> dict[str, Any]:
         "at": sample.at,
         **{name: getattr(sample, name) for name in _FLOATS},
         "activity_source": sample.activity_source,
-        "processes": [[p.pid, p.used_mib] for p in sample.processes],
+        "processes": [[p.pid, p.used_mib, p.sm_util] for p in sample.processes],
         "error": sample.error,
     }
 
@@ -34,7 +34,9 @@ def _float(value: Any) -> float | None:
 def from_json(data: dict[str, Any], host: str) -> GpuSample:
     """The sample back from its dict; ``host`` is the row's host (the agent's name wins over the dict's)."""
     processes = tuple(
-        ProcessUsage(int(p[0]), int(p[1])) for p in data.get("processes") or () if isinstance(p, (list, tuple))
+        ProcessUsage(int(p[0]), int(p[1]), _float(p[2]) if len(p) > 2 else None)  # an older agent: [pid, mib]
+        for p in data.get("processes") or ()
+        if isinstance(p, (list, tuple)) and len(p) >= 2
     )
     error = data.get("error")
     return GpuSample(

@@ -20,10 +20,16 @@ from carma_airflow.core.risk import MetricWindow
 
 @dataclass(frozen=True, slots=True)
 class ProcessUsage:
-    """One process holding memory on a GPU (host PID)."""
+    """One process holding memory on a GPU (host PID).
+
+    ``sm_util``: the share of SM time its kernels had over the last sampling period (0..1), what
+    NVML's per-process utilisation reports; None where the GPU cannot tell (MIG, older drivers).
+    On a shared GPU it is what the process got, not what it would have used alone.
+    """
 
     pid: int
     used_mib: int
+    sm_util: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,10 @@ Per GPU: memory (``nvmlDeviceGetMemoryInfo``, v2 without driver-reserved memory 
 has it), busy time (``nvmlDeviceGetUtilizationRates``), SM activity, SM occupancy and DRAM
 bandwidth activity from GPM on Hopper and later (two ``nvmlGpmSampleGet`` readings, one sample
 period apart, then ``nvmlGpmMetricsGet``), power (mW) and total energy (mJ), processes (compute
-and MPS).  Without GPM, SM activity falls back to busy time (``activity_source="utilization"``)
-and occupancy and DRAM activity are missing.  A GPU in MIG mode is replaced by its MIG
-instances, each with its own UUID and memory (their ``index`` is the parent's).
+and MPS) with each one's share of SM time where the device reports it
+(``nvmlDeviceGetProcessUtilization``).  Without GPM, SM activity falls back to busy time
+(``activity_source="utilization"``) and occupancy and DRAM activity are missing.  A GPU in MIG
+mode is replaced by its MIG instances, each with its own UUID and memory (their ``index`` is the parent's).
 
 A GPU NVML cannot read (lost, fallen off the bus, Xid) becomes a sample with ``error`` set and
 the UUID it had; it never makes :meth:`NvmlProbe.sample` raise.  Without a driver,
@@ -94,6 +95,7 @@ class NvmlProbe:
         self._uuid_by_index: dict[int, str] = {}
         self._mig_by_index: dict[int, list[str]] = {}
         self._name_by_uuid: dict[str, str] = {}
+        self._util_seen: dict[str, int] = {}  # uuid -> newest per-process utilisation sample read (us)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -244,7 +246,7 @@ class NvmlProbe:
             activity_source=source,
             power_w=float(power) / 1000.0 if power is not None else None,
             energy_j=float(energy) / 1000.0 if energy is not None else None,
-            processes=self._processes(nv, handle),
+            processes=self._processes(nv, handle, uuid),
         )
 
     def _error_sample(self, nv: Any, uuid: str, index: int, exc: BaseException, now: float) -> GpuSample:
@@ -274,7 +276,7 @@ class NvmlProbe:
             return None
         return int(info.total) // _MIB, int(info.used) // _MIB, int(info.free) // _MIB
 
-    def _processes(self, nv: Any, handle: Any) -> tuple[ProcessUsage, ...]:
+    def _processes(self, nv: Any, handle: Any, uuid: str) -> tuple[ProcessUsage, ...]:
         held: dict[int, int] = {}
         for fn_names in (
             ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
@@ -291,7 +293,39 @@ class NvmlProbe:
                 used = getattr(proc, "usedGpuMemory", None)  # None where NVML cannot tell (WDDM)
                 pid = int(proc.pid)
                 held[pid] = max(held.get(pid, 0), int(used) // _MIB if used is not None else 0)
-        return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
+        if not held:
+            return ()
+        util = self._process_sm_util(nv, handle, uuid)
+        if util is None:
+            return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
+        # NVML lists only processes whose kernels ran since the last reading: the others had none
+        return tuple(ProcessUsage(pid, mib, util.get(pid, 0.0)) for pid, mib in sorted(held.items()))
+
+    def _process_sm_util(self, nv: Any, handle: Any, uuid: str) -> dict[int, float] | None:
+        """Each process's share of SM time since this device's last reading (0..1), or None.
+
+        ``nvmlDeviceGetProcessUtilization`` answers with the samples newer than the timestamp it
+        is given (the newest one of the previous answer, kept per device).  None where the device
+        cannot tell (MIG instances, older drivers: "not supported"), where no sample is newer
+        ("not found"), or on any other NVML error: per-process readings never fail a sample.
+        """
+        fn = getattr(nv, "nvmlDeviceGetProcessUtilization", None)
+        if fn is None:
+            return None
+        seen = self._util_seen.get(uuid, 0)
+        try:
+            samples = self._call(fn, handle, seen, name="nvmlDeviceGetProcessUtilization")
+        except nv.NVMLError as exc:
+            log.debug("nvmlDeviceGetProcessUtilization on %s: %s (per-process SM time left out)", uuid, exc)
+            return None
+        if samples is None:
+            return None
+        shares: dict[int, list[float]] = {}
+        for sample in samples:
+            seen = max(seen, int(sample.timeStamp))
+            shares.setdefault(int(sample.pid), []).append(_fraction(sample.smUtil))
+        self._util_seen[uuid] = seen
+        return {pid: sum(values) / len(values) for pid, values in shares.items()}
 
     def _gpm_read(
         self, nv: Any, handle: Any, uuid: str, mig_parent: tuple[Any, int] | None

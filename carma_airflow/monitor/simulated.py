@@ -3,7 +3,8 @@
 Each :meth:`SimulatedProbe.sample` reads the ledger once.  On every GPU the live allocations
 are its tenants: used memory is their sum, each process is listed with what it holds, and SM
 activity, occupancy and DRAM activity come from :meth:`SharingModel.telemetry` with each
-tenant progressing at ``1 / slowdown`` (:meth:`SharingModel.slowdowns`).  Power follows
+tenant progressing at ``1 / slowdown`` (:meth:`SharingModel.slowdowns`); each process's
+``sm_util`` is its part of that SM activity (:func:`process_sm_utils`).  Power follows
 :meth:`SharingModel.power_w`; energy is integrated between samples (trapezoids), starting at
 zero when the probe starts.  The simulated GPU reports ``busy`` equal to its SM activity (it
 models no partly filled kernels).
@@ -31,6 +32,28 @@ def gpu_telemetry(model: SharingModel, tenants: list[Allocation]) -> tuple[float
     profiles = [t.profile for t in tenants]
     rates = [1.0 / s for s in model.slowdowns(profiles)]
     return model.telemetry(profiles, rates)
+
+
+def process_sm_utils(model: SharingModel, tenants: list[Allocation]) -> list[float]:
+    """Each tenant's share of the GPU's SM activity (0..1, in ``tenants``' order): what it got.
+
+    A tenant's part is the GPU's SM activity with only that tenant progressing (the sharing
+    model's own telemetry, its rate slowed by its co-tenants); an oversubscribed GPU cannot give
+    more than all of its SM time, so the parts are scaled to sum to the GPU's SM activity.
+    Alone on a GPU a tenant reads its profile's SM activity.
+    """
+    if not tenants:
+        return []
+    profiles = [t.profile for t in tenants]
+    rates = [1.0 / s for s in model.slowdowns(profiles)]
+    parts = []
+    for i in range(len(tenants)):
+        only = [r if j == i else 0.0 for j, r in enumerate(rates)]
+        parts.append(model.telemetry(profiles, only)[0])
+    total = sum(parts)
+    smact = model.telemetry(profiles, rates)[0]
+    scale = smact / total if total > smact > 0.0 else 1.0
+    return [min(1.0, p * scale) for p in parts]
 
 
 class SimulatedProbe:
@@ -73,8 +96,10 @@ class SimulatedProbe:
         total = gpu.spec.memory_mib
         used = sum(t.mib for t in tenants)
         held: dict[int, int] = defaultdict(int)
-        for t in tenants:
+        sm_util: dict[int, float] = defaultdict(float)
+        for t, util in zip(tenants, process_sm_utils(self.model, tenants), strict=True):
             held[t.pid] += t.mib
+            sm_util[t.pid] = min(1.0, sm_util[t.pid] + util)
         smact, smocc, drama = gpu_telemetry(self.model, tenants)
         power = self.model.power_w(gpu.spec, bool(tenants), smact, drama)
         energy = self._energy.get(gpu.uuid, 0.0)
@@ -99,5 +124,5 @@ class SimulatedProbe:
             activity_source="simulated",
             power_w=power,
             energy_j=energy,
-            processes=tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items())),
+            processes=tuple(ProcessUsage(pid, mib, sm_util[pid]) for pid, mib in sorted(held.items())),
         )

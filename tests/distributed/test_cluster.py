@@ -50,6 +50,11 @@ def publish(store: Store, host: str, at: float, worker_at: float | None, smact: 
 def test_sample_round_trip() -> None:
     s = GpuSample("GPU-1", 3, "H100-80GB", "h", 81920, 10, 81910, 5.5, busy=0.5, processes=(ProcessUsage(9, 10),))
     assert from_json(to_json(s), "h") == s
+    shared = GpuSample("GPU-2", 0, "A100-40GB", "h", 40960, 10, 40950, 6.0,
+                       processes=(ProcessUsage(7, 5, 0.42), ProcessUsage(8, 5, None)))  # fmt: skip
+    assert from_json(to_json(shared), "h") == shared  # each process's share of SM time travels too
+    older = {**to_json(shared), "processes": [[7, 5], [8, 5]]}  # an agent from before sm_util
+    assert [(p.pid, p.sm_util) for p in from_json(older, "h").processes] == [(7, None), (8, None)]
 
 
 def test_hosts_leave_and_rejoin_placement_by_heartbeats(store: Store) -> None:

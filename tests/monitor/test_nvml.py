@@ -79,6 +79,8 @@ class FakeGpu:
     memory_v2: bool = True
     procs_v3: bool = True
     lost: str | None = None  # "memory": memory reads fail; "all": every call fails
+    # per-process utilisation samples NVML holds: (pid, timestamp in us, smUtil %); None: not supported
+    util_samples: list[tuple[int, int, int]] | None = None
     parent: FakeGpu | None = None
 
 
@@ -101,6 +103,7 @@ class FakeNvml(types.ModuleType):
         self.gpm_allocs = 0
         self.gpm_frees = 0
         self.tick = 0
+        self.util_asked: list[tuple[str, int]] = []  # (uuid, lastSeenTimeStamp) of each call
 
     def _err(self, code: int) -> Exception:
         return real.NVMLError(code)  # type: ignore[no-any-return]
@@ -186,6 +189,19 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetMPSComputeRunningProcesses(self, gpu: FakeGpu) -> list[Any]:
         return []
 
+    def nvmlDeviceGetProcessUtilization(self, gpu: FakeGpu, last_seen: int) -> list[Any]:
+        # pynvml's behaviour: samples newer than last_seen; none -> NVMLError_NotFound
+        self.util_asked.append((gpu.uuid, last_seen))
+        if gpu.util_samples is None:
+            raise self._err(real.NVML_ERROR_NOT_SUPPORTED)
+        newer = [(pid, ts, sm) for pid, ts, sm in gpu.util_samples if ts > last_seen]
+        if not newer:
+            raise self._err(real.NVML_ERROR_NOT_FOUND)
+        return [
+            types.SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for pid, ts, sm in newer
+        ]
+
     # GPM
     def nvmlGpmQueryDeviceSupport(self, gpu: FakeGpu) -> Any:
         support = real.c_nvmlGpmSupport_t()
@@ -246,7 +262,8 @@ def four_gpus() -> list[FakeGpu]:
     ]  # fmt: skip
     return [
         FakeGpu("GPU-aaaa", "NVIDIA H100 80GB HBM3", 80, 20, util=95, power_mw=350_500, energy_mj=9_876_543,
-                gpm=(62.5, 48.0, 41.0), procs=[(101, 12 * GIB), (102, 8 * GIB), (101, 12 * GIB)]),
+                gpm=(62.5, 48.0, 41.0), procs=[(101, 12 * GIB), (102, 8 * GIB), (101, 12 * GIB)],
+                util_samples=[(101, 1_000, 40), (101, 2_000, 50), (999, 2_000, 30)]),
         FakeGpu("GPU-bbbb", "NVIDIA A100-SXM4-40GB", 40, 4, util=73, energy_mj=None, memory_v2=False,
                 procs_v3=False, procs=[(201, 4 * GIB), (202, None)]),
         mig_parent,
@@ -364,3 +381,45 @@ def test_monitor_over_nvml_fills_windows_and_measures_cost(fake: FakeNvml) -> No
     assert monitor.window("GPU-dddd").smact == ()
     assert monitor.latest()["GPU-dddd"].error is not None
     assert monitor.cpu_seconds_per_sample() < 0.01
+
+
+def test_each_process_has_its_share_of_sm_time_where_the_gpu_reports_it(fake: FakeNvml) -> None:
+    probe = NvmlProbe()
+    samples = {s.uuid: s for s in probe.sample()}
+    h100 = samples["GPU-aaaa"]
+    # 101: the mean of its two samples; 102 ran no kernel since the last reading; 999 holds no memory
+    assert [(p.pid, p.used_mib, p.sm_util) for p in h100.processes] == [
+        (101, 12288, pytest.approx(0.45)),
+        (102, 8192, 0.0),
+    ]
+    # not supported (the A100's driver, MIG instances): left out, the sample is fine
+    assert [p.sm_util for p in samples["GPU-bbbb"].processes] == [None, None] and samples["GPU-bbbb"].ok
+    assert [p.sm_util for p in samples["MIG-1111"].processes] == [None] and samples["MIG-1111"].ok
+
+
+def test_per_process_utilisation_reads_only_what_is_new_since_the_last_sample(fake: FakeNvml) -> None:
+    probe = NvmlProbe()
+    probe.sample()
+    # nothing new on the next sample: NVML says "not found"; the readings are missing, nothing fails
+    again = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
+    assert again.ok and [p.sm_util for p in again.processes] == [None, None]
+    fake.gpus[0].util_samples = [(101, 2_000, 50), (102, 3_000, 90), (101, 3_000, 100)]
+    third = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
+    assert [(p.pid, p.sm_util) for p in third.processes] == [(101, 1.0), (102, pytest.approx(0.9))]
+    asked = [ts for uuid, ts in fake.util_asked if uuid == "GPU-aaaa"]
+    assert asked == [0, 2_000, 2_000]  # each device's newest timestamp is kept between samples
+    assert {uuid for uuid, _ in fake.util_asked} == {"GPU-aaaa", "GPU-bbbb", "MIG-1111"}  # only GPUs with processes
+
+
+def test_an_nvml_error_in_per_process_utilisation_never_fails_the_sample(
+    fake: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(gpu: FakeGpu, last_seen: int) -> list[Any]:
+        raise real.NVMLError(real.NVML_ERROR_UNKNOWN)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetProcessUtilization", broken)
+    h100 = {s.uuid: s for s in NvmlProbe().sample()}["GPU-aaaa"]
+    assert h100.ok and [(p.pid, p.sm_util) for p in h100.processes] == [(101, None), (102, None)]
+    monkeypatch.setattr(fake, "nvmlDeviceGetProcessUtilization", None)  # a pynvml too old to have it
+    h100 = {s.uuid: s for s in NvmlProbe().sample()}["GPU-aaaa"]
+    assert h100.ok and [p.sm_util for p in h100.processes] == [None, None]

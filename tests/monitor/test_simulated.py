@@ -59,6 +59,46 @@ def test_telemetry_grows_with_tenants_and_matches_the_model(ledger: Ledger, slee
     assert other.memory_used_mib == 0 and other.smact == 0.0
 
 
+LIGHT = ActivityProfile(0.2, 0.15, 0.1)
+
+
+def test_each_process_reports_the_sm_time_it_got(ledger: Ledger, sleepers: Callable[[], int]) -> None:
+    probe = SimulatedProbe(ledger, parse_gpu_list("2xA100-40GB"))
+    heavy, light = sleepers(), sleepers()
+    ledger.allocate(heavy, GPU0, 6000, HEAVY, "heavy")
+    alone = probe.sample()[0]
+    assert [p.pid for p in alone.processes] == [heavy]
+    assert alone.processes[0].sm_util == pytest.approx(HEAVY.sm_activity)  # alone: its solo activity
+    ledger.allocate(light, GPU0, 2000, LIGHT, "light")
+    shared = probe.sample()[0]
+    util = {p.pid: p.sm_util or -1.0 for p in shared.processes}  # -1: missing, which would fail below
+    assert 0 < util[heavy] < HEAVY.sm_activity and 0 < util[light] < LIGHT.sm_activity  # slowed by each other
+    assert util[heavy] > util[light]  # the heavier job keeps more SMs busy
+    assert util[heavy] + util[light] == pytest.approx(shared.smact)  # the parts make up the GPU's activity
+    assert probe.sample()[1].processes == ()
+
+
+@pytest.mark.parametrize("model", [SharingModel(), SharingModel(beta=1.0, stall_visibility=3.0)])
+def test_an_oversubscribed_gpu_shares_out_no_more_than_its_sm_time(
+    ledger: Ledger, sleepers: Callable[[], int], model: SharingModel
+) -> None:
+    # Three jobs that each want 90 % of the SMs.  The default model's counters already stay
+    # below 100 %; one whose counters see every stall (stall_visibility 3) would read more than
+    # the GPU has, so its parts are cut to the GPU's 100 %.
+    probe = SimulatedProbe(ledger, parse_gpu_list("2xA100-40GB"), model=model)
+    full = ActivityProfile(0.9, 0.6, 0.5)
+    for pid in [sleepers() for _ in range(3)]:
+        ledger.allocate(pid, GPU0, 3000, full, "full")
+    sample = probe.sample()[0]
+    utils = [p.sm_util for p in sample.processes]
+    assert sample.smact is not None and all(u is not None for u in utils)
+    assert sum(u for u in utils if u is not None) == pytest.approx(sample.smact)
+    assert utils[0] == pytest.approx(utils[1]) == pytest.approx(utils[2])  # equal jobs, equal shares
+    assert all(u is not None and u <= 1 / 3 + 1e-9 for u in utils)  # nobody gets more than its share
+    if model.stall_visibility > 1:
+        assert sample.smact == 1.0  # saturated: the parts were scaled down to fit
+
+
 def test_energy_is_integrated_between_samples(ledger: Ledger) -> None:
     probe = SimulatedProbe(ledger, parse_gpu_list("2xA100-40GB"))
     readings = [probe.sample()[0]]
