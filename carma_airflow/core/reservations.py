@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import is_not
 
-from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.errors import DuplicateKeyError
 from carma_airflow.core.gpu import ClusterView, GpuState, Tenant
 
@@ -45,7 +46,6 @@ class Reservation:
     since: float
     exclusive: bool = False
     observed_mib: int | None = None
-    activity: ActivityEstimate | None = None  # the try's expected solo SM activity (its request's)
 
 
 class Reservations:
@@ -62,21 +62,19 @@ class Reservations:
         # the order tries arrived, as a user expects
         self._on: dict[str, dict[str, Reservation]] = {}
         self._last_placed: dict[str, float] = {}
-        # uuid -> (observed state, computed at, valid until, merged state); a change of the GPU's
-        # tenants drops its entry
-        self._cache: dict[str, tuple[GpuState, float, float, GpuState]] = {}
+        # the last view, to redo only what changed: its input and output states by position, when
+        # it was made and until when its tenants' seen-ness holds, and the GPUs whose tenants
+        # changed since
+        self._last_in: list[GpuState] = []
+        self._last_out: list[GpuState] = []
+        self._last_at = _NEVER
+        self._last_until = -_NEVER
+        self._where: dict[str, int] = {}  # uuid -> its place in the last view's input
+        self._dirty: set[str] = set()
 
     # -- the book ----------------------------------------------------------------------------
     def reserve(
-        self,
-        key: str,
-        label: str,
-        gpu_uuids: Sequence[str],
-        mib: int,
-        now: float,
-        *,
-        exclusive: bool = False,
-        activity: ActivityEstimate | None = None,
+        self, key: str, label: str, gpu_uuids: Sequence[str], mib: int, now: float, *, exclusive: bool = False
     ) -> Reservation:
         """Book ``mib`` on each of ``gpu_uuids`` for try ``key`` from ``now`` on.
 
@@ -88,7 +86,7 @@ class Reservations:
             raise DuplicateKeyError(
                 f"try {key!r} already holds GPUs {', '.join(held.gpu_uuids)}; release it before reserving again"
             )
-        res = Reservation(key, label, tuple(gpu_uuids), mib, now, exclusive, activity=activity)
+        res = Reservation(key, label, tuple(gpu_uuids), mib, now, exclusive)
         self._by_key[key] = res
         for uuid in res.gpu_uuids:
             self._on.setdefault(uuid, {})[key] = res
@@ -126,7 +124,7 @@ class Reservations:
         return res
 
     def _touch(self, uuid: str) -> None:
-        self._cache.pop(uuid, None)
+        self._dirty.add(uuid)
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: str) -> Reservation | None:
@@ -167,35 +165,46 @@ class Reservations:
                     seen = r.mib  # the monitor's readings include it by now: its reservation, held
                 else:
                     until = min(until, r.since + after)
-            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive, r.activity))
+            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive))
         return tuple(out), until
 
     def view(self, now: float, gpus: Sequence[GpuState]) -> ClusterView:
         """The placer's view: the monitor's GPUs with the ledger's tenants and last placements.
 
         The ledger is the only source of tenants: tenants the given states carry are replaced.
-        A GPU's merged state is reused while its observed state (the same object), its tenants
-        and their seen-ness stay the same: a simulator that keeps a settled GPU's state pays
-        nothing for it pass after pass.
+        A GPU's merged state is reused while its observed state (the same object at the same
+        place in ``gpus``), its tenants and their seen-ness stay the same: a simulator that keeps
+        a settled GPU's state pays nothing for it pass after pass.
         """
-        # a simulator passes every GPU on every pass: this loop is its hot path, hence one
-        # dict look-up per GPU that did not change
-        cache = self._cache
+        n = len(gpus)
+        last_in = self._last_in
+        if n == len(last_in) and self._last_at <= now < self._last_until:
+            # which places hold another object than last time, found in C (a simulator hands
+            # hundreds of GPUs over on every pass, and most of them did not change)
+            redo = set(compress(range(n), map(is_not, gpus, last_in)))
+            if any(gpus[i].uuid != last_in[i].uuid for i in redo):  # GPUs changed places
+                self._where = {st.uuid: i for i, st in enumerate(gpus)}
+            if self._dirty:
+                where = self._where
+                redo.update(where[u] for u in self._dirty if u in where)
+            out = list(self._last_out)
+            until = self._last_until
+        else:
+            redo = set(range(n))
+            self._where = {st.uuid: i for i, st in enumerate(gpus)}
+            out = list(gpus)
+            until = _NEVER
         last_placed = self._last_placed
-        states: list[GpuState] = []
-        append = states.append
-        for st in gpus:
-            uuid = st.uuid
-            hit = cache.get(uuid)
-            if hit is not None and hit[0] is st and hit[1] <= now < hit[2]:
-                append(hit[3])
-                continue
-            tenants, until = self._tenants(uuid, now)
-            last = last_placed.get(uuid)
-            merged = st if tenants == st.tenants and last == st.last_placed_at else _with(st, tenants, last)
-            cache[uuid] = (st, now, until, merged)
-            append(merged)
-        return ClusterView(now, tuple(states))
+        for i in redo:
+            st = gpus[i]
+            tenants, expires = self._tenants(st.uuid, now)
+            last = last_placed.get(st.uuid)
+            out[i] = st if tenants == st.tenants and last == st.last_placed_at else _with(st, tenants, last)
+            until = min(until, expires)
+        self._last_in, self._last_out = list(gpus), out
+        self._last_at, self._last_until = now, until
+        self._dirty.clear()
+        return ClusterView(now, tuple(out))
 
 
 def _with(st: GpuState, tenants: tuple[Tenant, ...], last_placed_at: float | None) -> GpuState:

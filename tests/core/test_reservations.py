@@ -138,3 +138,28 @@ def test_the_merged_state_carries_every_other_field_of_the_monitors() -> None:
     book.reserve("a#1", "a", ["GPU-7"], 100, 3.0)
     (merged,) = book.view(4.0, [observed]).gpus
     assert merged == replace(observed, tenants=book.tenants_on("GPU-7", 4.0), last_placed_at=3.0)
+
+
+def test_the_view_redoes_a_gpu_whose_tenants_changed_even_when_its_reading_did_not() -> None:
+    book = Reservations(seen_after_s=None)
+    readings = [idle_gpu(0), idle_gpu(1), idle_gpu(2)]
+    assert all(st.tenants == () for st in book.view(0.0, readings).gpus)
+
+    book.reserve("a#1", "a", ["GPU-1"], 1000, 1.0)
+    got = book.view(1.0, readings).gpus
+    assert [[t.key for t in st.tenants] for st in got] == [[], ["a#1"], []]
+    assert got[0] is readings[0] and got[2] is readings[2]
+
+    book.observe("a#1", 900)
+    assert book.view(2.0, readings).gpus[1].tenants[0].observed_mib == 900
+
+    shuffled = [readings[2], readings[1], readings[0]]  # same objects, other places
+    book.release("a#1")
+    book.reserve("b#1", "b", ["GPU-0"], 1000, 3.0)
+    got = book.view(3.0, shuffled).gpus
+    assert [(st.uuid, [t.key for t in st.tenants]) for st in got] == [
+        ("GPU-2", []),
+        ("GPU-1", []),
+        ("GPU-0", ["b#1"]),
+    ]
+    assert got[1].last_placed_at == 1.0 and got[2].last_placed_at == 3.0
