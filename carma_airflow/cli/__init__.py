@@ -99,6 +99,7 @@ def one_line_errors(func: F) -> F:
 def _register() -> None:
     from carma_airflow.cli import agent as _agent  # noqa: F401
     from carma_airflow.cli import hosts as _hosts  # noqa: F401
+    from carma_airflow.cli import model as _model  # noqa: F401
     from carma_airflow.cli import ops as _ops  # noqa: F401  (registers commands)
     from carma_airflow.cli import simulate as _simulate  # noqa: F401
 

@@ -92,10 +92,14 @@ def gpus_cmd(
         samples = probe.sample()
     finally:
         probe.close()
-    running = [p for p in _store(settings).running() if _plain(p.outcome) == "running"]
+    store = _store(settings)
+    running = [p for p in store.running() if _plain(p.outcome) == "running"]
+    activity = _tenant_activities(store.snapshots("executor:"))
     rows: list[dict[str, Any]] = []
     for s in samples:
-        tenants = [p.label or _task_name(p) for p in running if s.uuid in p.gpu_uuids]
+        mine = [p for p in running if s.uuid in p.gpu_uuids]
+        tenants = [p.label or _task_name(p) for p in mine]
+        tenant_activity = [activity.get(p.key) for p in mine]
         smact, smocc, drama = s.smact or 0.0, s.smocc or 0.0, s.drama or 0.0
         risk = "error" if s.error else ("high" if is_high_risk(smact, smocc, drama) else "ok")
         rows.append(
@@ -113,6 +117,7 @@ def gpus_cmd(
                 "risk": risk,
                 "error": s.error,
                 "tenants": tenants,
+                "tenant_activity": tenant_activity,  # each tenant's learned solo SM activity, None: not known
             }
         )
     if as_json:
@@ -130,9 +135,30 @@ def gpus_cmd(
             f"{r['smocc']:.2f}",
             f"{r['drama']:.2f}",
             r["error"] or r["risk"],
-            ", ".join(r["tenants"]) or "-",
+            ", ".join(_with_activity(t, a) for t, a in zip(r["tenants"], r["tenant_activity"], strict=True)) or "-",
         )
     _table_console(wide).print(table)
+
+
+def _tenant_activities(snapshots: dict[str, tuple[datetime, dict[str, Any]]]) -> dict[str, float]:
+    """Placement key -> the tenant's learned activity, from the executors' live snapshots (where given)."""
+    import math
+
+    found: dict[str, float] = {}
+    for _, body in snapshots.values():
+        gpus = body.get("gpus")
+        for gpu in gpus if isinstance(gpus, list) else ():
+            tenants = gpu.get("tenants") if isinstance(gpu, dict) else None
+            for t in tenants if isinstance(tenants, list) else ():
+                value = t.get("activity") if isinstance(t, dict) else None
+                key = t.get("key") if isinstance(t, dict) else None
+                if isinstance(key, str) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    found.update({key: float(value)} if math.isfinite(value) else {})
+    return found
+
+
+def _with_activity(label: str, activity: float | None) -> str:
+    return label if activity is None else f"{label} (activity {activity:.2f})"
 
 
 @app.command("placements")
@@ -177,13 +203,18 @@ def why_cmd(
     """Why a task waits, or why it went where it went (latest tries first)."""
     if "." not in task:
         fail(f"cannot read {task!r}; write DAG_ID.TASK_ID, e.g. training.train_bert")
+    from carma_airflow.learned_view import activity, activity_line
+
     dag_id, task_id = task.split(".", 1)
-    records = _store(_settings()).latest_for(dag_id, task_id)
+    store = _store(_settings())
+    records = store.latest_for(dag_id, task_id)
     if not records:
         fail(f"no placement recorded for {dag_id}.{task_id}; is it a CarmaExecutor task that was queued?")
+    learned = activity(store.activities(dag_id, task_id))
     if as_json:
-        typer.echo(json.dumps([_record_dict(r) for r in records]))
+        typer.echo(json.dumps([{**_record_dict(r), "activity": learned} for r in records]))
         return
+    typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
     for r in records[:3]:
         typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
         typer.echo(f"  {r.summary}")

@@ -154,6 +154,94 @@ def test_why_on_a_mapped_task_names_each_map_index(env: dict[str, str]) -> None:
     out = carma(env, "why", "sweep.trial")
     assert out.returncode == 0, out.stderr
     headers = [line for line in out.stdout.splitlines() if not line.startswith(" ")]
-    assert headers == [f"sweep.trial[{i}] run r1 try 1: running" for i in (2, 1, 0)]
+    assert headers == [
+        "sweep.trial no activity learned yet (prior 0.50)",  # of the task: every index shares it
+        *(f"sweep.trial[{i}] run r1 try 1: running" for i in (2, 1, 0)),
+    ]
     plain = carma(env, "why", "train.bert")  # not mapped: no index
-    assert plain.stdout.splitlines()[0] == "train.bert run r1 try 1: running"
+    assert plain.stdout.splitlines()[1] == "train.bert run r1 try 1: running"
+
+
+# -- what the executor learned (issue 13) ------------------------------------------------------
+
+
+def _open(env: dict[str, str]) -> Store:
+    return Store(f"sqlite:///{Path(env['AIRFLOW_HOME']) / 'carma.db'}")
+
+
+def _learned_model() -> dict[str, object]:
+    from carma_airflow.core.interference import CollocationObservation, InterferenceModel, slowdown
+
+    model = InterferenceModel()
+    for i in range(20):
+        own, co = 0.3 + 0.03 * (i % 10), [0.2 + 0.04 * (i % 7)]
+        model = model.observe("A100-40GB", CollocationObservation.steady(slowdown(own, co, 0.9, 0.8), own, co))
+    model = model.observe("H100-80GB", CollocationObservation.steady(1.3, 0.5, [0.4]))
+    return model.to_dict()
+
+
+def test_model_with_nothing_learned_says_so_and_names_the_prior(env: dict[str, str]) -> None:
+    out = carma(env, "model")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("nothing learned yet: every GPU model uses the prior (beta 0.50, activity scale k 1")
+    data = json.loads(carma(env, "model", "--json").stdout)
+    assert data["models"] == [] and data["prior"]["beta"] == 0.5 and data["written_at"] is None
+
+
+def test_model_prints_each_gpu_models_fit(env: dict[str, str]) -> None:
+    store = _open(env)
+    store.put_snapshot("model:interference", datetime.now(timezone.utc), _learned_model())
+    store.close()
+    out = carma(env, "model")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("learned interference (model:interference, written ")
+    assert lines[1].startswith("a100-40gb: learned from 20 observations (20 kept, 0 outliers), confidence ")
+    assert lines[2].startswith("  beta ") and "range" in lines[2] and lines[2].endswith("prior 0.500")
+    assert lines[3].startswith("  activity scale k ") and lines[3].endswith("prior 1.000")
+    assert lines[4] == "h100-80gb: still the prior (1 of 10 observations needed), confidence 0.50"
+    assert lines[-1] == "GPU models not listed use the prior: beta 0.50, activity scale k 1.00"
+    data = json.loads(carma(env, "model", "--json").stdout)
+    a100 = data["models"][0]
+    assert (a100["gpu_model"], a100["learned"], a100["count"]) == ("a100-40gb", True, 20)
+    assert a100["beta"] != 0.5 and len(a100["beta_range"]) == 2 and a100["prior"]["activity_scale"] == 1.0
+
+
+def test_model_warns_about_an_entry_it_cannot_read(env: dict[str, str]) -> None:
+    store = _open(env)
+    store.put_snapshot("model:interference", datetime.now(timezone.utc), {**_learned_model(), "t4": "garbage"})
+    store.close()
+    out = carma(env, "model")
+    assert out.returncode == 0, out.stderr
+    assert "warning: model:interference t4: not a fit (str)" in out.stderr
+    assert "a100-40gb: learned" in out.stdout and "t4" not in out.stdout
+
+
+def test_why_shows_the_tasks_learned_activity(env: dict[str, str]) -> None:
+    store = _open(env)
+    for i, value in enumerate([0.40, 0.44, 0.42, 0.41, 0.43]):
+        store.add_activity("train", "bert", value, "process", 1_900_000_000.0 + i, run_id=f"r{i}")
+    store.close()
+    out = carma(env, "why", "train.bert")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "train.bert activity: 0.42 (5 tries, spread 0.02, process)"
+    rows = json.loads(carma(env, "why", "train.bert", "--json").stdout)
+    assert rows[0]["activity"]["sm_activity"] == pytest.approx(0.42) and rows[0]["activity"]["count"] == 5
+    unknown = carma(env, "why", "train.gpt")
+    assert unknown.stdout.splitlines()[0] == "train.gpt no activity learned yet (prior 0.50)"
+
+
+def test_gpus_shows_a_tenants_activity_where_the_executor_published_it(env: dict[str, str]) -> None:
+    _add_tries(env, _running("k3", "sweep.t"))
+    tenant = {"label": "train.bert", "key": "k1", "reserved_mib": 12288, "since": 0.0, "activity": 0.42}
+    older = {"label": "sweep.t", "key": "k3", "reserved_mib": 1000, "since": 0.0}  # an executor before issue 13
+    body = {"version": 1, "gpus": [{"uuid": "GPU-SIM-0001", "tenants": [tenant]},
+                                   {"uuid": "GPU-SIM-0000", "tenants": [older]}]}  # fmt: skip
+    store = _open(env)
+    store.put_snapshot("executor:gpu-01", datetime.now(timezone.utc), body)
+    store.close()
+    rows = json.loads(carma(env, "gpus", "--json").stdout)
+    assert (rows[1]["tenants"], rows[1]["tenant_activity"]) == (["train.bert"], [0.42])
+    assert (rows[0]["tenants"], rows[0]["tenant_activity"]) == (["sweep.t"], [None])
+    table = carma(env, "gpus")
+    assert "train.bert (activity 0.42)" in table.stdout and "sweep.t (activity" not in table.stdout

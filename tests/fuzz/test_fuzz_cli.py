@@ -142,7 +142,7 @@ def test_compare_with_hostile_arguments(files: Path, data: st.DataObject) -> Non
     invoke(data.draw(argv(files, "compare", COMPARE_OPTIONS)))
 
 
-RUNS_SOMETHING = {"demo", "gpus", "placements", "why", "agent"}  # start Airflow or processes: tested apart
+RUNS_SOMETHING = {"demo", "gpus", "placements", "why", "agent", "model"}  # start Airflow or processes: tested apart
 
 
 @settings(FUZZ)
@@ -176,7 +176,7 @@ def airflow_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 @settings(FUZZ, max_examples=max(FUZZ.max_examples // 8, 12))
 @given(st.data())
 def test_ops_commands_with_hostile_arguments(airflow_env: dict[str, str], files: Path, data: st.DataObject) -> None:
-    command = data.draw(st.sampled_from(["gpus", "placements", "why"]))
+    command = data.draw(st.sampled_from(["gpus", "placements", "why", "model"]))
     numbers = st.integers(-(2**70), 2**70).map(str) | st.sampled_from(["0", "-1", "1", "1000001", "9" * 30])
     maybe = st.booleans()
     args: list[str] = [command]

@@ -1,0 +1,153 @@
+"""What the executor learned (issue 13), as the CLI and the GPU page show it.
+
+Two things are learned from ended tries: each task's solo SM activity (rows of the store's
+activity history, estimated with :func:`carma_airflow.core.activity.estimate_activity`) and the
+interference coefficients of each GPU model (the store document ``model:interference``, the
+JSON of :meth:`carma_airflow.core.interference.InterferenceModel.to_dict`).  This module turns
+both into plain, JSON-ready dicts and one-line texts; it reads nothing itself, so the CLI, the
+page and their tests share one reading.  The document is refitted with today's settings
+(:meth:`InterferenceFit.from_dict`), exactly as an executor reads it when it starts, so what is
+shown is what the next executor uses.  A document is data from another process, maybe another
+version: a GPU model whose entry cannot be read is reported, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySample, estimate_activity
+from carma_airflow.core.interference import (
+    DEFAULT_INTERFERENCE_SETTINGS,
+    InterferenceFit,
+    InterferenceSettings,
+    gpu_model_key,
+)
+
+INTERFERENCE_DOCUMENT = "model:interference"
+MODEL_PREFIX = "model:"
+
+
+def prior(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> dict[str, Any]:
+    """The coefficients every GPU model starts from, and how many observations move them."""
+    return {
+        "beta": settings.prior_beta,
+        "activity_scale": settings.prior_scale,
+        "confidence": settings.prior_confidence,
+        "min_observations": settings.min_observations,
+    }
+
+
+def fit_dict(fit: InterferenceFit) -> dict[str, Any]:
+    """One GPU model's fit: coefficients, their ranges, how sure, on how much, and the prior."""
+    return {
+        "gpu_model": fit.gpu_model,
+        "beta": fit.beta,
+        "beta_range": list(fit.beta_range),
+        "activity_scale": fit.activity_scale,
+        "activity_scale_range": list(fit.scale_range),
+        "confidence": fit.confidence,
+        "count": fit.count,
+        "kept": len(fit.observations),
+        "outliers": fit.outliers,
+        "learned": fit.learned,
+        "prior": {"beta": fit.settings.prior_beta, "activity_scale": fit.settings.prior_scale},
+    }
+
+
+def interference(
+    snapshots: Mapping[str, tuple[datetime, dict[str, Any]]],
+    settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS,
+) -> dict[str, Any]:
+    """The learned interference of every GPU model, from the store's ``model:`` documents.
+
+    ``snapshots``: what :meth:`Store.snapshots` returns (``store.snapshots(MODEL_PREFIX)``).
+    ``models`` is empty when nothing was learned yet; ``problems`` names the entries that could
+    not be read (they are left out, as the executor would fail to read them too).
+    """
+    found = snapshots.get(INTERFERENCE_DOCUMENT)
+    models: list[dict[str, Any]] = []
+    problems: list[str] = []
+    if found is not None:
+        for name, entry in sorted(found[1].items()):
+            if not isinstance(entry, Mapping):
+                problems.append(f"{name}: not a fit ({type(entry).__name__}); the executor rewrites it at its next end")
+                continue
+            try:
+                fit = InterferenceFit.from_dict({**entry, "gpu_model": gpu_model_key(str(name))}, settings)
+            except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+                problems.append(f"{name}: cannot be read ({type(exc).__name__}: {exc}); it uses the prior")
+                continue
+            models.append(fit_dict(fit))
+    return {
+        "document": INTERFERENCE_DOCUMENT,
+        "written_at": None if found is None else found[0].isoformat(),
+        "prior": prior(settings),
+        "models": models,
+        "problems": problems,
+    }
+
+
+def nothing_learned_line(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> str:
+    return (
+        f"nothing learned yet: every GPU model uses the prior (beta {settings.prior_beta:.2f}, activity scale k "
+        f"{settings.prior_scale:.2f}, confidence {settings.prior_confidence:.2f}); a model is fitted after "
+        f"{settings.min_observations} ended tries that shared its GPUs"
+    )
+
+
+def fit_lines(row: Mapping[str, Any], min_observations: int) -> list[str]:
+    """A GPU model's fit as the CLI prints it (three lines)."""
+    if row["learned"]:
+        state = f"learned from {row['count']} observations ({row['kept']} kept, {row['outliers']} outliers)"
+    else:
+        state = f"still the prior ({row['count']} of {min_observations} observations needed)"
+    lo_b, hi_b = row["beta_range"]
+    lo_k, hi_k = row["activity_scale_range"]
+    return [
+        f"{row['gpu_model']}: {state}, confidence {row['confidence']:.2f}",
+        f"  beta {row['beta']:.3f} (range {lo_b:.3f}..{hi_b:.3f}), prior {row['prior']['beta']:.3f}",
+        f"  activity scale k {row['activity_scale']:.3f} (range {lo_k:.3f}..{hi_k:.3f}), "
+        f"prior {row['prior']['activity_scale']:.3f}",
+    ]
+
+
+def activity(history: Sequence[tuple[float, str]]) -> dict[str, Any]:
+    """A task's learned activity from its history rows (``Store.activities``: (value, source), oldest first)."""
+    samples = [ActivitySample(value, source) for value, source in history]
+    estimate = estimate_activity(samples)
+    sources = list(dict.fromkeys(s.source for s in samples[-DEFAULT_ACTIVITY_SETTINGS.window :]))
+    return {
+        "sm_activity": estimate.sm_activity,
+        "count": estimate.count,
+        "spread": estimate.spread,
+        "low": estimate.low,
+        "high": estimate.high,
+        "confidence": estimate.confidence,
+        "known": estimate.known,
+        "sources": sources,
+    }
+
+
+def activity_line(summary: Mapping[str, Any]) -> str:
+    """``activity: 0.42 (5 tries, spread 0.03, process)``, or that nothing is learned yet."""
+    if not summary["known"]:
+        return f"no activity learned yet (prior {summary['sm_activity']:.2f})"
+    n = summary["count"]
+    tries = f"{n} tr{'y' if n == 1 else 'ies'}"
+    sources = ", ".join(summary["sources"])
+    return f"activity: {summary['sm_activity']:.2f} ({tries}, spread {summary['spread']:.2f}, {sources})"
+
+
+__all__ = [
+    "INTERFERENCE_DOCUMENT",
+    "MODEL_PREFIX",
+    "activity",
+    "activity_line",
+    "fit_dict",
+    "fit_lines",
+    "interference",
+    "nothing_learned_line",
+    "prior",
+]
