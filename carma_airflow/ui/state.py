@@ -2,8 +2,8 @@
 
 The api-server is not the scheduler: it cannot see the executor's memory.  Everything here comes
 from the bookkeeping store: the executors' live snapshots (``executor:<host>``, written every few
-seconds), the placements and the OOM events.  No FastAPI, no templates: the HTML page and the
-JSON endpoint render the same dict.
+seconds), the placements, the OOM events and the learned interference (``model:interference``).
+No FastAPI, no templates: the HTML page and the JSON endpoint render the same dict.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow.learned_view import MODEL_PREFIX, interference
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
 from carma_airflow.ui.timeline import Lane, TimelineBar, layout
@@ -53,6 +54,7 @@ def build_state(
         "timeline": _timeline(placements, gpus, gpu_names, now, window_s),
         "ooms": [_oom(ev, store, gpu_names) for ev in store.ooms(limit=OOM_LIMIT)],
         "counts": _counts(placements),
+        "interference": interference(store.snapshots(MODEL_PREFIX)),
     }
 
 
@@ -108,6 +110,7 @@ def _gpu(raw: Mapping[str, Any], host: str, now: datetime, stale: bool) -> dict[
             "reserved_mib": _int(t.get("reserved_mib")),
             "since": _iso(_epoch_dt(t.get("since"))),
             "for_s": _age(_epoch_dt(t.get("since")), now),
+            "activity": _fraction(t.get("activity")),  # learned solo SM activity; None: not known (or older executor)
         }
         for t in _dicts(raw.get("tenants"))
     ]
@@ -142,6 +145,7 @@ def _waiting(raw: Mapping[str, Any], host: str, now: datetime) -> dict[str, Any]
         "memory_mib": _int(raw.get("memory_mib")),
         "gpus": _int(raw.get("gpus")) or 1,
         "try_number": _int(raw.get("try_number")),
+        "activity": _fraction(raw.get("activity")),
         "reason": _str(raw.get("reason")),
     }
 
@@ -298,6 +302,11 @@ def _float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _fraction(value: Any) -> float | None:
+    number = _float(value)
+    return None if number is None or not 0.0 <= number <= 1.0 else number
 
 
 def _str(value: Any) -> str:

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, make_url
 from ui_helpers import HOST, OOM_MESSAGE, WAIT_REASON, client_for, fill_store, snapshot_body
 
+from carma_airflow.core.interference import CollocationObservation, InterferenceModel
 from carma_airflow.store.store import Store
 
 pytestmark = pytest.mark.db
@@ -142,3 +143,26 @@ def test_store_url_password_never_shown(pg_url_with_password: str, now: datetime
     assert "GPU 0" in page.text and data.json()["gpus"][0]["index"] == 0  # the data did come from that store
     assert PASSWORD not in page.text and PASSWORD not in data.text
     assert ":***@" in text_of(page.text) and ":***@" in data.json()["store"]
+
+
+def test_page_shows_the_learned_interference_and_tenant_activity(store: Store, store_url: str, now: datetime) -> None:
+    client = client_for(lambda: Store(store_url))
+    nothing = "Nothing learned yet: every GPU model uses the prior (beta 0.50, activity scale k 1.00)"
+    assert nothing in text_of(client.get("/").text)
+    model = InterferenceModel()
+    for i in range(12):
+        model = model.observe("A100-SXM4-40GB", CollocationObservation.steady(1.3 + 0.02 * i, 0.5, [0.3 + 0.02 * i]))
+    model = model.observe("<script>alert(1)</script>", CollocationObservation.steady(1.2, 0.5, [0.4]))
+    store.put_snapshot("model:interference", now, model.to_dict())
+    body = snapshot_body(now)
+    body["gpus"][0]["tenants"][0]["activity"] = 0.42
+    store.put_snapshot(f"executor:{HOST}", now, body)
+    page = client.get("/").text
+    text = text_of(page)
+    assert "Learned interference" in text and "Nothing learned yet" not in text
+    assert 'id="interference"' in page and "a100-sxm4-40gb" in text and "learned" in text
+    assert "prior 0.50" in text and "prior 1.00" in text and "10 needed" in text  # the one-observation model
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page  # a model name is escaped too
+    assert "act 0.42" in text  # bert_large's learned activity beside its reservation
+    models = {m["gpu_model"]: m["learned"] for m in client.get("/api/state").json()["interference"]["models"]}
+    assert models == {"<script>alert(1)</script>": False, "a100-sxm4-40gb": True}  # JSON: the names as they are

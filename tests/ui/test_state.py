@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from ui_helpers import HOST, OOM_MESSAGE, UUIDS, WAIT_REASON, placement, snapshot_body
 
+from carma_airflow.core.interference import CollocationObservation, InterferenceModel, slowdown
 from carma_airflow.store import TryOutcome
 from carma_airflow.store.store import Store
 from carma_airflow.ui.state import STALE_AFTER_S, build_state
@@ -152,3 +153,38 @@ def test_the_window_drops_older_tries(filled: Store, now: datetime) -> None:
     keys = {b["key"] for lane in recent["lanes"] for b in lane["bars"]}
     assert "carma_demo/yesterday/old/-1/1" not in keys and "carma_demo/bert_large/r1/-1/1" in keys
     assert build_state(filled, now=now, window_s=1)["timeline"]["window_s"] == 30  # at least 30 seconds
+
+
+# -- what the executor learned (issue 13) ------------------------------------------------------
+
+
+def _interference_document() -> dict[str, Any]:
+    model = InterferenceModel()
+    for i in range(12):
+        own, co = 0.3 + 0.04 * (i % 6), [0.2 + 0.05 * (i % 5)]
+        obs = CollocationObservation.steady(slowdown(own, co, 0.9, 0.8), own, co)
+        model = model.observe("NVIDIA A100-SXM4-40GB", obs)
+    return model.to_dict()
+
+
+def test_learned_interference_per_gpu_model(store: Store, now: datetime) -> None:
+    assert build_state(store, now=now)["interference"]["models"] == []  # nothing learned yet
+    store.put_snapshot("model:interference", now, _interference_document())
+    learned = build_state(store, now=now)["interference"]
+    (a100,) = learned["models"]
+    assert a100["gpu_model"] == "nvidia a100-sxm4-40gb" and a100["learned"] and a100["count"] == 12
+    assert a100["beta"] != learned["prior"]["beta"] and 0 < a100["confidence"] <= 1
+    assert learned["written_at"] == now.isoformat()
+
+
+def test_tenants_and_waiting_tasks_carry_their_activity_where_the_snapshot_has_it(store: Store, now: datetime) -> None:
+    body = snapshot_body(now)
+    tenants = body["gpus"][0]["tenants"]
+    tenants[0]["activity"] = 0.42
+    tenants[1]["activity"] = 7  # nonsense from another version: not shown
+    body["waiting"][0]["activity"] = 0.8
+    store.put_snapshot(f"executor:{HOST}", now, body)
+    state = build_state(store, now=now)
+    assert [t["activity"] for t in state["gpus"][0]["tenants"]] == [0.42, None]
+    assert state["gpus"][1]["tenants"][0]["activity"] is None  # an executor from before issue 13
+    assert state["waiting"][0]["activity"] == 0.8
