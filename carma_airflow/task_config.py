@@ -31,7 +31,7 @@ _HINTS = {
     "exclusive": "true or false",
     "gpu_model": "a GPU model name such as 'A100' or 'H100-80GB'",
     "priority": "an integer from -2147483648 to 2147483647 (higher runs first)",
-    "activity": "a number between 0 and 1 (expected SM activity, used by simulated GPUs)",
+    "activity": "a number between 0 and 1: the task's expected SM activity, a prior until its tries are measured",
 }
 _MAX_PROBLEMS = 5
 _KEYS_HINT = "string keys only: gpus, memory, memory_by_index, exclusive, gpu_model, priority"
@@ -65,6 +65,8 @@ class GpuTaskConfig(BaseModel):
     exclusive: bool = False
     gpu_model: str | None = None
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)  # Airflow's priority_weight range
+    # expected solo SM activity (0..1): the placer's prior until the task's own tries are measured
+    activity: float | None = Field(default=None, ge=0.0, le=1.0)
 
     @field_validator("gpus", "priority", mode="before")
     @classmethod
@@ -182,6 +184,7 @@ def gpu_task(
     exclusive: bool = False,
     gpu_model: str | None = None,
     priority: int = 0,
+    activity: float | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Operator kwargs that send a task to CarmaExecutor: ``@task(**gpu_task(memory="12GiB"))``.
@@ -197,6 +200,8 @@ def gpu_task(
         block["memory_by_index"] = list(memory_by_index) if isinstance(memory_by_index, tuple) else memory_by_index
     if gpu_model is not None:
         block["gpu_model"] = gpu_model
+    if activity is not None:
+        block["activity"] = activity
     parse_task_config({CONFIG_KEY: block})
     return {"executor": EXECUTOR_NAME, "executor_config": {CONFIG_KEY: block}}
 

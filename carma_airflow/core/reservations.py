@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from itertools import compress
 from operator import is_not
 
+from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.errors import DuplicateKeyError
 from carma_airflow.core.gpu import ClusterView, GpuState, Tenant
 
@@ -46,6 +47,7 @@ class Reservation:
     since: float
     exclusive: bool = False
     observed_mib: int | None = None
+    activity: ActivityEstimate | None = None  # the try's expected solo SM activity (its request's)
 
 
 class Reservations:
@@ -74,7 +76,15 @@ class Reservations:
 
     # -- the book ----------------------------------------------------------------------------
     def reserve(
-        self, key: str, label: str, gpu_uuids: Sequence[str], mib: int, now: float, *, exclusive: bool = False
+        self,
+        key: str,
+        label: str,
+        gpu_uuids: Sequence[str],
+        mib: int,
+        now: float,
+        *,
+        exclusive: bool = False,
+        activity: ActivityEstimate | None = None,
     ) -> Reservation:
         """Book ``mib`` on each of ``gpu_uuids`` for try ``key`` from ``now`` on.
 
@@ -86,7 +96,7 @@ class Reservations:
             raise DuplicateKeyError(
                 f"try {key!r} already holds GPUs {', '.join(held.gpu_uuids)}; release it before reserving again"
             )
-        res = Reservation(key, label, tuple(gpu_uuids), mib, now, exclusive)
+        res = Reservation(key, label, tuple(gpu_uuids), mib, now, exclusive, activity=activity)
         self._by_key[key] = res
         for uuid in res.gpu_uuids:
             self._on.setdefault(uuid, {})[key] = res
@@ -165,7 +175,7 @@ class Reservations:
                     seen = r.mib  # the monitor's readings include it by now: its reservation, held
                 else:
                     until = min(until, r.since + after)
-            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive))
+            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive, r.activity))
         return tuple(out), until
 
     def view(self, now: float, gpus: Sequence[GpuState]) -> ClusterView:

@@ -24,6 +24,10 @@ def placement_record(
     """The try as the store keeps it: where it stands, why, on which GPUs and in which process."""
     assert attempt.request is not None
     ti, request, handle = attempt.ti, attempt.request, attempt.handle
+    if outcome is TryOutcome.RUNNING and request.activity is not None:  # what the placer assumed of it
+        a = request.activity
+        known = f"{a.sm_activity:.2f} ({a.source}, confidence {a.confidence:.2f})" if a.known else "unknown (prior)"
+        reasons = [*(reasons or ()), f"activity: {known}"]
     return UpsertPlacement(
         PlacementRecord(
             key=request.key,

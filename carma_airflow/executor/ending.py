@@ -80,8 +80,21 @@ def end_writes(attempt: Try, end: TryEnd, now: float) -> list[StoreWrite]:
     return writes
 
 
+def count_end(attempt: Try, end: TryEnd) -> None:
+    """The metrics of an ended try (docs/metrics.md)."""
+    from carma_airflow.executor import metrics
+
+    ti = attempt.ti
+    if end.outcome is TryOutcome.OOM:
+        metrics.oom(ti.dag_id, ti.task_id)
+        if end.gave_up:
+            metrics.recovery("gave_up")
+    elif end.outcome is TryOutcome.SUCCESS and attempt.prior_ooms:
+        metrics.recovery("recovered")
+
+
 def utc(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-__all__ = ["TryEnd", "conclude", "end_writes", "result_of", "utc"]
+__all__ = ["TryEnd", "conclude", "count_end", "end_writes", "result_of", "utc"]

@@ -21,15 +21,17 @@ from carma_airflow.core.gpu import ClusterView, GpuState, Tenant
 from carma_airflow.dagparse.cluster_policy import refusal_env
 from carma_airflow.executor import metrics
 from carma_airflow.executor.bookkeeping import placement_record
-from carma_airflow.executor.ending import conclude, end_writes
+from carma_airflow.executor.ending import conclude, count_end, end_writes
 from carma_airflow.executor.faults import FaultWatch
 from carma_airflow.executor.intake import family_of, first_request, recovered
 from carma_airflow.executor.launch import Ended, LauncherError
-from carma_airflow.executor.learned import EndedTry, Learned
+from carma_airflow.executor.learned import Learned
+from carma_airflow.executor.learning import remember_end
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.restart import closed_at_restart, orphan_of, reattach
 from carma_airflow.executor.starter import TryStarter
+from carma_airflow.executor.telemetry import Attribution
 from carma_airflow.executor.tries import Try, TryBook, TryState
 from carma_airflow.executor.view import build_view
 from carma_airflow.executor.writes import StoreWrite
@@ -70,6 +72,8 @@ class TryFlow:
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
         self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
         self._host_of: dict[str, str] = {}  # GPU UUID -> its host
+        self._spec_of: dict[str, str] = {}  # GPU UUID -> its model (the interference fit's key)
+        self.telemetry = Attribution()
 
     def start(self) -> None:
         """What earlier runs taught (read once: intake never reads the store), then the tries an
@@ -78,6 +82,7 @@ class TryFlow:
             self.learned.load(self.store)
         except CarmaError as exc:  # the store is down: place from what is declared
             log.warning("carma store unreachable at start (%s): no learned memory until it is back", exc)
+        self._use_model()
         self._reconcile()
 
     # -- the tries by state ------------------------------------------------------------------
@@ -112,6 +117,15 @@ class TryFlow:
             self._take(attempt)
         return True
 
+    def withdraw(self, key: Any) -> bool:
+        """Take a waiting try out (it will not be placed); False if it does not wait."""
+        attempt = self.tries.get(key)
+        if attempt is None or attempt.state is not TryState.WAITING:
+            return False
+        self.cycle.withdraw(attempt.rkey)
+        self.tries.move(attempt, TryState.ENDED)
+        return True
+
     def adopt(self, ti: Any) -> bool:
         """Take over a try of a dead scheduler whose process still runs here."""
         orphan = self.tries.orphan(request_key(ti.key))
@@ -135,6 +149,10 @@ class TryFlow:
                 self.tries.move(attempt, TryState.ENDED)
                 self.report(attempt.key, ended.exitcode == 0)
         self._stop_tries_on_failed_gpus()
+        now = time.time()
+        self.telemetry.observe(
+            self.monitor.latest(), self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now)
+        )
         for attempt in list(self.tries.holding_gpus()):
             ended = attempt.handle.poll() if attempt.handle is not None else None
             if ended is not None:
@@ -217,7 +235,9 @@ class TryFlow:
         self._host_of.update((s.uuid, s.host) for s in samples)
         windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
         ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
-        return build_view(now, samples, windows, {}, {}, ages, self.settings.stale_seconds).gpus
+        gpus = build_view(now, samples, windows, {}, {}, ages, self.settings.stale_seconds).gpus
+        self._spec_of.update((g.uuid, g.spec.name) for g in gpus)
+        return gpus
 
     def _view(self, now: float) -> ClusterView:
         return self.cycle.view(now, self._gpus(now))
@@ -236,6 +256,7 @@ class TryFlow:
         result = self.cycle.run(now, self._gpus(now))
         for placed in result.placed:
             self._launch(self.tries.get(self._by_request[placed.request.key]), placed.decision)
+
         for never in result.never_fits:
             attempt = self.tries.get(self._by_request[never.request.key])
             assert attempt is not None
@@ -286,31 +307,27 @@ class TryFlow:
         self._record(attempt, outcome=TryOutcome.RUNNING, summary=summary, started_at=now, reasons=reasons, host=host)
 
     def _finish(self, attempt: Try, ended: Ended) -> None:
-        """Record how a try ended: outcome, peak, OOM event, learned memory; tell the scheduler."""
+        """Record how a try ended and what it taught (memory, activity, interference); tell the scheduler."""
         adopted = attempt.state is TryState.RUNNING
         self.tries.move(attempt, TryState.ENDED)
         self.cycle.release(attempt.rkey)
         now = time.time()
         end = conclude(attempt, ended, self.recovery)
-        for write in end_writes(attempt, end, now):
+        seen = self.telemetry.conclude(attempt.rkey)
+        gpu_model = self._spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
+        for write in end_writes(attempt, end, now) + remember_end(self.learned, attempt, end, seen, now, gpu_model):
             self._write(write)
-        ti = attempt.ti
-        estimate = attempt.request.memory.mib if attempt.request else 0
-        self.learned.add_try(
-            family_of(ti), EndedTry(ti.try_number, end.outcome.value, end.result.peak_mib, estimate, attempt.gpu_uuids)
-        )
         if end.outcome is TryOutcome.OOM:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)
-            metrics.oom(ti.dag_id, ti.task_id)
-            if end.gave_up:
-                metrics.recovery("gave_up")
-        elif end.outcome is TryOutcome.SUCCESS:
-            if end.result.peak_mib:
-                self.learned.add_peak(ti.dag_id, ti.task_id, ti.map_index, end.result.peak_mib)
-            if attempt.prior_ooms:
-                metrics.recovery("recovered")
+        count_end(attempt, end)
+        self._use_model()
         if adopted:
             self.report(attempt.key, ended.ok)
+
+    def _use_model(self) -> None:
+        use = getattr(self.placer.policy, "use_model", None)
+        if use is not None:  # a policy that predicts interference (core/policies/predictive.py)
+            use(self.learned.model)
 
     def _stop_tries_on_failed_gpus(self) -> None:
         """A GPU NVML reports failed for ``fault_kill_seconds``: stop the tries that use it (faults.py)."""
@@ -367,27 +384,11 @@ class TryFlow:
         self._write(self.live.snapshot(now, view, waiting, len(self.active), self._pending_writes, samples))
 
     def _record(
-        self,
-        attempt: Try,
-        *,
-        outcome: TryOutcome,
-        summary: str,
-        started_at: float | None = None,
-        reasons: list[str] | None = None,
-        host: str | None = None,
+        self, attempt: Try, *, outcome: TryOutcome, summary: str, host: str | None = None, **extra: Any
     ) -> None:
-        assert attempt.request is not None
-        self._write(
-            placement_record(
-                attempt,
-                outcome=outcome,
-                summary=summary,
-                policy=self.placer.policy.name,
-                host=host or self.settings.host,
-                started_at=started_at,
-                reasons=reasons,
-            )
-        )
+        """The try's placement record as it stands now (bookkeeping.py), written by the writer."""
+        policy, host = self.placer.policy.name, host or self.settings.host
+        self._write(placement_record(attempt, outcome=outcome, summary=summary, policy=policy, host=host, **extra))
 
 
 __all__ = ["TryFlow"]

@@ -49,6 +49,7 @@ def first_request(
         priority=config.priority,
         submitted_at=now,
         try_number=ti.try_number,
+        activity=learned.activity(ti.dag_id, ti.task_id, config.activity),
     )
 
 

@@ -50,7 +50,14 @@ def build_snapshot(
                 "health_reason": _health_reason(g.health.value, settings.stale_seconds, errors.get(g.uuid)),
                 "risk": "unknown" if not w.smact else ("high" if w.high_risk else "low"),
                 "tenants": [
-                    {"label": t.label, "key": t.key, "reserved_mib": t.reserved_mib, "since": t.placed_at}
+                    {
+                        "label": t.label,
+                        "key": t.key,
+                        "reserved_mib": t.reserved_mib,
+                        "since": t.placed_at,
+                        # the tenant's expected solo SM activity, where it was learned or declared
+                        "activity": round(t.activity.sm_activity, 3) if t.activity and t.activity.known else None,
+                    }
                     for t in g.tenants
                 ],
             }
@@ -72,6 +79,7 @@ def build_snapshot(
                 "memory_mib": r.memory.mib,
                 "gpus": r.gpus,
                 "try_number": r.try_number,
+                "activity": round(r.activity.sm_activity, 3) if r.activity and r.activity.known else None,
                 "reason": reason or "waiting for the next scheduling pass",
             }
             for r, reason in sorted(waiting, key=lambda item: item[0].submitted_at)

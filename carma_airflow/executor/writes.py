@@ -77,6 +77,38 @@ class RecordOom:
 
 
 @dataclass(frozen=True, slots=True)
+class AddActivity:
+    dag_id: str
+    task_id: str
+    sm_activity: float
+    source: str
+    at: datetime
+    run_id: str | None = None
+    map_index: int | None = None
+    name: str = "add_activity"
+    best_effort: bool = False
+
+    def apply(self, store: Store) -> None:
+        store.add_activity(
+            self.dag_id, self.task_id, self.sm_activity, self.source, self.at, self.run_id, self.map_index
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SaveDocument:
+    """A JSON document that must persist (the learned interference model), unlike a snapshot."""
+
+    document: str
+    at: float
+    body: dict[str, Any]
+    name: str = "save_document"
+    best_effort: bool = False
+
+    def apply(self, store: Store) -> None:
+        store.put_snapshot(self.document, self.at, self.body)
+
+
+@dataclass(frozen=True, slots=True)
 class RecordSamples:
     records: tuple[SampleRecord, ...]
     min_interval_s: float
@@ -99,4 +131,14 @@ class PutSnapshot:
         store.put_snapshot(self.snapshot, self.at, self.body)
 
 
-__all__ = ["AddPeak", "MarkEnded", "PutSnapshot", "RecordOom", "RecordSamples", "StoreWrite", "UpsertPlacement"]
+__all__ = [
+    "AddActivity",
+    "AddPeak",
+    "MarkEnded",
+    "PutSnapshot",
+    "RecordOom",
+    "RecordSamples",
+    "SaveDocument",
+    "StoreWrite",
+    "UpsertPlacement",
+]

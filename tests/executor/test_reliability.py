@@ -229,8 +229,10 @@ def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_
     submit(ex, *during)
     assert len(ex.active) == 6  # placed from memory
     run_until(ex, lambda: not ex.active, flush=False)
-    # kept in order: per task its waiting and running records, its end and its learned peak
-    assert ex.writer is not None and ex.writer.pending == 4 * len(during)
+    # kept in order: per task its waiting and running records, its end and its learned peak, and
+    # its measured activity where the monitor saw it run alone
+    held = ex.writer.pending if ex.writer is not None else 0
+    assert 4 * len(during) <= held <= 5 * len(during)
     while time.time() - cut < outage.seconds:
         ex.sync()
         time.sleep(0.5)

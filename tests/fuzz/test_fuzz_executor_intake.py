@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from fuzz_runner import recording_run_workload
 
-from carma_airflow.executor.tries import TryState
 from carma_airflow.testing import try_runner_env
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "fuzz-test-secret-" + "x" * 64)  # >= 64 bytes: no key warning
@@ -132,6 +131,4 @@ def test_junk_executor_config_fails_that_task_only(executor: CarmaExecutor, exec
             TaskInstanceState.SUCCESS,
             TaskInstanceState.FAILED,
         )
-        left = executor.tries.get(w.key)
-        if left is not None and left.state is TryState.WAITING:  # leave the GPUs to the next example
-            executor.tries.move(left, TryState.ENDED)
+        executor.flow.withdraw(w.key)  # leave the GPUs to the next example

@@ -1,0 +1,70 @@
+"""What an ended try teaches (issue 13): the task's activity, its solo run time, and, for a try
+that shared its GPUs, one observation of interference for its GPU model.  No I/O: the store
+writes are returned."""
+
+from __future__ import annotations
+
+from carma_airflow.core.interference import CollocationObservation
+from carma_airflow.executor.ending import TryEnd, utc
+from carma_airflow.executor.intake import family_of
+from carma_airflow.executor.learned import MODEL_DOC, EndedTry, Learned
+from carma_airflow.executor.telemetry import Seen
+from carma_airflow.executor.tries import Try
+from carma_airflow.executor.writes import AddActivity, SaveDocument, StoreWrite
+from carma_airflow.store.records import TryOutcome
+
+MIN_RUN_S = 1.0  # a try shorter than this says nothing about its speed
+
+
+def remember_end(
+    learned: Learned, attempt: Try, end: TryEnd, seen: Seen, now: float, gpu_model: str | None
+) -> list[StoreWrite]:
+    """Keep what any ended try teaches; the store writes of the lessons that persist."""
+    ti = attempt.ti
+    estimate = attempt.request.memory.mib if attempt.request else 0
+    peak = end.result.peak_mib
+    learned.add_try(family_of(ti), EndedTry(ti.try_number, end.outcome.value, peak, estimate, attempt.gpu_uuids))
+    if end.outcome is not TryOutcome.SUCCESS:
+        return []
+    if peak:
+        learned.add_peak(ti.dag_id, ti.task_id, ti.map_index, peak)
+    return learn_from_success(learned, attempt, seen, now, gpu_model)
+
+
+def learn_from_success(
+    learned: Learned, attempt: Try, seen: Seen, now: float, gpu_model: str | None
+) -> list[StoreWrite]:
+    ti = attempt.ti
+    writes: list[StoreWrite] = []
+    if seen.activity is not None:
+        learned.add_activity(ti.dag_id, ti.task_id, seen.activity)
+        writes.append(
+            AddActivity(
+                ti.dag_id,
+                ti.task_id,
+                seen.activity.sm_activity,
+                seen.activity.source,
+                utc(now),
+                ti.run_id,
+                ti.map_index,
+            )
+        )
+    run_s = now - attempt.started_at
+    if run_s < MIN_RUN_S or not seen.segments:
+        return writes
+    if seen.alone:
+        learned.add_solo(ti.dag_id, ti.task_id, run_s)
+        return writes
+    solo = learned.solo_seconds(ti.dag_id, ti.task_id)
+    if solo is None or gpu_model is None:
+        return writes  # no baseline yet: the stretch of this try is not known
+    own = learned.activity(ti.dag_id, ti.task_id).sm_activity
+    observation = CollocationObservation(run_s / solo, own, seen.segments)
+    if not observation.informative:
+        return writes
+    learned.model = learned.model.observe(gpu_model, observation)
+    writes.append(SaveDocument(MODEL_DOC, now, learned.model.to_dict()))
+    return writes
+
+
+__all__ = ["learn_from_success", "remember_end"]

@@ -1,0 +1,118 @@
+"""GPU telemetry attributed to the tries that run (issue 13): what each try's own SM activity
+was, and whom it shared its GPUs with.
+
+Per process where the monitor offers it (NVML's per-process utilisation; the simulated GPUs'
+ledger): a process belongs to the try whose launcher session it runs in (the launcher starts
+each try with ``setsid``, so the session id is the try's pid).  Otherwise the GPU's SM activity
+counts for a try only while it is the GPU's one tenant.  Each new monitor sample is counted once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from carma_airflow.core.activity import ActivitySample
+from carma_airflow.core.gpu import Tenant
+from carma_airflow.core.interference import Segment
+from carma_airflow.executor.tries import Try
+from carma_airflow.monitor.base import GpuSample
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of process ``pid`` (field 6 of /proc/PID/stat), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class _Watch:
+    process_sum: float = 0.0
+    process_n: int = 0
+    alone_sum: float = 0.0
+    alone_n: int = 0
+    shared_n: int = 0
+    samples_n: int = 0
+    co_tenants: dict[tuple[str, ...], tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the telemetry said about one ended try."""
+
+    activity: ActivitySample | None  # its own SM activity, if measured
+    alone: bool  # no co-tenant in any sample (its run time is a solo run time)
+    segments: tuple[Segment, ...]  # the shares of its samples per set of co-tenants (their activities)
+
+
+class Attribution:
+    def __init__(self, session: Callable[[int], int | None] = session_of) -> None:
+        self._session = session
+        self._sessions: dict[int, int | None] = {}  # pid -> session id (a process keeps its session)
+        self._watch: dict[str, _Watch] = {}
+        self._last_at: dict[str, float] = {}  # GPU UUID -> the sample already counted
+
+    def observe(
+        self, samples: Mapping[str, GpuSample], running: Iterable[Try], tenants_on: Callable[[str], Sequence[Tenant]]
+    ) -> None:
+        fresh = {u: s for u, s in samples.items() if s.ok and self._last_at.get(u) != s.at}
+        if not fresh:
+            return
+        for uuid, sample in fresh.items():
+            self._last_at[uuid] = sample.at
+        for attempt in running:
+            pid = attempt.handle.pid if attempt.handle is not None else None
+            gpus = [fresh[u] for u in attempt.gpu_uuids if u in fresh]
+            if pid is None or not gpus:
+                continue
+            watch = self._watch.setdefault(attempt.rkey, _Watch())
+            watch.samples_n += 1
+            own = [p.sm_util for g in gpus for p in g.processes if p.sm_util is not None and self._in(p.pid, pid)]
+            if own:
+                watch.process_sum += sum(own) / len(own)
+                watch.process_n += 1
+            others = {t.key: t for g in gpus for t in tenants_on(g.uuid) if t.key != attempt.rkey}
+            if not others:
+                smact = [g.smact for g in gpus if g.smact is not None]
+                if smact:
+                    watch.alone_sum += sum(smact) / len(smact)
+                    watch.alone_n += 1
+                continue
+            watch.shared_n += 1
+            key = tuple(sorted(others))
+            acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
+            count, _ = watch.co_tenants.get(key, (0, acts))
+            watch.co_tenants[key] = (count + 1, acts)
+
+    def _in(self, pid: int, session: int) -> bool:
+        if pid not in self._sessions:
+            if len(self._sessions) > 100_000:
+                self._sessions.clear()
+            self._sessions[pid] = self._session(pid)
+        return self._sessions[pid] == session
+
+    def conclude(self, rkey: str) -> Seen:
+        """What was seen of try ``rkey`` (which has ended); forgets it."""
+        watch = self._watch.pop(rkey, None)
+        if watch is None or watch.samples_n == 0:
+            return Seen(None, False, ())
+        activity = None
+        if watch.process_n:
+            activity = ActivitySample(watch.process_sum / watch.process_n, "process")
+        elif watch.alone_n:
+            activity = ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone")
+        alone_share = (watch.samples_n - watch.shared_n) / watch.samples_n
+        segments = [Segment(alone_share, ())] if alone_share > 0 else []
+        segments += [Segment(n / watch.samples_n, acts) for n, acts in watch.co_tenants.values()]
+        return Seen(activity, watch.shared_n == 0, tuple(segments))
+
+
+__all__ = ["Attribution", "Seen", "session_of"]
