@@ -28,6 +28,10 @@ def _why(args: argparse.Namespace) -> None:
     _forward(["why", args.task, *(["--json"] if args.json else [])])
 
 
+def _model(args: argparse.Namespace) -> None:
+    _forward(["model", *(["--json"] if args.json else [])])
+
+
 def _hosts(args: argparse.Namespace) -> None:
     _forward(["hosts", *(["--json"] if args.json else [])])
 
@@ -54,6 +58,12 @@ def carma_cli_commands() -> list[Any]:
                 ),
                 ActionCommand(
                     name="why", help="why a task waits or went where it went", func=_why, args=(task, as_json)
+                ),
+                ActionCommand(
+                    name="model",
+                    help="the interference learned per GPU model (beta, activity scale k, confidence)",
+                    func=_model,
+                    args=(as_json,),
                 ),
                 ActionCommand(
                     name="hosts",
