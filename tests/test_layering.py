@@ -64,3 +64,66 @@ def test_code_that_runs_in_task_processes_cannot_reach_the_store(module: str) ->
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each carma_airflow module and the carma_airflow modules it imports at its top level
+    (imports inside functions and under TYPE_CHECKING are deferred: they make no circle at import)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "carma_airflow"
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        tree = ast.parse(path.read_text())
+        deps: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            for sub in ast.walk(node) if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try)) else ():
+                if isinstance(sub, ast.ImportFrom) and sub.module and sub.module.startswith("carma_airflow"):
+                    deps.add(sub.module)
+                elif isinstance(sub, ast.Import):
+                    deps.update(a.name for a in sub.names if a.name.startswith("carma_airflow"))
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_circles_between_modules() -> None:
+    graph = _module_imports()
+    seen: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles: list[list[str]] = []
+
+    def visit(name: str, path: list[str]) -> None:
+        seen[name] = 1
+        for dep in sorted(d for d in graph.get(name, ()) if d in graph and d != name):
+            if seen.get(dep) == 1 and not name.startswith(dep + "."):  # a package's own __init__ is not a circle
+                circles.append([*path[path.index(dep) :], dep] if dep in path else [name, dep])
+            elif dep not in seen:
+                visit(dep, [*path, dep])
+        seen[name] = 2
+
+    for module in sorted(graph):
+        if module not in seen:
+            visit(module, [module])
+    assert not circles, f"import circles: {circles}"
+
+
+def test_executor_modules_stay_small() -> None:
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "carma_airflow" / "executor"
+    sizes = {p.name: len(p.read_text().splitlines()) for p in package.glob("*.py")}
+    assert max(sizes.values()) <= 400, {name: n for name, n in sizes.items() if n > 400}
+
+
+def test_the_scheduler_side_does_not_import_task_process_internals_at_import() -> None:
+    # the launcher process and a try's process import taskrun/ without the executor's threads
+    code = (
+        "import sys, carma_airflow.taskrun.launcher, carma_airflow.taskrun.listener, carma_airflow.taskrun.retry\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('carma_airflow.executor'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"task-side code loaded {out.stdout.strip()}"

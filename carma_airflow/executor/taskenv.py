@@ -6,15 +6,9 @@ and the kit both build a try's environment here, so what a task sees is defined 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 
-from carma_airflow.core.gpu import Tenant
-from carma_airflow.taskrun.outcome import RESULT_ENV
-
-PLACEMENT_ENV = "CARMA_PLACEMENT"
-PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
-SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"
+from carma_airflow.taskrun.outcome import PLACEMENT_ENV, PRIOR_OOMS_ENV, RESULT_ENV, SIM_LEDGER_ENV
 
 # Frameworks otherwise take the whole card (TensorFlow, JAX) or fragment it (PyTorch).
 GUARDS: dict[str, str] = {
@@ -48,13 +42,4 @@ def gpu_task_env(
     return env
 
 
-def tenants_seen(tenants: Mapping[str, Sequence[Tenant]], now: float, lock_s: float) -> dict[str, list[Tenant]]:
-    """Reservations as the placer should count them: after ``lock_s`` the monitor's readings include
-    a tenant (``observed_mib`` set), before that only its reservation is known."""
-    return {
-        uuid: [replace(t, observed_mib=t.reserved_mib if now - t.placed_at >= lock_s else None) for t in ts]
-        for uuid, ts in tenants.items()
-    }
-
-
-__all__ = ["GUARDS", "PLACEMENT_ENV", "PRIOR_OOMS_ENV", "SIM_LEDGER_ENV", "gpu_task_env", "tenants_seen"]
+__all__ = ["GUARDS", "PLACEMENT_ENV", "PRIOR_OOMS_ENV", "SIM_LEDGER_ENV", "gpu_task_env"]

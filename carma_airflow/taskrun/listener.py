@@ -17,9 +17,15 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.recovery import classify_failure
-from carma_airflow.taskrun.outcome import RESULT_ENV, ResultState, TryResult, remembered_failure, write_result
+from carma_airflow.taskrun.outcome import (
+    PLACEMENT_ENV,
+    RESULT_ENV,
+    ResultState,
+    TryResult,
+    remembered_failure,
+    write_result,
+)
 
-PLACEMENT_ENV = "CARMA_PLACEMENT"
 log = logging.getLogger("carma")
 
 

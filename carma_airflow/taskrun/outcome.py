@@ -20,7 +20,11 @@ from typing import Any
 
 from carma_airflow.core.recovery import Failure, FailureKind
 
+# what the executor puts in a try's environment for the task side to read (executor/taskenv.py)
 RESULT_ENV = "CARMA_RESULT_FILE"
+PLACEMENT_ENV = "CARMA_PLACEMENT"
+PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"
 
 
 class ResultState(str, enum.Enum):
@@ -124,7 +128,10 @@ def remembered_failure(exception: object) -> Failure | None:
 
 
 __all__ = [
+    "PLACEMENT_ENV",
+    "PRIOR_OOMS_ENV",
     "RESULT_ENV",
+    "SIM_LEDGER_ENV",
     "ResultState",
     "TryResult",
     "read_result",

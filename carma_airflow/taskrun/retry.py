@@ -16,8 +16,7 @@ from typing import Any
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from carma_airflow.core.recovery import FailureKind, author_retry_left, classify_failure, oom_advice, oom_retry_left
-from carma_airflow.executor.taskenv import PRIOR_OOMS_ENV
-from carma_airflow.taskrun.outcome import remember_failure
+from carma_airflow.taskrun.outcome import PRIOR_OOMS_ENV, remember_failure
 
 
 class CudaOomRetryPolicy(RetryPolicy):
