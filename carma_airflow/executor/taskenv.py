@@ -1,4 +1,4 @@
-"""The environment a placed GPU try runs with, and the tenants' reservations the placer sees.
+"""The environment a placed GPU try runs with.
 
 Airflow-free (the GPU kit's light mode drives the same code without an Airflow): the executor
 and the kit both build a try's environment here, so what a task sees is defined once.
