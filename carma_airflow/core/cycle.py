@@ -13,7 +13,7 @@ how tries end (:meth:`~SchedulingCycle.release`, :meth:`~SchedulingCycle.recover
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from carma_airflow.core.decision import Decision, Outcome
@@ -24,6 +24,7 @@ from carma_airflow.core.queueing import QueueDiscipline
 from carma_airflow.core.recovery import Failure, GiveUp, RecoverySettings, RetryMode, RetryPlan, plan_retry
 from carma_airflow.core.reservations import Reservation, Reservations
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.waitlist import WaitList
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,8 @@ class Unplaceable:
 @dataclass(frozen=True, slots=True)
 class CycleResult:
     """What one pass decided.  ``waiting`` maps each try that still waits to its decision (tries
-    that wait for the same reason share one Decision; see ``PassResult``)."""
+    that wait for the same reason share one Decision; see ``PassResult``); empty after a pass
+    run with ``waiting_decisions=False``."""
 
     now: float
     view: ClusterView  # what the placer saw, before this pass's placements
@@ -91,6 +93,10 @@ class SchedulingCycle:
         self.recovery = recovery if recovery is not None else RecoverySettings()
         self.retry_mode = retry_mode
         self._waiting: dict[str, TaskRequest] = {}
+        # the same tries by submission and in groups of one shape and queue class, so a pass that
+        # needs no waiting decisions decides a few per shape (Placer.place)
+        self._index = WaitList(self._group_of)
+        self._grouped = placer.policy.checks_memory and queue.order_key(0.0) is not None
         self._entries: dict[str, _Entry] = {}
         # tries that may not be placed before a time (a retry's back-off): kept out of the
         # waiting set, so a pass over thousands of tries does not test each one's time
@@ -111,13 +117,15 @@ class SchedulingCycle:
             self._later[key] = entry
         else:
             self._waiting[key] = request
+            self._index.add(request)
 
     def withdraw(self, key: str) -> TaskRequest | None:
         """Take a waiting try out (cancelled, handed elsewhere); None when it does not wait."""
         entry = self._entries.pop(key, None)
         if entry is None:
             return None
-        self._waiting.pop(key, None)
+        if self._waiting.pop(key, None) is not None:
+            self._index.remove(entry.request)
         self._later.pop(key, None)
         return entry.request
 
@@ -138,23 +146,29 @@ class SchedulingCycle:
         bound: float | None = getattr(self.queue, "starvation_s", None)
         if bound is None:
             return None
-        due = [r.submitted_at + bound for r in self._waiting.values() if r.submitted_at + bound > now]
-        return min(due) if due else None
+        return self._index.next_bound(bound, now)
 
     # -- the pass ----------------------------------------------------------------------------
     def view(self, now: float, gpus: Sequence[GpuState]) -> ClusterView:
         """The placer's view of the monitor's ``gpus`` with the reservations laid over them."""
         return self.reservations.view(now, gpus)
 
-    def run(self, now: float, gpus: Sequence[GpuState]) -> CycleResult:
+    def run(self, now: float, gpus: Sequence[GpuState], *, waiting_decisions: bool = True) -> CycleResult:
         """One pass: order the waiting tries, decide them over the GPUs, reserve the placed ones,
         take the never-fits ones out.  ``gpus``: the monitor's states (their tenants are ignored,
-        the ledger supplies them)."""
+        the ledger supplies them).
+
+        ``waiting_decisions``: False for a driver that never shows why a try waits (the
+        simulator): the pass places and refuses exactly the same tries, but decides only a few
+        tries per shape (:meth:`Placer.place`) and ``waiting`` stays empty.
+        """
         if self._later:
             self._admit_due(now)
         view = self.reservations.view(now, gpus)
         if not self._waiting:
             return CycleResult(now, view)
+        if not waiting_decisions and self._grouped:
+            return self._run_placements(now, view)
         plan = self.queue.plan(list(self._waiting.values()), now)
         result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
         waiting = dict(result.by_key)
@@ -173,15 +187,41 @@ class SchedulingCycle:
                 del waiting[key]
         return CycleResult(now, view, tuple(placed), tuple(never), waiting, result.reserved_for)
 
+    def _run_placements(self, now: float, view: ClusterView) -> CycleResult:
+        queue = self.queue
+        order_key = queue.order_key(now)
+        assert order_key is not None
+        protected = queue.protect(self._index.oldest(), now)
+        result = self.placer.place(
+            self._index.groups(), view, order_key=order_key, blocking=queue.blocks, protected=protected
+        )
+        placed = []
+        for d in result.placed:
+            entry = self._take(d.request_key)
+            placed.append(Placed(entry.request, d, now - entry.since, entry.prior_ooms))
+            self._hold(entry.request, d.gpu_uuids, now, entry.prior_ooms)
+        never = []
+        for d in result.never_fits:
+            entry = self._take(d.request_key)
+            never.append(Unplaceable(entry.request, d, entry.prior_ooms))
+        return CycleResult(now, view, tuple(placed), tuple(never), {}, result.reserved_for)
+
+    def _group_of(self, request: TaskRequest) -> Hashable:
+        if not self._grouped:
+            return None
+        return (self.placer.shape(request), self.queue.class_of(request))
+
     def _admit_due(self, now: float) -> None:
         for key, entry in list(self._later.items()):
             assert entry.not_before is not None
             if entry.not_before <= now:
                 del self._later[key]
                 self._waiting[key] = entry.request
+                self._index.add(entry.request)
 
     def _take(self, key: str) -> _Entry:
-        del self._waiting[key]
+        request = self._waiting.pop(key)
+        self._index.remove(request)
         return self._entries.pop(key)
 
     def _hold(self, request: TaskRequest, gpu_uuids: Sequence[str], now: float, prior_ooms: int) -> None:

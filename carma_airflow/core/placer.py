@@ -9,13 +9,15 @@ updates its per-GPU facts as it places, so one pass can place many tasks consist
 from __future__ import annotations
 
 import bisect
+import heapq
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress
+from operator import is_not, itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
-from carma_airflow.core.gpu import ClusterView, GpuHealth
+from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.risk import is_high_risk
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
@@ -73,18 +75,33 @@ class PassResult:
         return tuple(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Placements:
+    """What :meth:`Placer.place` decided: the placed and the never-fits, in decision order."""
+
+    placed: tuple[Decision, ...] = ()
+    never_fits: tuple[Decision, ...] = ()
+    reserved_for: str | None = None  # key of a starving request GPUs were held back for
+
+
 class Placer:
     """Decides where requests go.  Holds a policy (which may carry a cursor) and settings."""
 
     def __init__(self, policy: Policy, settings: PlacementSettings = DEFAULT_SETTINGS) -> None:
         self.policy = policy
         self.settings = settings
+        self._cache: _PoolCache | None = None
 
     # -- facts -------------------------------------------------------------------------
-    def facts(self, view: ClusterView) -> list[GpuFacts]:
+    def facts(self, view: ClusterView, until: list[float] | None = None) -> list[GpuFacts]:
+        """Per GPU the numbers the filters and orderings use.  ``until``: if given, gets per GPU
+        a time before which its facts stay the same however the clock moves (a tenant's or the
+        GPU's lock window ending changes them), less a margin for rounding."""
+        return self._facts_of(view.gpus, view.now, until)
+
+    def _facts_of(self, gpus: Sequence[GpuState], now: float, until: list[float] | None) -> list[GpuFacts]:
         s = self.settings
         pol = self.policy
-        now = view.now
         lock_s = s.lock_s
         reserve = s.reserve_mib
         idle_used = s.idle_used_mib
@@ -93,11 +110,12 @@ class Placer:
         risk = s.risk
         out: list[GpuFacts] = []
         append = out.append
-        for g in view.gpus:
+        for g in gpus:
             tenants = g.tenants
             free = g.free_mib
             unseen = 0
             exclusive_tenant = False
+            changes = _NEVER
             if tenants:
                 accounted = 0
                 for t in tenants:
@@ -106,6 +124,8 @@ class Placer:
                     if observed is None or now - t.placed_at < lock_s:
                         unseen += 1
                         accounted += t.reserved_mib if observed is None or observed < t.reserved_mib else observed
+                        if observed is not None:
+                            changes = min(changes, t.placed_at + lock_s)
                     else:  # seen long enough: trust what it holds, the free reading covers it
                         accounted += observed
                 if reservations:
@@ -115,6 +135,10 @@ class Placer:
             if reservations and unseen:
                 smact += prior * unseen
             last = g.last_placed_at
+            if until is not None:
+                if last is not None and now - last < lock_s:
+                    changes = min(changes, last + lock_s)
+                until.append(changes - 1e-9 * (abs(changes) + 1.0) if changes != _NEVER else _NEVER)
             append(
                 GpuFacts(
                     g,
@@ -130,6 +154,21 @@ class Placer:
                 )
             )
         return out
+
+    def _pools(self, view: ClusterView) -> _Pools:
+        """The view's pools: the last pass's, brought up to date, while the policy's pool token
+        and the settings stay the same (see :class:`_PoolCache`)."""
+        token = self.policy.pool_token()
+        if token is None:
+            self._cache = None
+            return _Pools(self.policy, self.settings, self.facts(view))
+        key = (token, self.settings)
+        cache = self._cache
+        if cache is None or cache.token != key or not cache.update(self, view):
+            until: list[float] = []
+            cache = _PoolCache(key, view, _Pools(self.policy, self.settings, self.facts(view, until)), until)
+            self._cache = cache
+        return cache.pools
 
     def needs_idle(self, request: TaskRequest) -> bool:
         """Whether the request must have GPUs to itself: asked exclusive, or its estimator gave
@@ -184,7 +223,7 @@ class Placer:
         # A policy that refuses GPUs per request decides by the request's activity too.
         memo: dict[tuple[object, ...], Decision] = {}
         monotone = self.policy.checks_memory
-        by_activity = self.policy.refuses_gpus
+        shape = self.shape
         blocked: Decision | None = None
         for req in requests:
             key = req.key
@@ -194,18 +233,9 @@ class Placer:
             if blocked is not None:
                 by_key[key] = blocked
                 continue
-            mem = req.memory
             sig: tuple[object, ...] = ()
             if monotone:
-                sig = (
-                    req.gpus,
-                    req.exclusive or mem.whole_gpu,
-                    req.gpu_model,
-                    req.avoid_gpus,
-                    mem.add_headroom,
-                    mem.mib,
-                    req.activity if by_activity else None,
-                )
+                sig = shape(req)
                 hit = memo.get(sig)
                 if hit is not None:
                     by_key[key] = hit
@@ -227,6 +257,96 @@ class Placer:
                         policy=self.policy.name,
                     )
         return PassResult(tuple(order), by_key, tuple(placed), reserved_for)
+
+    def shape(self, request: TaskRequest) -> tuple[object, ...]:
+        """What a decision of a memory-checking policy depends on besides the GPUs: in one pass,
+        a request of the same shape as one that had to wait waits too, for the same reason."""
+        mem = request.memory
+        return (
+            request.gpus,
+            request.exclusive or mem.whole_gpu,
+            request.gpu_model,
+            request.avoid_gpus,
+            mem.add_headroom,
+            mem.mib,
+            request.activity if self.policy.refuses_gpus else None,
+        )
+
+    def place(
+        self,
+        groups: Sequence[Sequence[TaskRequest]],
+        view: ClusterView,
+        *,
+        order_key: Callable[[TaskRequest], tuple[object, ...]],
+        blocking: bool = False,
+        protected: TaskRequest | None = None,
+    ) -> Placements:
+        """What :meth:`schedule` places and finds never fits, in the same order, without deciding
+        the requests that wait: for a pass over thousands of waiting requests of a few shapes.
+
+        ``groups``: the waiting requests, each group of one :meth:`shape` and sorted by
+        ``order_key`` (``schedule``'s order is their merge).  The pass walks the groups' heads in
+        that order and drops every group of a shape once one of its requests must wait (the memo
+        of ``schedule``: the rest of that shape waits too).  Only for a policy that checks
+        memory (the memo's premise); waiting decisions carry no reasons.
+        """
+        if not self.policy.checks_memory:
+            raise ValueError("Placer.place needs a policy that checks memory; use schedule")
+        state = _Pass(self, view)
+        placed: list[Decision] = []
+        never: list[Decision] = []
+        reserved: frozenset[str] = frozenset()
+        reserved_for: str | None = None
+        skip = None
+        if protected is not None:
+            skip = protected.key
+            d = state.decide(protected, frozenset(), explain=False)
+            if d.placed:
+                state.apply(protected, d)
+                placed.append(d)
+            elif d.outcome is Outcome.NOT_NOW:
+                reserved = self._hold_for(protected, state.facts)
+                reserved_for = protected.key
+            else:
+                never.append(d)
+        shape = self.shape
+        heads: list[tuple[tuple[object, ...], int, int]] = []
+        shapes: list[tuple[object, ...]] = []
+        for g, group in enumerate(groups):
+            if group:
+                shapes.append(shape(group[0]))
+                heads.append((order_key(group[0]), g, 0))
+            else:
+                shapes.append(())
+        heapq.heapify(heads)
+        waits: set[tuple[object, ...]] = set()
+        while heads:
+            _, g, i = heads[0]
+            group = groups[g]
+            sig = shapes[g]
+            if sig in waits:
+                heapq.heappop(heads)
+                continue
+            req = group[i]
+            if req.key != skip:
+                d = state.decide(req, reserved, explain=False)
+                if d.placed:
+                    state.apply(req, d)
+                    placed.append(d)
+                elif d.outcome is Outcome.NOT_NOW:
+                    if blocking:
+                        break
+                    waits.add(sig)
+                    heapq.heappop(heads)
+                    continue
+                else:
+                    never.append(d)
+            i += 1
+            if i < len(group):
+                heapq.heapreplace(heads, (order_key(group[i]), g, i))
+            else:
+                heapq.heappop(heads)
+        return Placements(tuple(placed), tuple(never), reserved_for)
 
     def _hold_for(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
         """GPUs to keep free of new tenants so a starving request is guaranteed to start.
@@ -297,20 +417,19 @@ def _never_fits(
     return None
 
 
-class _Pass:
-    """One pass's view: per-GPU facts split once into idle candidates, collocation candidates
-    and GPUs no request can use now (with their reasons).  Placements update it in place;
-    candidates stay sorted by the policy's keys, so a decision usually looks at few GPUs."""
+class _Pools:
+    """Per-GPU facts of one view split into idle candidates, collocation candidates (each kept
+    sorted by the policy's keys) and GPUs no request can use now (with their reasons): what a
+    pass starts from, and what a placer keeps from pass to pass (:class:`_PoolCache`)."""
 
-    def __init__(self, placer: Placer, view: ClusterView) -> None:
-        self.placer = placer
-        self.pol = placer.policy
-        self.settings = placer.settings
-        self.facts = placer.facts(view)
-        self.by_uuid = {f.uuid: f for f in self.facts}
+    def __init__(self, pol: Policy, settings: PlacementSettings, facts: list[GpuFacts]) -> None:
+        self.pol = pol
+        self.settings = settings
+        self.facts = facts
+        self.by_uuid = {f.uuid: f for f in facts}
         # tie-break after the policy's key: the GPU's place in the view (unique across hosts,
         # where GPU indices repeat; on one host it is the index order)
-        self.ordinal = {f.uuid: n for n, f in enumerate(self.facts)}
+        self.ordinal = {f.uuid: n for n, f in enumerate(facts)}
         self.never_cache: dict[tuple[object, ...], tuple[str | None, int]] = {}
         self.idle: list[_Entry] = []
         self.shared: list[_Entry] = []
@@ -320,7 +439,7 @@ class _Pass:
         self.static: dict[str, GpuVerdict] = {}
         self._static_tuple: tuple[GpuVerdict, ...] | None = None
         self._static_counts: dict[Reason, int] | None = None
-        for f in self.facts:
+        for f in facts:
             self._place_in_pool(f, sort=False)
         self.idle.sort(key=lambda e: (e[0], e[1]))
         self.shared.sort(key=lambda e: (e[0], e[1]))
@@ -388,12 +507,6 @@ class _Pass:
                         del self.by_free[j]
                 return
 
-    def _ordered(self, pool: list[_Entry], request: TaskRequest, idle: bool) -> list[_Entry]:
-        if self.pol.stable_keys:
-            return pool
-        keyf = self.pol.idle_key if idle else self.pol.key
-        return sorted(pool, key=lambda e: (keyf(e[2], request), e[1]))
-
     def static_rejections(self) -> tuple[GpuVerdict, ...]:
         if self._static_tuple is None:
             self._static_tuple = tuple(self.static.values())
@@ -407,8 +520,93 @@ class _Pass:
             self._static_counts = _count_reasons(verdicts, {})
         return self._static_counts
 
+
+class _PoolCache:
+    """The last view's pools, kept for the next pass: only the GPUs whose state is another
+    object, or whose facts' time-dependence ran out (``until``), are classified again.  A pass
+    works on copies (copy-on-write for the facts it places on), so the cache stays as the view."""
+
+    def __init__(self, token: Hashable, view: ClusterView, pools: _Pools, until: list[float]) -> None:
+        self.token = token
+        self.now = view.now
+        self.states = list(view.gpus)
+        self.pools = pools
+        self.until = until
+        self.soonest = min(until, default=_NEVER)
+
+    def update(self, placer: Placer, view: ClusterView) -> bool:
+        """Bring the pools to ``view``; False where they must be built afresh (GPUs changed
+        places, the clock went back)."""
+        now, gpus, states = view.now, view.gpus, self.states
+        n = len(gpus)
+        if now < self.now or n != len(states):
+            return False
+        redo = set(compress(range(n), map(is_not, gpus, states)))
+        if now >= self.soonest:
+            redo.update(i for i, u in enumerate(self.until) if u <= now)
+        if any(gpus[i].uuid != states[i].uuid for i in redo):
+            return False
+        self.now, self.states = now, list(gpus)
+        if not redo:
+            return True
+        places = sorted(redo)
+        until: list[float] = []
+        fresh = placer._facts_of([gpus[i] for i in places], now, until)
+        pools = self.pools
+        static = pools.static
+        reorder = False
+        for i, f, u in zip(places, fresh, until, strict=True):
+            old = pools.facts[i]
+            if old.state.spec != f.state.spec or old.state.host != f.state.host:
+                pools.never_cache = {}
+            reorder = reorder or old.uuid in static
+            pools._take_out(old)
+            pools.facts[i] = f
+            pools.by_uuid[f.uuid] = f
+            pools._place_in_pool(f)
+            reorder = reorder or f.uuid in static
+            self.until[i] = u
+        if reorder:  # the GPUs no request can use, in view order (as a fresh build lists them)
+            pools.static = {f.uuid: static[f.uuid] for f in pools.facts if f.uuid in static}
+            pools._static_tuple = None
+            pools._static_counts = None
+        self.soonest = min(self.until, default=_NEVER)
+        return True
+
+
+class _Pass(_Pools):
+    """One pass's pools: a copy of the view's (:meth:`Placer._pools`), updated in place as the
+    pass places; candidates stay sorted by the policy's keys, so a decision usually looks at
+    few GPUs."""
+
+    def __init__(self, placer: Placer, view: ClusterView) -> None:
+        base = placer._pools(view)
+        self.placer = placer
+        self.pol = placer.policy
+        self.settings = placer.settings
+        self.facts = list(base.facts)
+        self.by_uuid = dict(base.by_uuid)
+        self.ordinal = base.ordinal
+        self.never_cache = base.never_cache
+        self.idle = list(base.idle)
+        self.shared = list(base.shared)
+        self.by_free = list(base.by_free)
+        self.where = dict(base.where)
+        self.static = dict(base.static)
+        self._static_tuple = base.static_rejections()
+        self._static_counts = base._static_counts  # shared: never changed, only replaced
+
+    def _ordered(self, pool: list[_Entry], request: TaskRequest, idle: bool) -> list[_Entry]:
+        if self.pol.stable_keys:
+            return pool
+        keyf = self.pol.idle_key if idle else self.pol.key
+        return sorted(pool, key=lambda e: (keyf(e[2], request), e[1]))
+
     # decisions ---------------------------------------------------------------------------
-    def decide(self, request: TaskRequest, reserved: frozenset[str]) -> Decision:
+    def decide(self, request: TaskRequest, reserved: frozenset[str], explain: bool = True) -> Decision:
+        """``explain``: False for a pass that only needs what it places, a waiting request then
+        gets the shared :data:`_WAITS` decision without reasons (and without the scans that
+        only gather reasons)."""
         pol = self.pol
         never = _never_fits(self.placer, request, self.facts, self.never_cache)
         if never is not None:
@@ -470,9 +668,13 @@ class _Pass:
                 i = bisect.bisect_left(self.by_free, (filter_need, -1), key=lambda e: (e[0], e[1]))
                 if i < len(self.by_free):
                     chosen = [min(self.by_free[i:], key=itemgetter(2))[2][2]]
+                elif not explain:
+                    return _WAITS  # no collocation candidate has the memory; no avoided GPUs
                 else:
                     del scanned[mark:]  # the full scan below lists them again
-        if chosen is None:
+        if chosen is None and idle_only and not explain and not avoided:
+            pass  # every collocation candidate is busy for it, no avoided GPU to fall back on: it waits
+        elif chosen is None:
             for _, _, f in self._ordered(self.shared, request, False):
                 if wanted is not None and not model_matches(f.state.spec.name, wanted):
                     scanned.append((f, Reason.MODEL, True))
@@ -496,6 +698,8 @@ class _Pass:
                 chosen = take(f)
                 if chosen is not None:
                     break
+        if chosen is None and not explain:
+            return _WAITS
         if chosen is None:
             mine = self._verdicts(scanned, request, notes)
             rejected = mine + self.static_rejections()
@@ -552,9 +756,14 @@ class _Pass:
 
     def apply(self, request: TaskRequest, decision: Decision) -> None:
         """Account a placement inside the pass and move the GPUs to their new pools."""
-        chosen = [self.by_uuid[u] for u in decision.gpu_uuids]
-        for f in chosen:
-            self._take_out(f)
+        chosen = []
+        for uuid in decision.gpu_uuids:
+            old = self.by_uuid[uuid]
+            self._take_out(old)
+            f = _copy(old)  # the view's facts stay as they are (the placer keeps them)
+            self.by_uuid[uuid] = f
+            self.facts[self.ordinal[uuid]] = f
+            chosen.append(f)
             f.usable_free_mib -= request.memory.mib
             f.tenants += 1
             f.joined = [*(f.joined or []), request.label]
@@ -566,6 +775,22 @@ class _Pass:
                 f.high_risk = is_high_risk(f.smact, f.smocc, f.drama, self.settings.risk)
             self._place_in_pool(f)
         self.pol.rotate(chosen, len(self.facts))
+
+
+def _copy(f: GpuFacts) -> GpuFacts:
+    return GpuFacts(
+        f.state,
+        f.usable_free_mib,
+        f.idle,
+        f.tenants,
+        f.exclusive_tenant,
+        f.locked,
+        f.smact,
+        f.smocc,
+        f.drama,
+        f.high_risk,
+        f.joined,
+    )
 
 
 # the headline of a waiting decision where one reason holds every GPU back: the cause, by name
@@ -643,6 +868,9 @@ def _summary_of_counts(
 _PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
 _HEAD = 16  # candidates looked at in order before the by-memory index is asked
 _NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
+_NEVER = float("inf")
+# a waiting decision without reasons, for a pass that only needs what it places (Placer.place)
+_WAITS = Decision("", Outcome.NOT_NOW, summary="waiting", policy="")
 
 
 def _first_host_with(ordered: list[GpuFacts], n: int) -> list[GpuFacts] | None:

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from carma_airflow.core.errors import UnknownPolicyError
@@ -24,19 +24,53 @@ class QueuePlan:
     protected: TaskRequest | None
 
 
+OrderKey = Callable[[TaskRequest], tuple[object, ...]]
+
+
 class QueueDiscipline:
+    """``plan`` orders a pass's waiting requests.  A discipline may also say how to order them
+    without sorting them all (what :meth:`SchedulingCycle.run` does with thousands waiting):
+    ``order_key`` sorts as ``plan`` does, and inside one ``class_of`` it orders by
+    ``(submitted_at, key)`` at every time, so a waiting set kept in that order per class stays
+    sorted as time passes and only the heads of the classes need the key."""
+
     name = "base"
+    blocks = False  # True: nothing after the first request that must wait is placed
 
     def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
         raise NotImplementedError
+
+    def order_key(self, now: float) -> OrderKey | None:
+        """The key ``plan`` sorts by at ``now`` (unique per request); None: only ``plan`` orders."""
+        return None
+
+    def class_of(self, request: TaskRequest) -> Hashable:
+        """The request's class: inside one, ``order_key`` orders by ``(submitted_at, key)``."""
+        return None
+
+    def protect(self, oldest: TaskRequest | None, now: float) -> TaskRequest | None:
+        """``plan``'s protected request, given the oldest waiting one (by submitted_at, key)."""
+        return None
 
 
 class Fifo(QueueDiscipline):
     name = "fifo"
 
+    blocks = True
+
     def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
-        ordered = sorted(pending, key=lambda r: (not r.recovered, r.submitted_at, r.key))
+        ordered = sorted(pending, key=_fifo_key)
         return QueuePlan(tuple(ordered), blocking=True, protected=None)
+
+    def order_key(self, now: float) -> OrderKey:
+        return _fifo_key
+
+    def class_of(self, request: TaskRequest) -> Hashable:
+        return request.recovered
+
+
+def _fifo_key(r: TaskRequest) -> tuple[object, ...]:
+    return (not r.recovered, r.submitted_at, r.key)
 
 
 class Backfill(QueueDiscipline):
@@ -54,18 +88,30 @@ class Backfill(QueueDiscipline):
         self.recovery_boost = recovery_boost
 
     def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
-        def key(r: TaskRequest) -> tuple[float, float, str]:
-            eff = r.priority + max(0.0, now - r.submitted_at) / self.aging_s
+        ordered = sorted(pending, key=self.order_key(now))
+        oldest = min(pending, key=lambda r: (r.submitted_at, r.key), default=None)
+        return QueuePlan(tuple(ordered), blocking=False, protected=self.protect(oldest, now))
+
+    def order_key(self, now: float) -> OrderKey:
+        aging_s, boost = self.aging_s, self.recovery_boost
+
+        def key(r: TaskRequest) -> tuple[object, ...]:
+            # monotone in submitted_at for one priority and recovered flag (float rounding
+            # included: each step rounds monotonically), hence class_of
+            eff = r.priority + max(0.0, now - r.submitted_at) / aging_s
             if r.recovered:
-                eff += self.recovery_boost
+                eff += boost
             return (-eff, r.submitted_at, r.key)
 
-        ordered = sorted(pending, key=key)
-        protected: TaskRequest | None = None
-        oldest = min(pending, key=lambda r: (r.submitted_at, r.key), default=None)
+        return key
+
+    def class_of(self, request: TaskRequest) -> Hashable:
+        return (request.priority, request.recovered)
+
+    def protect(self, oldest: TaskRequest | None, now: float) -> TaskRequest | None:
         if oldest is not None and now - oldest.submitted_at > self.starvation_s:
-            protected = oldest
-        return QueuePlan(tuple(ordered), blocking=False, protected=protected)
+            return oldest
+        return None
 
 
 DEFAULT_QUEUE = "backfill"

@@ -262,7 +262,7 @@ class Simulation:
         self.passes += 1
         if self.pending_obs:
             self._learn_interference()
-        result = self.cycle.run(self.now, self._states())
+        result = self.cycle.run(self.now, self._states(), waiting_decisions=False)
         for p in result.placed:
             self._start(p.request, [self.by_uuid[u].index for u in p.decision.gpu_uuids], p.waited_s)
         for nf in result.never_fits:

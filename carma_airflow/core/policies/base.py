@@ -7,6 +7,7 @@ policy's keys (idle GPUs first, then collocation candidates).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from carma_airflow.core.decision import Reason
@@ -85,6 +86,21 @@ class Policy:
     def describe(self, facts: GpuFacts, request: TaskRequest) -> str | None:
         """Extra reason text for choosing this GPU (appended to the chosen GPU's detail)."""
         return None
+
+    def pool_token(self) -> Hashable | None:
+        """Everything but a GPU's facts that the pools of a pass depend on (the checks' flags,
+        the keys' parameters): while it stays equal, a placer reuses the last pass's pools for
+        the GPUs whose facts did not change.  None (a policy whose keys move, such as a ring's
+        cursor or a learned model): the pools are built afresh every pass."""
+        if not self.stable_keys or self.refuses_gpus:
+            return None
+        flags = (self.collocates, self.checks_memory, self.checks_risk, self.uses_lock, self.uses_reservations)
+        token = (type(self), flags, self.max_tenants, tuple(sorted(vars(self).items())))
+        try:
+            hash(token)
+        except TypeError:  # a parameter that is not a plain value: no reuse
+            return None
+        return token
 
     def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
         """Hook called after a placement (round-robin moves its cursor)."""

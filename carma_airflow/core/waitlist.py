@@ -1,0 +1,76 @@
+"""The waiting tries, indexed so a pass need not sort or walk thousands of them.
+
+Two orders are kept as tries come and go (each insertion or removal a binary search and a list
+move in C):
+
+* all tries by ``(submitted_at, key)``: the oldest one (the queue's starvation candidate) and the
+  next starvation bound still ahead, without a scan;
+* in groups of one placement shape (:meth:`Placer.shape`) and one queue class
+  (:meth:`QueueDiscipline.class_of`), each in the same order, which is the queue's order inside
+  a class at every time: :meth:`Placer.place` merges the groups' heads and stops a shape at its
+  first try that must wait, so a pass decides a few tries per shape, not every waiting one.
+
+Pure data, no clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Hashable
+
+from carma_airflow.core.task import TaskRequest
+
+
+def _by_submission(r: TaskRequest) -> tuple[float, str]:
+    return (r.submitted_at, r.key)
+
+
+class WaitList:
+    """Waiting requests by submission, and grouped by ``group_of`` (each group by submission)."""
+
+    def __init__(self, group_of: Callable[[TaskRequest], Hashable]) -> None:
+        self._group_of = group_of
+        self._all: list[TaskRequest] = []
+        self._groups: dict[Hashable, list[TaskRequest]] = {}
+        self._where: dict[str, Hashable] = {}
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def add(self, request: TaskRequest) -> None:
+        group = self._group_of(request)
+        self._where[request.key] = group
+        bisect.insort(self._all, request, key=_by_submission)
+        bisect.insort(self._groups.setdefault(group, []), request, key=_by_submission)
+
+    def remove(self, request: TaskRequest) -> None:
+        group = self._where.pop(request.key)
+        _drop(self._all, request)
+        members = self._groups[group]
+        _drop(members, request)
+        if not members:
+            del self._groups[group]
+
+    def groups(self) -> list[list[TaskRequest]]:
+        """The groups, each sorted by ``(submitted_at, key)`` (the lists themselves: read only)."""
+        return list(self._groups.values())
+
+    def oldest(self) -> TaskRequest | None:
+        """The request with the smallest ``(submitted_at, key)``."""
+        return self._all[0] if self._all else None
+
+    def next_bound(self, bound_s: float, now: float) -> float | None:
+        """The smallest ``submitted_at + bound_s`` after ``now``, if any."""
+        waiting = self._all
+        i = bisect.bisect_left(waiting, True, key=lambda r: r.submitted_at + bound_s > now)
+        return waiting[i].submitted_at + bound_s if i < len(waiting) else None
+
+
+def _drop(members: list[TaskRequest], request: TaskRequest) -> None:
+    i = bisect.bisect_left(members, _by_submission(request), key=_by_submission)
+    if i >= len(members) or members[i].key != request.key:
+        raise KeyError(request.key)
+    del members[i]
+
+
+__all__ = ["WaitList"]

@@ -1,0 +1,159 @@
+"""The deep-queue paths decide as the plain ones: a pass without waiting decisions
+(``SchedulingCycle.run(waiting_decisions=False)``, ``Placer.place``) places and refuses the same
+tries in the same order, and a placer that keeps its pools from pass to pass decides exactly as
+a fresh one.  Randomised, seeded scenarios over several passes with time moving on."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from helpers import A100, L4
+
+from carma_airflow.core import (
+    Backfill,
+    Fifo,
+    GpuState,
+    MemoryNeed,
+    MetricWindow,
+    Placer,
+    SchedulingCycle,
+    TaskRequest,
+    make_policy,
+)
+from carma_airflow.core.queueing import QueueDiscipline
+from carma_airflow.core.reservations import Reservations
+from carma_airflow.core.waitlist import WaitList
+
+POLICIES = ("interference-aware", "most-free-memory", "best-fit", "first-fit", "exclusive", "least-utilised")
+
+
+def _gpus(rng: random.Random, n: int) -> list[GpuState]:
+    out = []
+    for i in range(n):
+        spec = L4 if i % 7 == 6 else A100
+        used = rng.choice((0, 0, 2_000, 9_000, 20_000))
+        act = rng.choice((0.05, 0.3, 0.6, 0.85))
+        window = MetricWindow.constant(act, rng.choice((0.2, 0.5)), rng.choice((0.1, 0.45)))
+        out.append(
+            GpuState(
+                f"GPU-{i}",
+                i % 4,
+                spec,
+                spec.memory_mib - used,
+                used,
+                window,
+                host=f"h{i // 4}",
+            )
+        )
+    return out
+
+
+def _request(rng: random.Random, k: int, now: float) -> TaskRequest:
+    whole = rng.random() < 0.1
+    mib = rng.choice((2_000, 6_000, 6_000, 12_000, 20_000, 30_000))
+    return TaskRequest(
+        key=f"r{k}",
+        label=f"task{k}",
+        memory=MemoryNeed(mib, "whole-gpu" if whole else "gpumemnet", whole_gpu=whole),
+        gpus=2 if rng.random() < 0.15 else 1,
+        exclusive=rng.random() < 0.05,
+        priority=rng.choice((0, 0, 0, 1)),
+        submitted_at=round(now - rng.uniform(0.0, 400.0), 3),
+        recovered=rng.random() < 0.1,
+        avoid_gpus=frozenset({"GPU-1"}) if rng.random() < 0.1 else frozenset(),
+        gpu_model="L4" if rng.random() < 0.03 else None,
+    )
+
+
+def _cycle(policy: str, queue: QueueDiscipline) -> SchedulingCycle:
+    return SchedulingCycle(Placer(make_policy(policy)), queue, reservations=Reservations(seen_after_s=30.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("fifo", [False, True])
+def test_a_pass_without_waiting_decisions_places_and_refuses_the_same(seed: int, policy: str, fifo: bool) -> None:
+    rng = random.Random(seed * 101 + len(policy))
+    monitor = _gpus(rng, rng.randint(6, 20))
+    plain = _cycle(policy, Fifo() if fifo else Backfill(aging_s=60.0, starvation_s=150.0))
+    fast = _cycle(policy, Fifo() if fifo else Backfill(aging_s=60.0, starvation_s=150.0))
+    now, k = 1_000.0, 0
+    placed_any = 0
+    for _ in range(12):
+        for _ in range(rng.randint(0, 40)):
+            r = _request(rng, k, now)
+            k += 1
+            plain.submit(r, now)
+            fast.submit(r, now)
+        a = plain.run(now, monitor)
+        b = fast.run(now, monitor, waiting_decisions=False)
+        assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
+        assert [n.request.key for n in a.never_fits] == [n.request.key for n in b.never_fits]
+        assert a.reserved_for == b.reserved_for
+        assert set(a.waiting) == {r.key for r in fast.waiting_requests() if r.key in fast}
+        assert b.waiting == {}
+        assert plain.next_starvation_at(now) == fast.next_starvation_at(now)
+        placed_any += len(a.placed)
+        running = sorted(r.key for r in plain.reservations)
+        for key in rng.sample(running, k=min(len(running), rng.randint(0, 6))):
+            plain.release(key)
+            fast.release(key)
+        now += rng.choice((0.0, 5.0, 31.0, 200.0))
+    assert placed_any > 0  # the scenario exercises placements, not only waiting
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("policy", (*POLICIES, "round-robin", "static-2"))
+def test_a_placer_that_keeps_its_pools_decides_as_a_fresh_one(seed: int, policy: str) -> None:
+    rng = random.Random(seed)
+    monitor = _gpus(rng, rng.randint(4, 16))
+    kept = Placer(make_policy(policy))
+    book = Reservations(seen_after_s=30.0)
+    now = 500.0
+    for step in range(15):
+        pending = [_request(rng, step * 100 + j, now) for j in range(rng.randint(1, 25))]
+        view = book.view(now, monitor)
+        plan = Backfill().plan(pending, now)
+        got = kept.schedule(plan.ordered, view, protected=plan.protected)
+        want = Placer(make_policy(policy)).schedule(plan.ordered, view, protected=plan.protected)
+        if policy == "round-robin":  # its ring moves with every placement: compare the first pass only
+            assert step > 0 or got.decisions == want.decisions
+            continue
+        assert got.decisions == want.decisions
+        assert kept.decide(pending[0], view) == Placer(make_policy(policy)).decide(pending[0], view)
+        for d in got.placed[: rng.randint(0, 3)]:
+            r = next(p for p in pending if p.key == d.request_key)
+            book.reserve(r.key, r.label, d.gpu_uuids, r.memory.mib, now)
+        running = [r.key for r in book]
+        for key in rng.sample(running, k=min(len(running), rng.randint(0, 2))):
+            book.release(key)
+        if rng.random() < 0.3:  # a monitor reading changes
+            i = rng.randrange(len(monitor))
+            g = monitor[i]
+            monitor[i] = GpuState(g.uuid, g.index, g.spec, g.free_mib, g.used_mib, MetricWindow.constant(0.9, 0.5, 0.5))
+        now += rng.choice((0.0, 1.0, 29.99, 30.0, 45.0))
+
+
+def test_place_needs_a_policy_that_checks_memory() -> None:
+    with pytest.raises(ValueError, match="checks memory"):
+        Placer(make_policy("round-robin")).place([], _cycle("first-fit", Backfill()).view(0.0, []), order_key=repr)
+
+
+def test_the_wait_list_keeps_submission_order_and_the_next_bound() -> None:
+    wl = WaitList(lambda r: r.memory.mib)
+    reqs = [
+        TaskRequest(key=k, label=k, memory=MemoryNeed(m, "x"), submitted_at=t)
+        for k, m, t in (("c", 1, 30.0), ("a", 2, 10.0), ("b", 1, 20.0), ("d", 2, 10.0))
+    ]
+    for r in reqs:
+        wl.add(r)
+    assert [r.key for r in wl.groups()[0]] == ["b", "c"]
+    assert [r.key for r in wl.groups()[1]] == ["a", "d"]
+    assert wl.oldest() is reqs[1]
+    assert wl.next_bound(100.0, 115.0) == 120.0
+    assert wl.next_bound(100.0, 130.0) is None
+    wl.remove(reqs[1])
+    assert wl.oldest() is reqs[3] and len(wl) == 3
+    with pytest.raises(KeyError):
+        wl.remove(reqs[1])
