@@ -38,3 +38,17 @@ def test_paper_table_runs_and_checks_targets(tmp_path: Path) -> None:
     assert {"trace_t1.csv", "trace_t2.csv", "sweep"} <= set(rows)
     policies = {r["policy"] for r in rows["trace_t1.csv"]}
     assert {"exclusive", "round-robin", "static-2", "static-3", "interference-aware"} <= policies
+
+
+def test_deep_queue_saves_a_digest_and_checks_a_run_against_it(tmp_path: Path) -> None:
+    ref = tmp_path / "ref.json"
+    script = str(ROOT / "bench" / "deep_queue.py")
+    subprocess.run([sys.executable, script, "--tasks", "60", "--save", str(ref)], check=True, timeout=300)
+    saved = json.loads(ref.read_text())
+    assert saved["tasks"] == 60 and len(saved["digest"]) == 64
+    compare = [sys.executable, script, "--tasks", "60", "--compare", str(ref)]
+    same = subprocess.run(compare, check=False, capture_output=True, text=True, timeout=300)
+    assert same.returncode == 0 and "identical results: yes" in same.stdout
+    ref.write_text(json.dumps({**saved, "digest": "0" * 64}))
+    other = subprocess.run(compare, check=False, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 1 and "identical results: NO" in other.stdout
