@@ -23,6 +23,15 @@ _spec.loader.exec_module(_dag)
 TRUTH: dict[str, float] = _dag.TRUTH
 
 
+def _learned(store: Store, task_id: str, timeout: float = 30.0) -> list[tuple[float, str]]:
+    """The task's measured activities; the executor writes a try's once it has seen its process
+    end, a heartbeat or two after Airflow marks the run done."""
+    deadline = time.time() + timeout
+    while not (found := store.activities("carma_activity", task_id)) and time.time() < deadline:
+        time.sleep(0.5)
+    return found
+
+
 def _placed_as(store: Store, task_id: str, run_id: str, timeout: float = 30.0) -> str:
     """The activity the placer assumed for the task's try in ``run_id`` (its placement's reasons;
     the executor's writer records them just after Airflow sees the run end)."""
@@ -42,7 +51,7 @@ def test_each_tasks_activity_is_learned_and_used_by_the_next_run(airflow_stack) 
     assert stack.wait_run("carma_activity", first) == "success"
     store = Store(stack.env.get("AIRFLOW__CARMA__STORE_URL") or Store.default_url(str(stack.home)))
     for task_id, truth in TRUTH.items():
-        learned = store.activities("carma_activity", task_id)
+        learned = _learned(store, task_id)
         assert len(learned) == 1, f"{task_id}: {learned}"
         value, source = learned[0]
         assert source == "process"
