@@ -156,6 +156,14 @@ class PidHandle:
             self._stop.start(self._pid)
 
 
+def _readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has data (or its end) within ``timeout_s``.  poll(), not select(): a
+    scheduler that runs thousands of LocalExecutor workers holds descriptors past select's 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(timeout_s * 1000))
+
+
 class LaunchedHandle:
     """A try started by this executor's launcher process (carma_airflow/taskrun/launcher.py).
 
@@ -271,7 +279,7 @@ class LauncherProcess:
 
     def pump(self) -> None:
         """Read what the launcher reported so far, without waiting."""
-        while self._reply_fd >= 0 and select.select([self._reply_fd], [], [], 0)[0]:
+        while self._reply_fd >= 0 and _readable(self._reply_fd, 0.0):
             if not self._read():
                 break
 
@@ -342,7 +350,7 @@ class LauncherProcess:
             left = deadline - time.monotonic()
             if left <= 0 or self._reply_fd < 0 or not self.alive():
                 return None
-            if select.select([self._reply_fd], [], [], min(left, 1.0))[0] and not self._read():
+            if _readable(self._reply_fd, min(left, 1.0)) and not self._read():
                 return None
 
 

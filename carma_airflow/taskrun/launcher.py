@@ -39,6 +39,7 @@ def _run_try(command: dict[str, Any], reply_fd: int) -> None:  # pragma: no cove
     try:
         os.close(reply_fd)
         os.setsid()  # survives an executor restart; stopped as a group
+        signal.set_wakeup_fd(-1)  # the launcher's wake-up pipe is not the try's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.update(command["env"])
@@ -126,9 +127,12 @@ class Launcher:
         # a child's end wakes the loop at once (no polling delay on the exit code)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        poller = select.poll()
+        for fd in (commands, wake_r):
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         open_ = True
         while open_ or self.children:
-            ready, _, _ = select.select([commands, wake_r] if open_ else [wake_r], [], [], 1.0)
+            ready = [fd for fd, _ in poller.poll(1000)]
             if wake_r in ready:
                 os.read(wake_r, 4096)
             if commands in ready:
