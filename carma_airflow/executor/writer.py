@@ -26,6 +26,8 @@ from carma_airflow.store.errors import RecordError
 
 log = logging.getLogger(__name__)
 
+LOOSE_EVERY_S = 1.0
+
 
 class StoreWriter:
     """Ordered store writes: ``put`` appends, a thread (or ``retry``) writes them."""
@@ -39,6 +41,7 @@ class StoreWriter:
         # the ordered queue is empty, dropped if the store is unreachable; not counted as pending
         self._loose: dict[str, StoreWrite] = {}
         self._loose_busy = False
+        self._loose_at = 0.0
         self._cond = threading.Condition()
         self._outage = False
         self._stopping = False
@@ -109,7 +112,10 @@ class StoreWriter:
                     self._cond.wait()
                 if self._stopping:
                     return
-                loose = self._loose.popitem()[1] if self._loose and not self._queue else None
+                # a best-effort write goes when the queue is empty, or once a second behind a busy
+                # queue (the UI's snapshot must not wait for thousands of placement rows)
+                due = not self._queue or time.monotonic() - self._loose_at >= LOOSE_EVERY_S
+                loose = self._loose.popitem()[1] if self._loose and due else None
                 self._loose_busy = loose is not None
             if loose is not None:
                 self._write_loose(loose)
@@ -122,6 +128,7 @@ class StoreWriter:
                     self._cond.wait(self.retry_s)
 
     def _write_loose(self, write: StoreWrite) -> None:
+        self._loose_at = time.monotonic()
         try:
             write.apply(self.store)
         except CarmaError as exc:

@@ -100,3 +100,24 @@ def test_close_makes_what_is_held_then_stops_the_thread(tmp_path: Path) -> None:
 
 def _at(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+def test_a_snapshot_is_not_held_behind_a_busy_queue(tmp_path: Path) -> None:
+    # found by the 1,000-task load run: with placement rows always queued, the UI's snapshot
+    # (best effort, made when the queue is empty) was never written
+    from carma_airflow.executor.writes import PutSnapshot
+
+    slow = SlowStore(f"sqlite:///{tmp_path / 'slow.db'}")
+    slow.migrate()
+    slow.threads, slow.delay = [], 0.25
+    writer = StoreWriter(slow, background=True)
+    for i in range(12):  # 3 s of ordered writes
+        writer.put(AddPeak("dag", "t", 1000 + i, _at(time.time() + i)))
+    writer.put(PutSnapshot("executor:test", time.time(), {"n": 1}))
+    deadline = time.monotonic() + 2.5
+    while "executor:test" not in slow.snapshots("executor:") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "executor:test" in slow.snapshots("executor:"), "the snapshot waited for the whole queue"
+    assert writer.pending > 0  # it went while ordered writes were still held
+    assert writer.flush(10)
+    writer.close()
