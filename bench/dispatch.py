@@ -73,6 +73,9 @@ def monitor_cost() -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument(
+        "--lock-seconds", default="1", help="[carma] lock_seconds: how long an unseen tenant counts at the prior"
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="carma-dispatch-"))
     dags = home / "bench-dags"
@@ -84,7 +87,7 @@ def main() -> int:
         simulated_gpus="8xA100-40GB",
         max_tenants="8",
         AIRFLOW__CORE__PARALLELISM="64",
-        AIRFLOW__CARMA__LOCK_SECONDS="1",
+        AIRFLOW__CARMA__LOCK_SECONDS=args.lock_seconds,
     )
     stack.env["CARMA_BENCH_TASKS"] = str(args.tasks)
     stack.start()
