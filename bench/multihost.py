@@ -158,8 +158,6 @@ def run(
             now,
             samples,
             {s.uuid: view.window(s.uuid) for s in samples},
-            {},
-            {},
             {s.uuid: view.age(s.uuid, now) for s in samples},
             10.0,
         )

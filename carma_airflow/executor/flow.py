@@ -235,7 +235,7 @@ class TryFlow:
         self._host_of.update((s.uuid, s.host) for s in samples)
         windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
         ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
-        gpus = build_view(now, samples, windows, {}, {}, ages, self.settings.stale_seconds).gpus
+        gpus = build_view(now, samples, windows, ages, self.settings.stale_seconds).gpus
         self._spec_of.update((g.uuid, g.spec.name) for g in gpus)
         return gpus
 

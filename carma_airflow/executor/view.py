@@ -1,10 +1,10 @@
-"""Build the placer's ClusterView from the monitor's samples and the executor's reservations."""
+"""Build the placer's ClusterView of the monitor's samples (health, staleness, metric windows)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from carma_airflow.core.gpu import GPU_CATALOGUE, ClusterView, GpuHealth, GpuSpec, GpuState, Tenant
+from carma_airflow.core.gpu import GPU_CATALOGUE, ClusterView, GpuHealth, GpuSpec, GpuState
 from carma_airflow.core.risk import MetricWindow
 from carma_airflow.monitor.base import GpuSample
 
@@ -21,11 +21,11 @@ def build_view(
     now: float,
     samples: Sequence[GpuSample],
     windows: Mapping[str, MetricWindow],
-    tenants: Mapping[str, Sequence[Tenant]],
-    last_placed: Mapping[str, float],
     ages: Mapping[str, float],
     stale_after_s: float,
 ) -> ClusterView:
+    """The monitor's GPUs, without tenants: the scheduling cycle lays its reservations over them
+    (core/reservations.py)."""
     states = []
     for s in samples:
         if s.error:
@@ -42,10 +42,8 @@ def build_view(
                 free_mib=s.memory_free_mib,
                 used_mib=s.memory_used_mib,
                 window=windows.get(s.uuid) or MetricWindow(),
-                tenants=tuple(tenants.get(s.uuid, ())),
                 health=health,
                 host=s.host,
-                last_placed_at=last_placed.get(s.uuid),
             )
         )
     return ClusterView(now, tuple(states))

@@ -215,8 +215,6 @@ class LightDriver:
                     now,
                     samples,
                     {s.uuid: self.monitor.window(s.uuid) for s in samples},
-                    {},
-                    {},
                     {s.uuid: self.monitor.age(s.uuid, now) for s in samples},
                     10.0,
                 )
