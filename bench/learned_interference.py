@@ -15,7 +15,8 @@ then checks the targets (issue 13) for the candidate policy.  Figures are predic
 sharing model (docs/model.md), not measurements.
 
     .venv/bin/python bench/learned_interference.py [--candidate predictive] [--min-gain 0.25]
-        [--max-slowdown 2.5] [--max-tenants 3] [--seeds 12] [--json out/learned.json]
+        [--max-slowdown 2.5] [--max-tenants 3] [--fallback interference-aware] [--no-progress]
+        [--seeds 12] [--json out/learned.json]
 """
 
 from __future__ import annotations
@@ -82,13 +83,21 @@ def main() -> int:
     parser.add_argument("--min-confidence", type=float, default=d.min_confidence)
     parser.add_argument("--gain-step", type=float, default=d.gain_step)
     parser.add_argument("--max-tenants", type=int, default=d.max_tenants)
+    parser.add_argument(
+        "--fallback", default=d.fallback, help="order while unsure: interference-aware, most-free-memory"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="tries report no progress (solo baselines only)")
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    knobs = PredictiveSettings(args.min_gain, args.max_slowdown, args.min_confidence, args.gain_step, args.max_tenants)
+    knobs = PredictiveSettings(
+        args.min_gain, args.max_slowdown, args.min_confidence, args.gain_step, args.max_tenants, args.fallback
+    )
     loads = workloads(args.seeds)
     cfgs = configs(args.candidate, knobs)
+    if args.no_progress:
+        cfgs = {name: replace(cfg, progress_reports=False) for name, cfg in cfgs.items()}
     jobs = []
     for beta, scale in TRUTHS:
         for trace, arrivals in loads.items():

@@ -23,7 +23,7 @@ either side, so a caller can see how sure it is: ``confidence`` is 1 minus that 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation over its median absolute deviation
@@ -143,12 +143,84 @@ def hinted_activity(hint: float, settings: ActivitySettings = DEFAULT_ACTIVITY_S
     return estimate_activity((), hint, settings)
 
 
+@dataclass(frozen=True, slots=True)
+class TaskTraits:
+    """What a DAG author knows of a task before it ever runs: the training code it runs
+    (``script``, e.g. the model), its ``family`` (cnn, transformer, ...) and batch size."""
+
+    script: str | None = None
+    family: str | None = None
+    batch_size: int | None = None
+
+
+# how alike two tasks are, most alike first, with how far a borrowed estimate is trusted
+_LIKENESS: tuple[tuple[str, float], ...] = (
+    ("same code and batch size", 0.6),
+    ("same code", 0.45),
+    ("same family and batch size", 0.35),
+    ("same family", 0.3),
+)
+
+
+def _likeness(a: TaskTraits, b: TaskTraits) -> int | None:
+    """Index into ``_LIKENESS`` (0 most alike), None when nothing is shared."""
+    same_batch = a.batch_size is not None and a.batch_size == b.batch_size
+    if a.script is not None and a.script == b.script:
+        return 0 if same_batch else 1
+    if a.family is not None and a.family == b.family:
+        return 2 if same_batch else 3
+    return None
+
+
+def similar_activity(
+    traits: TaskTraits,
+    known: Iterable[tuple[TaskTraits, ActivityEstimate]],
+    settings: ActivitySettings = DEFAULT_ACTIVITY_SETTINGS,
+) -> ActivityEstimate | None:
+    """A low-confidence estimate for a task never seen, borrowed from the learned estimates of
+    the most alike tasks (same code and batch size, else same code, else same family ...): their
+    median, its confidence capped by how alike they are (0.3-0.6) and by theirs.  None when no
+    learned task shares anything with it.  Only learned estimates should be passed (``known``):
+    a borrowed one must not be borrowed again."""
+    best: int | None = None
+    values: list[float] = []
+    confidence = 0.0
+    for other, est in known:
+        if est.count == 0:
+            continue
+        rank = _likeness(traits, other)
+        if rank is None or (best is not None and rank > best):
+            continue
+        if best is None or rank < best:
+            best, values, confidence = rank, [], 0.0
+        values.append(est.sm_activity)
+        confidence = max(confidence, est.confidence)
+    if best is None:
+        return None
+    how, cap = _LIKENESS[best]
+    value = _median(values)
+    spread = max(settings.assumed_spread, _MAD_TO_SIGMA * _median([abs(v - value) for v in values]))
+    confidence = min(cap, confidence)
+    half = 2.0 * spread
+    return ActivityEstimate(
+        value,
+        0,
+        spread,
+        _clip01(value - half),
+        _clip01(value + half),
+        confidence,
+        f"like {len(values)} task{'s' if len(values) != 1 else ''} of the {how}",
+    )
+
+
 __all__ = [
     "DEFAULT_ACTIVITY_SETTINGS",
     "ActivityEstimate",
     "ActivitySample",
     "ActivitySettings",
+    "TaskTraits",
     "estimate_activity",
     "hinted_activity",
+    "similar_activity",
     "unknown_activity",
 ]

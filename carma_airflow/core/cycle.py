@@ -14,8 +14,9 @@ how tries end (:meth:`~SchedulingCycle.release`, :meth:`~SchedulingCycle.recover
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import DuplicateKeyError
 from carma_airflow.core.gpu import ClusterView, GpuState
@@ -247,6 +248,28 @@ class SchedulingCycle:
     def observe(self, key: str, mib: int) -> bool:
         """What a running try holds per GPU now (for a driver that can tell each process's memory)."""
         return self.reservations.observe(key, mib)
+
+    def learn_activity(self, key: str, activity: ActivityEstimate) -> bool:
+        """What is known now of try ``key``'s solo SM activity, waiting or running: a waiting try
+        is decided with it from the next pass on, a running one counts with it as a co-tenant.
+        False when the cycle has no such try."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            if entry.request.activity == activity:
+                return True
+            request = replace(entry.request, activity=activity)
+            waiting = self._waiting.pop(key, None) is not None
+            if waiting:
+                self._index.remove(entry.request)
+            entry.request = request
+            if waiting:
+                self._waiting[key] = request
+                self._index.add(request)
+            return True
+        running = self._running.get(key)
+        if running is not None:
+            running.request = replace(running.request, activity=activity)
+        return self.reservations.learn_activity(key, activity)
 
     def release(self, key: str) -> Reservation | None:
         """A try ended (or could not start): its GPUs are free for the next pass.  None when it held

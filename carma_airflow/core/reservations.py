@@ -116,6 +116,21 @@ class Reservations:
             self._touch(uuid)
         return True
 
+    def learn_activity(self, key: str, activity: ActivityEstimate) -> bool:
+        """What is known now of try ``key``'s solo SM activity (a monitor's per-process reading
+        while it runs, or its task's newer estimate); False when it holds nothing."""
+        res = self._by_key.get(key)
+        if res is None:
+            return False
+        if res.activity == activity:
+            return True
+        res = replace(res, activity=activity)
+        self._by_key[key] = res
+        for uuid in res.gpu_uuids:
+            self._on[uuid][key] = res
+            self._touch(uuid)
+        return True
+
     def release(self, key: str) -> Reservation | None:
         """End try ``key``'s reservation and return it; None when it held none (released already).
 

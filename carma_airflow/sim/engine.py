@@ -23,15 +23,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import random
-import statistics
 from dataclasses import dataclass, field
 
-from carma_airflow.core.activity import ActivityEstimate, ActivitySample, estimate_activity
+from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.estimators import make_estimator
 from carma_airflow.core.gpu import GpuSpec, GpuState
-from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
+from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
@@ -42,6 +40,7 @@ from carma_airflow.core.risk import MetricWindow
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.sim.learning import Knowledge, TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals, NeverFit, SimResult, TaskRecord, TimelineEntry
 from carma_airflow.sim.workload import Arrival
 
@@ -60,6 +59,7 @@ class SimConfig:
     recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
     activity_scale: float = 1.0  # the truth: real demand = this x the catalogue (reported) activity
     telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
+    progress_reports: bool = True  # tries report their progress: interference seen within one try
     seed: int = 0  # of the telemetry noise
     predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
 
@@ -88,10 +88,11 @@ class _Run:
     ramped: bool = False
     held: int = 0
     alive: bool = True
-    # co-tenancy as the driver would record it: (seconds, co-tenant task types) per segment
+    # co-tenancy as the driver would record it: seconds, work done, co-tenant task types
     seg_start: float = 0.0
+    seg_work: float = 0.0  # ``remaining`` when the segment began
     seg_with: tuple[str, ...] = ()
-    segments: list[tuple[float, tuple[str, ...]]] = field(default_factory=list)
+    segments: list[TrySegment] = field(default_factory=list)
 
 
 @dataclass(eq=False, slots=True)
@@ -159,14 +160,25 @@ class Simulation:
         self.wakes: set[float] = set()
         self.never_fits: list[NeverFit] = []
         # knowledge, learned from simulated telemetry and ended tries only (see the module doc)
-        self.rng = random.Random(config.seed)
-        self.activity_samples: dict[str, list[ActivitySample]] = {}
-        self.activities: dict[str, ActivityEstimate] = {}
-        self.solo_runs: dict[str, list[float]] = {}
         self.predictive = policy if isinstance(policy, Predictive) else None
-        self.interference = InterferenceModel()
-        self.pending_obs: dict[str, list[CollocationObservation]] = {}
-        self.observations = 0
+        self.know = Knowledge(
+            noise=config.telemetry_noise,
+            seed=config.seed,
+            ramp_s=config.sharing.ramp_s,
+            learn_interference=self.predictive is not None,
+            progress=config.progress_reports,
+        )
+        self._tell = self.cycle.learn_activity
+
+    @property
+    def activities(self) -> dict[str, ActivityEstimate]:
+        """Per task type, the activity learned so far."""
+        return self.know.activities
+
+    @property
+    def interference(self) -> InterferenceModel:
+        """The interference model learned so far."""
+        return self.know.interference
 
     # -- events ------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: object) -> None:
@@ -217,12 +229,14 @@ class Simulation:
             memory=need,
             gpus=arrival.task.gpus,
             submitted_at=arrival.submit_s,
-            activity=self.activities.get(arrival.task.name),
+            activity=self.know.activity_of(arrival.task),
         )
 
     def _submit(self, request: TaskRequest) -> None:
         self.cycle.submit(request, self.now)
-        self.req_arrival[request.key] = self.jobs[int(request.key[3:].split("#")[0])].arrival
+        arrival = self.jobs[int(request.key[3:].split("#")[0])].arrival
+        self.req_arrival[request.key] = arrival
+        self.know.track(request.key, arrival.task)
 
     # -- scheduling --------------------------------------------------------------------
     def _states(self) -> list[GpuState]:
@@ -260,14 +274,18 @@ class Simulation:
 
     def _schedule(self) -> None:
         self.passes += 1
-        if self.pending_obs:
-            self._learn_interference()
+        if self.know.pending:
+            model = self.know.refit()
+            if model is not None and self.predictive is not None:
+                self.predictive.use_model(model)
+        self.know.tick(self.now, self._tell)
         result = self.cycle.run(self.now, self._states(), waiting_decisions=False)
         for p in result.placed:
             self._start(p.request, [self.by_uuid[u].index for u in p.decision.gpu_uuids], p.waited_s)
         for nf in result.never_fits:
             arrival = self.req_arrival[nf.request.key]
             self.never_fits.append(NeverFit(arrival.job_id, arrival.task.name, nf.decision.summary))
+            self.know.forget(nf.request.key, arrival.task)
             self._lose(arrival.job_id)
         if len(self.cycle):
             moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
@@ -330,9 +348,21 @@ class Simulation:
                 names = sorted({o.arrival.task.name for i in r.gpus for o in self.gpus[i].runs if o is not r})
                 with_now = tuple(names)
                 if with_now != r.seg_with:
-                    if self.now > r.seg_start:
-                        r.segments.append((self.now - r.seg_start, r.seg_with))
-                    r.seg_start, r.seg_with = self.now, with_now
+                    self._close_segment(r)
+                    r.seg_with = with_now
+                    if with_now:
+                        self.know.shared(r.request.key, self.now, self._tell)
+                    else:
+                        self._alone(r)
+
+    def _close_segment(self, r: _Run) -> None:
+        if self.now > r.seg_start:
+            r.segments.append(TrySegment(self.now - r.seg_start, r.seg_work - r.remaining, r.seg_with))
+        r.seg_start, r.seg_work = self.now, r.remaining
+
+    def _alone(self, r: _Run) -> None:
+        reported = (r.reported or r.profile).sm_activity
+        self.know.alone(r.request.key, r.arrival.task, reported, self.now, r.start + self.model.ramp_s)
 
     def _mark(self, gpus: list[_Gpu]) -> None:
         for g in gpus:
@@ -362,12 +392,15 @@ class Simulation:
         run = _Run(
             arrival, request, gpu_ids, self.now, true, arrival.task.solo_s, reported, last=self.now, seg_start=self.now
         )
+        run.seg_work = run.remaining
         gpus = [self.gpus[i] for i in gpu_ids]
         closure = self._closure(gpus)
         self._advance(closure)
         for g in gpus:
             g.runs.append(run)
         self._rerate(gpus, self._closure(gpus))
+        if not run.seg_with:
+            self._alone(run)
         self._push(self.now + self.model.ramp_s, RAMP, (run, -1))
         if self.placer.policy.uses_lock:
             self._wake(self.now + self.cfg.settings.lock_s)
@@ -422,6 +455,7 @@ class Simulation:
         self.timeline.append(
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "oom")
         )
+        self.know.forget(run.request.key, run.arrival.task)
         # the cycle releases the try's GPUs, plans the next try in the configured mode (it counts
         # the OOM tries itself) and queues it
         plan = self.cycle.recover(
@@ -435,56 +469,17 @@ class Simulation:
             return
         self.retries += 1
         self.req_arrival[plan.request.key] = run.arrival
+        self.know.track(plan.request.key, run.arrival.task)
 
     # -- learning (what a driver can know: telemetry and ended tries) ---------------------
     def _learn_from(self, run: _Run) -> None:
-        """An ended try's lessons: its solo activity if it ran alone long enough, its solo
-        duration if it ran alone throughout, its stretch beside its co-tenants otherwise."""
-        if self.now > run.seg_start:
-            run.segments.append((self.now - run.seg_start, run.seg_with))
-        name = run.arrival.task.name
-        duration = self.now - run.start
-        alone = sum(d for d, w in run.segments if not w)
-        if alone >= _SOLO_SAMPLE_S:
-            # the GPU's SM activity while the try was its only tenant, as the monitor read it
-            reported = (run.reported or run.profile).sm_activity
-            seen = min(1.0, max(0.0, self.rng.gauss(reported, self.cfg.telemetry_noise)))
-            self.activity_samples.setdefault(name, []).append(ActivitySample(seen))
-            self.activities[name] = estimate_activity(self.activity_samples[name])
-        if alone >= duration - 1e-9:
-            self.solo_runs.setdefault(name, []).append(duration)
-            return
-        if self.predictive is None:
-            return
-        solo = self.solo_runs.get(name)
-        own = self.activities.get(name)
-        if not solo or own is None or duration <= 0:
-            return
-        segments = []
-        for seconds, names in run.segments:
-            acts = [self.activities.get(n) for n in names]
-            if any(a is None for a in acts):
-                return  # a co-tenant nobody knows: the observation would be a guess
-            segments.append(Segment(seconds / duration, tuple(a.sm_activity for a in acts if a is not None)))
-        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(segments))
-        spec = self.gpus[run.gpus[0]].spec.name
-        self.pending_obs.setdefault(spec, []).append(obs)
-
-    def _learn_interference(self) -> None:
-        """Refit the interference model with the observations since the last pass (batched once
-        the fit rests on many: a refit costs milliseconds)."""
-        assert self.predictive is not None
-        waiting = sum(len(v) for v in self.pending_obs.values())
-        if self.observations >= _REFIT_BATCH_AFTER and waiting < _REFIT_BATCH:
-            return
-        model = self.interference
-        for spec, observations in self.pending_obs.items():
-            fit = model.fit_for(spec).observe_all(observations)
-            model = InterferenceModel({**model.fits, fit.gpu_model: fit}, model.settings)
-        self.observations += waiting
-        self.pending_obs = {}
-        self.interference = model
-        self.predictive.use_model(model)
+        """An ended try's lessons (:class:`~carma_airflow.sim.learning.Knowledge`)."""
+        self._close_segment(run)
+        key, task = run.request.key, run.arrival.task
+        if not run.seg_with:
+            self.know.shared(key, self.now, self._tell)  # its last seconds alone may give its sample
+        self.know.forget(key, task)
+        self.know.ended(key, task, self.now - run.start, run.segments, self.gpus[run.gpus[0]].spec.name)
 
     def _lose(self, job_id: int) -> None:
         job = self.jobs[job_id]
@@ -533,11 +528,6 @@ class Simulation:
             passes=self.passes,
             never_fits=tuple(self.never_fits),
         )
-
-
-_SOLO_SAMPLE_S = 60.0  # a try alone on its GPU this long gives a solo activity sample
-_REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
-_REFIT_BATCH = 16  # ... this many at a time
 
 
 def _scaled(p: ActivityProfile, scale: float) -> ActivityProfile:

@@ -64,3 +64,33 @@ def test_bad_readings_are_clipped_or_dropped() -> None:
     assert est.count == 3
     assert 0.0 <= est.low <= est.sm_activity <= est.high <= 1.0
     assert estimate_activity([math.inf]).confidence == 0.0
+
+
+def test_a_never_seen_task_borrows_from_the_most_alike_learned_tasks() -> None:
+    from carma_airflow.core.activity import TaskTraits, similar_activity
+
+    resnet_32 = (TaskTraits("resnet34_cifar100", "cnn", 32), estimate_activity([0.25] * 4))
+    resnet_128 = (TaskTraits("resnet34_cifar100", "cnn", 128), estimate_activity([0.37] * 4))
+    vgg_128 = (TaskTraits("vgg", "cnn", 128), estimate_activity([0.57] * 4))
+    bert = (TaskTraits("bert", "transformer", 32), estimate_activity([0.55] * 4))
+    known = [resnet_32, resnet_128, vgg_128, bert]
+    # the same code and batch size: that task's figure, trusted less than its own
+    same = similar_activity(TaskTraits("resnet34_cifar100", "cnn", 128), known)
+    assert same is not None and same.sm_activity == pytest.approx(0.37)
+    assert same.count == 0 and 0.0 < same.confidence <= 0.6 < resnet_128[1].confidence
+    assert "same code and batch size" in same.source
+    # the same code, another batch size: the median of its batch sizes, less sure
+    code = similar_activity(TaskTraits("resnet34_cifar100", "cnn", 64), known)
+    assert code is not None and code.sm_activity == pytest.approx(0.31)
+    assert code.confidence < same.confidence
+    # only the family in common: surer of the same batch size than of any
+    fam_batch = similar_activity(TaskTraits("xception", "cnn", 128), known)
+    fam = similar_activity(TaskTraits("xception", "cnn", 16), known)
+    assert fam_batch is not None and fam is not None
+    assert fam_batch.sm_activity == pytest.approx(0.47) and fam.sm_activity == pytest.approx(0.37)
+    assert fam.confidence <= fam_batch.confidence <= code.confidence
+    # nothing in common, or nothing learned (a hint is not borrowed): no estimate
+    assert similar_activity(TaskTraits("dlrm", "recsys", 32), known) is None
+    assert (
+        similar_activity(TaskTraits("vgg", "cnn", 128), [(TaskTraits("vgg", "cnn", 128), hinted_activity(0.9))]) is None
+    )

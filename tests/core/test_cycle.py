@@ -246,3 +246,24 @@ def test_retry_modes_plan_as_named_and_stop_at_their_bound(
     assert isinstance(first, RetryPlan)
     assert first.request.key == "a#2" and first.request.exclusive is exclusive
     assert (first.request.memory.mib > 8000) is grows
+
+
+def test_learn_activity_reaches_waiting_and_running_tries() -> None:
+    from carma_airflow.core.activity import estimate_activity
+
+    c = cycle()
+    c.submit(request("a#1", 30000), 0.0)
+    c.run(0.0, gpus(1))
+    c.submit(request("b#1", 30000), 1.0)  # waits: no room beside a#1
+    measured = estimate_activity([0.3])
+    assert c.learn_activity("a#1", measured)  # running: its tenant entry carries it
+    assert c.reservations.get("a#1").activity == measured  # type: ignore[union-attr]
+    (tenant,) = c.view(2.0, gpus(1)).gpus[0].tenants
+    assert tenant.activity == measured
+    assert c.learn_activity("b#1", measured)  # waiting: the next pass decides with it
+    (waiting,) = c.waiting_requests()
+    assert waiting.activity == measured
+    c.release("a#1")
+    (placed,) = c.run(3.0, gpus(1)).placed
+    assert placed.request.activity == measured
+    assert not c.learn_activity("gone#1", measured)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from helpers import busy_gpu, idle_gpu, request, view
 
-from carma_airflow.core import DEFAULT_POLICY, GpuState, Placer, TaskRequest, make_policy
+from carma_airflow.core import DEFAULT_POLICY, GpuState, MetricWindow, Placer, TaskRequest, make_policy
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity, hinted_activity
 from carma_airflow.core.decision import Outcome, Reason
 from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceModel, speed
@@ -51,9 +51,11 @@ def test_prefers_the_gpu_whose_summed_rate_rises_most() -> None:
     heavy = with_tenants(busy_gpu(0, 30000), 0.9)
     light = with_tenants(busy_gpu(1, 20000), 0.25)
     assert chosen_index(Predictive(), newcomer(sure(0.5)), heavy, light) == 1
-    # most-free-memory, and the predictive policy without the newcomer's activity, take GPU 0
+    # most-free-memory, and the predictive policy without the newcomer's activity and with
+    # most-free-memory as its fallback, take GPU 0
     assert Placer(make_policy("most-free-memory")).decide(newcomer(None), view(heavy, light)).gpu_uuids == ("GPU-0",)
-    assert chosen_index(Predictive(), newcomer(None), heavy, light) == 0
+    magm_fallback = Predictive(settings=PredictiveSettings(fallback="most-free-memory"))
+    assert chosen_index(magm_fallback, newcomer(None), heavy, light) == 0
 
 
 def test_gain_is_the_change_in_summed_speed() -> None:
@@ -139,7 +141,7 @@ def test_says_how_sure_it_is() -> None:
     assert policy.describe(facts[0], newcomer(None)).startswith("model unsure")
 
 
-def test_an_unsure_fit_falls_back_to_most_free_memory() -> None:
+def test_an_unsure_fit_falls_back_to_the_fallback_order() -> None:
     heavy = with_tenants(busy_gpu(0, 30000), 0.9)
     light = with_tenants(busy_gpu(1, 20000), 0.25)
     rng = random.Random(5)
@@ -149,10 +151,28 @@ def test_an_unsure_fit_falls_back_to_most_free_memory() -> None:
     fit = model.fit_for("A100-40GB")
     assert fit.learned and fit.confidence < PredictiveSettings().min_confidence
     req = newcomer(sure(0.5))
-    assert chosen_index(Predictive(model), req, heavy, light) == 0  # most free memory
-    assert chosen_index(Predictive(), req, heavy, light) == 1  # the prior is trusted enough
+    magm = PredictiveSettings(fallback="most-free-memory")
+    assert chosen_index(Predictive(model, magm), req, heavy, light) == 0  # most free memory
+    assert chosen_index(Predictive(settings=magm), req, heavy, light) == 1  # the prior is trusted enough
     facts = Placer(Predictive(model)).facts(view(heavy, light))
     assert Predictive(model).refuses(facts[0], req) is None  # no refusals while unsure
+
+
+def test_unsure_it_orders_as_the_default_policy() -> None:
+    rng = random.Random(3)
+    default = make_policy(DEFAULT_POLICY)
+    for _ in range(100):
+        gpus = []
+        for i in range(8):
+            k = rng.choice((1, 2))
+            window = MetricWindow.constant(round(rng.uniform(0.0, 0.7), 2), 0.1, 0.1)
+            gpus.append(with_tenants(busy_gpu(i, rng.randrange(8000, 30000), tenants=k, window=window), *([None] * k)))
+        req = newcomer(None, mib=rng.randrange(1000, 6000))
+        assert chosen_index(Predictive(), req, *gpus) == int(
+            Placer(default).decide(req, view(*gpus)).gpu_uuids[0].split("-")[1]
+        )
+    with pytest.raises(ValueError, match="fallback"):
+        PredictiveSettings(fallback="round-robin")
 
 
 def test_idle_gpus_still_come_first() -> None:

@@ -12,9 +12,11 @@ own predicted slowdown is part of the gain and has its own limit.
 * Collocation "pays" when the gain is at least ``min_gain`` and the newcomer's predicted
   slowdown at most ``max_slowdown``; GPUs where it does not pay sort after those where it does,
   and :meth:`Predictive.refuses` says why, for a placer that lets a policy refuse a GPU.
-* Unsure (the newcomer's activity or the interference fit below ``min_confidence``): plain
-  most-free-memory order and no refusals, the paper's best policy, so a wrong or empty model
-  costs nothing against it.
+* Unsure (the newcomer's activity or the interference fit below ``min_confidence``): no
+  refusals, and the order of the default policy (``fallback="interference-aware"``: projected
+  SM activity in bands of ``fallback_band``, then tightest memory fit), so a wrong or empty
+  model costs nothing against it; ``fallback="most-free-memory"`` is the paper's best policy's
+  order instead (measured against each other in ``bench/learned_interference.py``).
 * The paper's rules stay: idle GPUs first, the memory checks and the risk rule of the placer,
   reserved memory of unseen tenants counted (no lock), at most ``max_tenants`` per GPU.
 
@@ -48,6 +50,15 @@ class PredictiveSettings:
     min_confidence: float = 0.3  # below: most-free-memory order, no refusals
     gain_step: float = 0.05  # gains closer than this (at full confidence) tie; memory decides
     max_tenants: int = 3
+    fallback: str = "interference-aware"  # order while unsure: or "most-free-memory"
+    fallback_band: float = 0.25  # interference-aware's activity band
+
+    def __post_init__(self) -> None:
+        if self.fallback not in _FALLBACKS:
+            raise ValueError(f"fallback must be one of {', '.join(_FALLBACKS)}, got {self.fallback!r}")
+
+
+_FALLBACKS = ("interference-aware", "most-free-memory")
 
 
 DEFAULT_PREDICTIVE_SETTINGS = PredictiveSettings()
@@ -83,7 +94,7 @@ class Predictive(Policy):
     aliases = ("learned", "pred")
     description = (
         "idle GPUs first; then the GPU whose summed progress rate rises most with the newcomer, by the "
-        "learned activities and interference; most-free-memory order while the model is unsure"
+        "learned activities and interference; the default's order while the model is unsure"
     )
     uses_lock = False
     uses_reservations = True
@@ -157,16 +168,23 @@ class Predictive(Policy):
         return Assessment(gain, before, after, mine, neighbour, confidence, sure, pays)
 
     # -- the policy hooks ------------------------------------------------------------------
+    def _fallback_key(self, facts: GpuFacts) -> tuple[float, ...]:
+        s = self.settings
+        if s.fallback == "most-free-memory":
+            return (0.0, 0.0, -float(facts.usable_free_mib), float(facts.index))
+        band = float(int(facts.smact / s.fallback_band)) if s.fallback_band > 0 else 0.0
+        return (0.0, band, float(facts.usable_free_mib), float(facts.index))
+
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         free_first = -float(facts.usable_free_mib)
         newcomer = request.activity
         min_confidence = self.settings.min_confidence
         if newcomer is None or newcomer.confidence < min_confidence:
-            return (0.0, 0.0, free_first, float(facts.index))  # no prediction without the newcomer
+            return self._fallback_key(facts)  # no prediction without the newcomer
         fit = self._fit(facts.state.spec.name)
         sureness = min(newcomer.confidence, fit.confidence)
         if sureness < min_confidence:
-            return (0.0, 0.0, free_first, float(facts.index))
+            return self._fallback_key(facts)
         acts = [a.sm_activity for _, a in self._tenant_activities(facts)]
         before, after, mine = self._rates(fit, acts, newcomer.sm_activity)
         gain = after - before
@@ -188,7 +206,8 @@ class Predictive(Policy):
         a = self.assess(facts, request)
         if a.sure:
             return a.describe()
-        return f"model unsure (confidence {a.confidence:.2f}): most free memory first; {a.describe()}"
+        order = "most free memory first" if self.settings.fallback == "most-free-memory" else "default order"
+        return f"model unsure (confidence {a.confidence:.2f}): {order}; {a.describe()}"
 
 
 __all__ = ["DEFAULT_PREDICTIVE_SETTINGS", "Assessment", "Predictive", "PredictiveSettings"]

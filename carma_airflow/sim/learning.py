@@ -1,0 +1,231 @@
+"""What the simulated placer knows, learned the way a driver learns on real GPUs.
+
+Nothing here reads the simulator's truth (the sharing model's ``beta``, the activity scale).
+Its inputs are what a monitor and ended tries give:
+
+* **a try's activity, while it runs**: the monitor's per-process SM utilisation
+  (``nvmlDeviceGetProcessUtilization``; the simulated GPUs report the catalogue activity, not
+  the true demand) read while the try is its GPUs' only tenant for ``sample_s`` seconds after
+  its memory ramp.  One sample per try, with the monitor's noise; the estimate of its task type
+  is refreshed at once, and every waiting or running try of that type is told
+  (:meth:`SchedulingCycle.learn_activity`), so the placer counts a running co-tenant at its
+  measured activity from its first seconds alone, not from the next try of its type.
+* **a never-seen task type's activity**: borrowed, with low confidence, from learned types of
+  the same code and batch size, else the same code or family
+  (:func:`~carma_airflow.core.activity.similar_activity`): facts a DAG author knows.
+* **interference**: each ended try that shared its GPU, as a stretch over a solo baseline
+  against its co-tenancy segments (:class:`~carma_airflow.core.interference.CollocationObservation`).
+  The baseline is the median run time of earlier tries of its type that ran alone throughout,
+  or, where tries report progress (``progress``), the try's own speed while it was alone: then
+  every shared segment of at least ``sample_s`` seconds is an observation of its own.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from carma_airflow.core.activity import (
+    ActivityEstimate,
+    ActivitySample,
+    TaskTraits,
+    estimate_activity,
+    similar_activity,
+)
+from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
+from carma_airflow.sim.workload import TaskType
+
+SAMPLE_S = 10.0  # seconds alone (after its ramp) that give a try's per-process activity sample
+REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
+REFIT_BATCH = 16  # ... this many at a time
+
+
+def traits_of(task: TaskType) -> TaskTraits:
+    """The catalogue facts of a task type that its DAG's author knows."""
+    return TaskTraits(task.script.strip().lower(), task.family.strip().lower(), task.batch_size)
+
+
+@dataclass(slots=True)
+class TrySegment:
+    """Part of a try's run with one set of co-tenants: seconds, solo-seconds of work done, their types."""
+
+    seconds: float
+    work: float
+    with_types: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _Alone:
+    task: TaskType
+    reported: float  # what the monitor's per-process reading shows of it alone
+    since: float  # alone and past its ramp since
+
+
+@dataclass
+class Knowledge:
+    """Activities and the interference model, as a driver learns them; see the module doc."""
+
+    noise: float = 0.02
+    seed: int = 0
+    ramp_s: float = 20.0
+    learn_interference: bool = True
+    progress: bool = True  # tries report their progress (a training loop's step counter)
+    sample_s: float = SAMPLE_S
+    activities: dict[str, ActivityEstimate] = field(default_factory=dict)
+    interference: InterferenceModel = field(default_factory=InterferenceModel)
+    observations: int = 0
+    rng: random.Random = field(init=False)
+    _samples: dict[str, list[ActivitySample]] = field(default_factory=dict)
+    _traits: dict[str, TaskTraits] = field(default_factory=dict)
+    _solo_runs: dict[str, list[float]] = field(default_factory=dict)
+    _pending: dict[str, list[CollocationObservation]] = field(default_factory=dict)
+    _alone: dict[str, _Alone] = field(default_factory=dict)  # try key -> alone since
+    _sampled: set[str] = field(default_factory=set)  # try keys with a sample
+    _live: dict[str, dict[str, TaskType]] = field(default_factory=dict)  # type -> keys waiting or running
+    _told: dict[str, ActivityEstimate] = field(default_factory=dict)  # type -> what its tries were told
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    # -- activities ----------------------------------------------------------------------------
+    def activity_of(self, task: TaskType) -> ActivityEstimate | None:
+        """What is known of a task type's solo activity: learned, else borrowed from alike types."""
+        est = self.activities.get(task.name)
+        if est is None and self.activities:
+            known = [(self._traits[name], a) for name, a in self.activities.items()]
+            est = similar_activity(traits_of(task), known)
+        if est is not None:
+            self._told.setdefault(task.name, est)
+        return est
+
+    def track(self, key: str, task: TaskType) -> None:
+        """A try of ``task`` waits or runs under ``key``: tell it what is learned of its type."""
+        self._live.setdefault(task.name, {})[key] = task
+
+    def forget(self, key: str, task: TaskType) -> None:
+        live = self._live.get(task.name)
+        if live is not None:
+            live.pop(key, None)
+        self._alone.pop(key, None)
+        self._sampled.discard(key)
+
+    def alone(self, key: str, task: TaskType, reported: float, since: float, ramped_at: float) -> None:
+        """Try ``key`` is its GPUs' only tenant from ``since`` on (its ramp ends at ``ramped_at``)."""
+        if key not in self._sampled:
+            self._alone[key] = _Alone(task, reported, max(since, ramped_at))
+
+    def shared(self, key: str, now: float, tell: Callable[[str, ActivityEstimate], object]) -> None:
+        """Try ``key`` has co-tenants from ``now`` on (or ended): a sample if it was alone long enough."""
+        entry = self._alone.pop(key, None)
+        if entry is not None and now - entry.since >= self.sample_s:
+            self._sample(key, entry, tell)
+
+    def tick(self, now: float, tell: Callable[[str, ActivityEstimate], object]) -> None:
+        """A pass is about to run: sample every try alone for long enough."""
+        if not self._alone:
+            return
+        due = [(k, e) for k, e in self._alone.items() if now - e.since >= self.sample_s]
+        for key, entry in due:
+            del self._alone[key]
+            self._sample(key, entry, tell)
+
+    def _sample(self, key: str, entry: _Alone, tell: Callable[[str, ActivityEstimate], object]) -> None:
+        self._sampled.add(key)
+        name = entry.task.name
+        seen = min(1.0, max(0.0, self.rng.gauss(entry.reported, self.noise)))
+        self._samples.setdefault(name, []).append(ActivitySample(seen, "process"))
+        self._traits[name] = traits_of(entry.task)
+        est = estimate_activity(self._samples[name])
+        self.activities[name] = est
+        # tell the tries of this type, and of the unlearned types that borrow from it, where what
+        # they are told moves (not for every sample: thousands may wait)
+        for type_name, keys in self._live.items():
+            if not keys or (type_name != name and type_name in self.activities):
+                continue
+            task = next(iter(keys.values()))
+            now_est = est if type_name == name else self.activity_of(task)
+            if now_est is None or not _moved(self._told.get(type_name), now_est):
+                continue
+            self._told[type_name] = now_est
+            for live_key in keys:
+                tell(live_key, now_est)
+
+    # -- interference ----------------------------------------------------------------------------
+    def ended(self, key: str, task: TaskType, duration: float, segments: list[TrySegment], gpu_model: str) -> None:
+        """A try ended after ``duration`` seconds with these co-tenancy segments: its lessons."""
+        alone = sum(s.seconds for s in segments if not s.with_types)
+        if alone >= duration - 1e-9:
+            self._solo_runs.setdefault(task.name, []).append(duration)
+            return
+        if not self.learn_interference or duration <= 0:
+            return
+        own = self.activities.get(task.name)
+        if own is None:
+            return
+        if self.progress:
+            self._from_progress(own.sm_activity, segments, gpu_model)
+            return
+        solo = self._solo_runs.get(task.name)
+        if not solo:
+            return
+        parts = []
+        for s in segments:
+            acts = self._learned(s.with_types)
+            if acts is None:
+                return  # a co-tenant nobody knows: the observation would be a guess
+            parts.append(Segment(s.seconds / duration, acts))
+        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(parts))
+        self._pending.setdefault(gpu_model, []).append(obs)
+
+    def _from_progress(self, own: float, segments: list[TrySegment], gpu_model: str) -> None:
+        """Speed while alone against speed in each shared segment, from the try's own progress."""
+        solo = [s for s in segments if not s.with_types and s.seconds >= self.sample_s]
+        seconds = sum(s.seconds for s in solo)
+        if seconds <= 0:
+            return
+        solo_rate = sum(s.work for s in solo) / seconds
+        for s in segments:
+            if not s.with_types or s.seconds < self.sample_s or s.work <= 0:
+                continue
+            acts = self._learned(s.with_types)
+            if acts is None:
+                continue
+            stretch = solo_rate / (s.work / s.seconds)
+            self._pending.setdefault(gpu_model, []).append(CollocationObservation.steady(stretch, own, acts))
+
+    def _learned(self, types: tuple[str, ...]) -> tuple[float, ...] | None:
+        out = []
+        for name in types:
+            est = self.activities.get(name)
+            if est is None:
+                return None
+            out.append(est.sm_activity)
+        return tuple(out)
+
+    def refit(self) -> InterferenceModel | None:
+        """The interference model with the observations since the last call, or None (nothing new,
+        or fewer than a batch once the fit rests on many: a refit costs milliseconds)."""
+        waiting = sum(len(v) for v in self._pending.values())
+        if not waiting or (self.observations >= REFIT_BATCH_AFTER and waiting < REFIT_BATCH):
+            return None
+        model = self.interference
+        for spec, observations in self._pending.items():
+            fit = model.fit_for(spec).observe_all(observations)
+            model = InterferenceModel({**model.fits, fit.gpu_model: fit}, model.settings)
+        self.observations += waiting
+        self._pending = {}
+        self.interference = model
+        return model
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+
+def _moved(old: ActivityEstimate | None, new: ActivityEstimate) -> bool:
+    """Whether an estimate moved enough to tell the tries that wait or run with the old one."""
+    if old is None:
+        return True
+    return abs(old.sm_activity - new.sm_activity) > 0.01 or abs(old.confidence - new.confidence) > 0.05
