@@ -6,10 +6,13 @@ hangs instead lets its retry go to a healthy GPU.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
+
+log = logging.getLogger(__name__)
 
 
 class FaultWatch:
@@ -33,6 +36,14 @@ class FaultWatch:
             if hit is not None and attempt.fault is None:
                 stop.append((attempt, f"GPU {hit} failed ({failed[hit]})"))
         return stop
+
+    def stop_tries(self, samples: Iterable[GpuSample], running: Iterable[Try], now: float) -> None:
+        """Kill the tries on a GPU NVML has reported failed for ``kill_after_s`` (each once)."""
+        for attempt, fault in self.to_stop(samples, running, now):
+            attempt.fault = fault
+            log.error("Task %s: %s; stopping it", attempt.rkey, fault)
+            if attempt.handle is not None:
+                attempt.handle.kill()
 
 
 __all__ = ["FaultWatch"]

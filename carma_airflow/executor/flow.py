@@ -24,13 +24,13 @@ from carma_airflow.executor.bookkeeping import placement_record
 from carma_airflow.executor.ending import conclude, count_end, end_writes
 from carma_airflow.executor.faults import FaultWatch
 from carma_airflow.executor.intake import family_of, first_request, recovered
-from carma_airflow.executor.launch import Ended, LauncherError
-from carma_airflow.executor.learned import Learned
+from carma_airflow.executor.launch import Ended, LauncherError, confirm
+from carma_airflow.executor.learned import Learned, use_model
 from carma_airflow.executor.learning import remember_end
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.restart import closed_at_restart, orphan_of, reattach
-from carma_airflow.executor.starter import TryStarter
+from carma_airflow.executor.starter import Launch, TryStarter
 from carma_airflow.executor.telemetry import Attribution
 from carma_airflow.executor.tries import Try, TryBook, TryState
 from carma_airflow.executor.view import build_view
@@ -82,7 +82,7 @@ class TryFlow:
             self.learned.load(self.store)
         except CarmaError as exc:  # the store is down: place from what is declared
             log.warning("carma store unreachable at start (%s): no learned memory until it is back", exc)
-        self._use_model()
+        use_model(self.placer.policy, self.learned.model)
         self._reconcile()
 
     # -- the tries by state ------------------------------------------------------------------
@@ -148,7 +148,7 @@ class TryFlow:
             if ended is not None:
                 self.tries.move(attempt, TryState.ENDED)
                 self.report(attempt.key, ended.exitcode == 0)
-        self._stop_tries_on_failed_gpus()
+        self.faults.stop_tries(self.monitor.latest().values(), self.active.values(), time.time())
         now = time.time()
         self.telemetry.observe(
             self.monitor.latest(), self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now)
@@ -254,8 +254,11 @@ class TryFlow:
             return
         now = time.time()
         result = self.cycle.run(now, self._gpus(now))
-        for placed in result.placed:
-            self._launch(self.tries.get(self._by_request[placed.request.key]), placed.decision)
+        # every placed try is sent before any is waited for: the launcher forks them back to back
+        sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in result.placed]
+        for launch in sent:
+            if launch is not None:
+                self._confirm(launch)
 
         for never in result.never_fits:
             attempt = self.tries.get(self._by_request[never.request.key])
@@ -277,8 +280,9 @@ class TryFlow:
                 reasons = [str(v) for v in decision.rejected[:16]]
                 self._record(attempt, outcome=TryOutcome.WAITING, summary=decision.summary, reasons=reasons)
 
-    def _launch(self, attempt: Try | None, decision: Decision) -> None:
-        """Start a try the pass placed (its GPUs are reserved); if it cannot start, free them."""
+    def _launch(self, attempt: Try | None, decision: Decision) -> Launch | None:
+        """Send a try the pass placed (its GPUs are reserved) to its launcher; if it cannot
+        start, free them.  :meth:`_confirm` then waits for its process."""
         assert attempt is not None and attempt.request is not None
         host = self.starter.host_of(decision, self._host_of)
         try:
@@ -288,22 +292,35 @@ class TryFlow:
             self.cycle.release(attempt.rkey)
             self._record(attempt, outcome=TryOutcome.FAILED, summary=f"not started: {exc}")
             self._refuse(attempt, f"not started: {exc}")
-            return
+            return None
         try:
-            handle = self.starter.start(attempt, env, host)
-        except LauncherError as exc:  # its GPUs go back; it waits for the next pass
-            log.error("Task %s not started, tried again at the next pass: %s", attempt.key, exc)
-            self.cycle.release(attempt.rkey)
-            self.cycle.submit(attempt.request, time.time(), prior_ooms=attempt.prior_ooms)
+            return Launch(attempt, decision, host, self.starter.start(attempt, env, host))
+        except LauncherError as exc:
+            self._not_started(attempt, exc)
+            return None
+
+    def _not_started(self, attempt: Try, exc: LauncherError) -> None:
+        """Its GPUs go back; it waits for the next pass."""
+        assert attempt.request is not None
+        log.error("Task %s not started, tried again at the next pass: %s", attempt.key, exc)
+        self.cycle.release(attempt.rkey)
+        self.cycle.submit(attempt.request, time.time(), prior_ooms=attempt.prior_ooms)
+
+    def _confirm(self, launch: Launch) -> None:
+        attempt, decision = launch.attempt, launch.decision
+        try:
+            confirm(launch.handle)
+        except LauncherError as exc:
+            self._not_started(attempt, exc)
             return
-        now = time.time()
-        attempt.handle, attempt.gpu_uuids, attempt.started_at = handle, decision.gpu_uuids, now
+        now = attempt.started_at = time.time()
+        attempt.handle, attempt.gpu_uuids = launch.handle, decision.gpu_uuids
         self.tries.move(attempt, TryState.RUNNING)
         log.info("Task %s %s", attempt.key, decision.summary)
         metrics.placed(self.placer.policy.name, decision.collocated)
-        metrics.wait_seconds(now - attempt.request.submitted_at)
+        metrics.wait_seconds(now - attempt.request.submitted_at if attempt.request else 0.0)
         reasons = [str(v) for v in decision.chosen + decision.rejected[:8]]
-        summary = decision.summary
+        summary, host = decision.summary, launch.host
         self._record(attempt, outcome=TryOutcome.RUNNING, summary=summary, started_at=now, reasons=reasons, host=host)
 
     def _finish(self, attempt: Try, ended: Ended) -> None:
@@ -320,22 +337,9 @@ class TryFlow:
         if end.outcome is TryOutcome.OOM:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)
         count_end(attempt, end)
-        self._use_model()
+        use_model(self.placer.policy, self.learned.model)
         if adopted:
             self.report(attempt.key, ended.ok)
-
-    def _use_model(self) -> None:
-        use = getattr(self.placer.policy, "use_model", None)
-        if use is not None:  # a policy that predicts interference (core/policies/predictive.py)
-            use(self.learned.model)
-
-    def _stop_tries_on_failed_gpus(self) -> None:
-        """A GPU NVML reports failed for ``fault_kill_seconds``: stop the tries that use it (faults.py)."""
-        for attempt, fault in self.faults.to_stop(self.monitor.latest().values(), self.active.values(), time.time()):
-            attempt.fault = fault
-            log.error("Task %s: %s; stopping it", attempt.rkey, fault)
-            if attempt.handle is not None:
-                attempt.handle.kill()
 
     def _reconcile(self) -> None:
         """After a restart: tries an earlier executor on this host left behind (restart.py)."""

@@ -165,31 +165,55 @@ def _readable(fd: int, timeout_s: float) -> bool:
 
 
 class LaunchedHandle:
-    """A try started by this executor's launcher process (carma_airflow/taskrun/launcher.py).
+    """A try sent to this executor's launcher process (carma_airflow/taskrun/launcher.py).
 
-    Its end comes from the launcher (the exit code, from waitpid); if the launcher itself is
-    gone, the try is followed through /proc as an adopted one would be.
+    Sending does not wait for the launcher's fork: a pass that places many tries sends them all,
+    then :meth:`confirm` collects the pids (one wait for the lot, not one round trip per try,
+    which on a loaded machine cost each try a scheduling slice of the launcher).  Its end comes
+    from the launcher (the exit code, from waitpid); if the launcher itself is gone, the try is
+    followed through /proc as an adopted one would be.
     """
 
-    def __init__(self, pid: int, result_path: Path, launcher: LauncherProcess) -> None:
-        self._pid = pid
-        self._pid_start = process_start_ticks(pid)
+    def __init__(self, launch_id: int, result_path: Path, launcher: LauncherProcess) -> None:
+        self._id = launch_id
+        self._pid: int | None = None
+        self._pid_start: int | None = None
+        self._error: str | None = None
         self.result_path = result_path
         self._launcher = launcher
         self._stop = _GroupStop()
         self._orphaned: PidHandle | None = None
 
+    def confirm(self) -> None:
+        """Wait for the launcher's answer; LauncherError if it could not start the try."""
+        if self._pid is None and self._error is None:
+            answer = self._launcher.answer(self._id, LAUNCH_REPLY_S)
+            if answer is not None and answer.get("op") == "started":
+                self._pid = int(answer["pid"])
+                self._pid_start = process_start_ticks(self._pid)
+            else:
+                self._error = "no answer" if answer is None else str(answer.get("message"))
+        if self._error is not None:
+            raise LauncherError(f"the launcher did not start the try: {self._error}")
+
     @property
     def pid(self) -> int | None:
+        with contextlib.suppress(LauncherError):
+            self.confirm()
         return self._pid
 
     @property
     def pid_start(self) -> int | None:
-        return self._pid_start
+        return self._pid_start if self.pid is not None else None
 
     def poll(self) -> Ended | None:
         if self._orphaned is not None:
             return self._orphaned.poll()
+        try:
+            self.confirm()
+        except LauncherError as exc:
+            return Ended(None, None, lost=str(exc))
+        assert self._pid is not None
         self._launcher.pump()
         code = self._launcher.exit_code(self._pid)
         if code is not None:
@@ -203,8 +227,15 @@ class LaunchedHandle:
     def kill(self) -> None:
         if self._orphaned is not None:
             self._orphaned.kill()
-        else:
-            self._stop.start(self._pid)
+        elif self.pid is not None:
+            self._stop.start(self.pid)
+
+
+def confirm(handle: TaskHandle) -> None:
+    """Wait until a just-launched try has its process; LauncherError if it got none.  Only a
+    try sent to this host's launcher is pending; any other handle has its process already."""
+    if isinstance(handle, LaunchedHandle):
+        handle.confirm()
 
 
 LAUNCHER_START_S = 120.0  # importing Airflow on a loaded machine
@@ -214,8 +245,9 @@ LAUNCH_REPLY_S = 30.0
 class LauncherProcess:
     """This host's launcher process, from the executor's side: start it, send tries, read ends.
 
-    Every call is made from the scheduler loop (one thread); a launch waits only for the
-    launcher's fork (milliseconds), never for the try.
+    Every call is made from the scheduler loop (one thread); a launch only writes a line to the
+    launcher's pipe, and confirming it waits for the launcher's fork (milliseconds), never for
+    the try.
     """
 
     def __init__(self) -> None:
@@ -269,13 +301,11 @@ class LauncherProcess:
             "proctitle": f"airflow worker -- CarmaExecutor: {workload.display_name}",
         }
         self._send(command)
-        answer = self._wait_for(lambda m: m.get("id") == command["id"], LAUNCH_REPLY_S)
-        if answer is None or answer.get("op") != "started":
-            why = "no answer" if answer is None else answer.get("message")
-            raise LauncherError(f"the launcher did not start try {workload.ti.key}: {why}")
-        pid = int(answer["pid"])
-        self._live.add(pid)
-        return LaunchedHandle(pid, result_path, self)
+        return LaunchedHandle(self._next_id, result_path, self)
+
+    def answer(self, launch_id: int, timeout_s: float) -> dict[str, Any] | None:
+        """The launcher's answer to launch ``launch_id`` (waiting up to ``timeout_s``), or None."""
+        return self._wait_for(lambda m: m.get("id") == launch_id, timeout_s)
 
     def pump(self) -> None:
         """Read what the launcher reported so far, without waiting."""
@@ -338,6 +368,8 @@ class LauncherProcess:
                 self._live.discard(pid)
                 self._ended[pid] = int(message["exitcode"])
             elif "id" in message or message.get("op") == "ready":
+                if message.get("op") == "started":
+                    self._live.add(int(message["pid"]))
                 self._answers[int(message.get("id") or 0)] = message
         return True
 
@@ -363,5 +395,6 @@ __all__ = [
     "LauncherProcess",
     "PidHandle",
     "TaskHandle",
+    "confirm",
     "process_start_ticks",
 ]

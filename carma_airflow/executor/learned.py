@@ -109,4 +109,11 @@ class Learned:
         return list(self._tries.get(family, ()))
 
 
-__all__ = ["EndedTry", "Family", "Learned"]
+def use_model(policy: object, model: InterferenceModel) -> None:
+    """Hand the fitted model to a policy that predicts interference (core/policies/predictive.py)."""
+    use = getattr(policy, "use_model", None)
+    if use is not None:
+        use(model)
+
+
+__all__ = ["EndedTry", "Family", "Learned", "use_model"]

@@ -4,6 +4,7 @@ fresh token, and the launcher of the host it goes to."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,16 @@ def kill_env(ti: Any, prior_ooms: int) -> dict[str, str]:
     if author is None:  # parsed without our cluster policy: Airflow's max_tries is the author's
         return {}
     return retry_on_kill_env(author_retry_left(ti.try_number, prior_ooms, author))
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A placed try sent to its launcher, its process not confirmed yet."""
+
+    attempt: Try
+    decision: Decision
+    host: str
+    handle: TaskHandle
 
 
 class TryStarter:
@@ -70,4 +81,4 @@ class TryStarter:
         return self.launcher.launch(workload, env, self.result_file(str(workload.ti.id)), host or self.settings.host)
 
 
-__all__ = ["TryStarter", "kill_env"]
+__all__ = ["Launch", "TryStarter", "kill_env"]

@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     import airflow.sdk.execution_time.supervisor  # noqa: F401
 
     import carma_airflow.taskrun.killguard  # noqa: F401
+    from carma_airflow.taskrun.warm import preload
 
+    preload()  # and what the try's task runner would import (taskrun/warm.py)
     _try_runner()  # a runner that cannot be imported fails the launcher's start, not every try
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on the scheduler: end of stdin ends us
