@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from store_helpers import at, placement
 
-from carma_airflow.store import Store, TryOutcome
+from carma_airflow.store import Store, StoreError, TryOutcome
 
 pytestmark = pytest.mark.db
 
@@ -66,6 +69,48 @@ def test_two_processes_write_at_once(db_url: str) -> None:
     assert len(store.samples(limit=1000)) == 2 * count
     assert store.revision() == store.head_revision()
     store.close()
+
+
+def _writer_in_rollback_mode(path: Path) -> sqlite3.Connection:
+    """A connection to a new SQLite file (rollback-journal mode) that holds its write lock."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO other VALUES (1)")
+    return holder
+
+
+def test_a_new_sqlite_file_waits_for_a_writer_before_switching_to_wal(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once (no busy timeout) while another connection holds
+    # the write lock of a file still in rollback mode: two processes that open a new store
+    # together (the flaky "database is locked" of the test above).  The store waits instead.
+    path = tmp_path / "carma.db"
+    holder = _writer_in_rollback_mode(path)
+    release = threading.Timer(0.3, holder.execute, ("COMMIT",))
+    release.start()
+    try:
+        store = Store(f"sqlite:///{path}", busy_timeout_s=10)
+        store.migrate()
+        store.upsert_placement(placement("k"))
+    finally:
+        release.join()
+        holder.close()
+    assert [p.key for p in store.placements()] == ["k"]
+    store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_switch_to_wal_gives_up_after_the_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "carma.db"
+    holder = _writer_in_rollback_mode(path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="busy timeout"):
+            Store(f"sqlite:///{path}", busy_timeout_s=0.3).migrate()
+        assert time.monotonic() - started < 5
+    finally:
+        holder.close()
 
 
 def _child_writes(store: Store, queue: multiprocessing.Queue[str]) -> None:

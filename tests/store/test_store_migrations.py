@@ -29,6 +29,18 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
+def _downgrade(url: str, revision: str) -> None:
+    """``alembic downgrade revision`` on the store's migrations (the store itself only upgrades)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, revision)
+    engine.dispose()
+
+
 def _diff(url: str, target: MetaData) -> list[object]:
     engine = create_engine(url)
     try:
@@ -128,14 +140,7 @@ def test_upgrade_from_0004_adds_the_activity_history_and_keeps_the_rest(db_url: 
 def test_downgrade_from_0005_to_0004_drops_only_the_activity_history(store: Store, any_url: str) -> None:
     store.add_activity("d", "t", 0.5, "hint", 1_900_000_000.0)
     store.add_peak("d", "t", 6000, 1_900_000_000.0)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("path_separator", "os")
-    engine = create_engine(any_url)
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "0004")
-    engine.dispose()
+    _downgrade(any_url, "0004")
     assert "carma_activity_history" not in _tables(any_url)
     assert store.revision() == "0004" and store.peaks("d", "t") == [6000]
     store.migrate()
@@ -173,14 +178,7 @@ def test_version_table_does_not_touch_airflows_alembic_version(db_url: str) -> N
 
 def test_downgrade_to_base_removes_the_tables(store: Store, any_url: str) -> None:
     assert _tables(any_url) >= TABLES
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("path_separator", "os")
-    engine = create_engine(any_url)
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.downgrade(config, "base")
-    engine.dispose()
+    _downgrade(any_url, "base")
     assert not _tables(any_url) & TABLES
     store.migrate()
     assert _tables(any_url) >= TABLES

@@ -1,0 +1,133 @@
+"""What the estimators learn from: the memory peaks and the solo SM activity of ended tries."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
+from carma_airflow.store.errors import RecordError
+from carma_airflow.store.schema import ACTIVITY_SOURCE_VALUES, ActivityHistoryRow, MemoryHistoryRow
+
+
+class HistoryStore(StoreBase):
+    """The store's calls on learned history (part of :class:`~carma_airflow.store.store.Store`)."""
+
+    # -- memory history -----------------------------------------------------------------
+
+    def add_peak(
+        self,
+        dag_id: str,
+        task_id: str,
+        peak_mib: int,
+        at: Moment,
+        run_id: str | None = None,
+        map_index: int | None = None,
+    ) -> None:
+        """Remember the memory peak of a successful run of a task (``map_index``: of which instance)."""
+        if peak_mib < 0:
+            raise RecordError(f"peak of {dag_id}.{task_id} must not be negative, got {peak_mib} MiB")
+        row = MemoryHistoryRow(
+            dag_id=dag_id, task_id=task_id, peak_mib=peak_mib, at=utc(at), run_id=run_id, map_index=map_index
+        )
+        with self._session(write=True) as session:
+            session.add(row)
+
+    def peaks(self, dag_id: str, task_id: str, limit: int = 5, *, map_index: int | None = None) -> list[int]:
+        """The latest ``limit`` peaks of a task, oldest first (``TaskMemoryInfo.history_mib``).
+
+        ``map_index`` None: of every run of the task; an int: only of runs of that map index.
+        """
+        check_limit(limit)
+        stmt = select(MemoryHistoryRow.peak_mib).where(
+            MemoryHistoryRow.dag_id == dag_id, MemoryHistoryRow.task_id == task_id
+        )
+        if map_index is not None:
+            stmt = stmt.where(MemoryHistoryRow.map_index == map_index)
+        stmt = stmt.order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc()).limit(limit)
+        with self._session() as session:
+            return list(reversed(session.scalars(stmt).all()))
+
+    def recent_peaks(self, limit: int = 100_000) -> list[tuple[str, str, int | None, int]]:
+        """The newest ``limit`` learned peaks of every task, oldest first: (dag_id, task_id,
+        map_index, peak_mib).  Read once when an executor starts (executor/learned.py)."""
+        check_limit(limit)
+        stmt = (
+            select(
+                MemoryHistoryRow.dag_id, MemoryHistoryRow.task_id, MemoryHistoryRow.map_index, MemoryHistoryRow.peak_mib
+            )
+            .order_by(MemoryHistoryRow.at.desc(), MemoryHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(r[0], r[1], r[2], int(r[3])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
+    # -- activity history (issue 13: learned SM activity) ---------------------------------
+
+    def add_activity(
+        self,
+        dag_id: str,
+        task_id: str,
+        sm_activity: float,
+        source: str,
+        at: Moment,
+        run_id: str | None = None,
+        map_index: int | None = None,
+    ) -> None:
+        """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
+
+        ``source``: ``"process"`` (per-process SM utilisation), ``"gpu-alone"`` (the GPU's SM
+        activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
+        """
+        if source not in ACTIVITY_SOURCE_VALUES:
+            raise RecordError(
+                f"unknown activity source {source!r} for {dag_id}.{task_id}; use one of: "
+                f"{', '.join(ACTIVITY_SOURCE_VALUES)}"
+            )
+        if isinstance(sm_activity, bool) or not isinstance(sm_activity, (int, float)) or not 0.0 <= sm_activity <= 1.0:
+            raise RecordError(
+                f"SM activity of {dag_id}.{task_id} must be a share of SM time between 0 and 1, got {sm_activity!r} "
+                "(divide a percentage by 100)"
+            )
+        row = ActivityHistoryRow(
+            dag_id=dag_id,
+            task_id=task_id,
+            sm_activity=float(sm_activity),
+            source=source,
+            at=utc(at),
+            run_id=run_id,
+            map_index=map_index,
+        )
+        with self._session(write=True) as session:
+            session.add(row)
+
+    def activities(self, dag_id: str, task_id: str, limit: int = 10) -> list[tuple[float, str]]:
+        """The latest ``limit`` activities of a task, oldest first: (sm_activity, source)."""
+        check_limit(limit)
+        stmt = (
+            select(ActivityHistoryRow.sm_activity, ActivityHistoryRow.source)
+            .where(ActivityHistoryRow.dag_id == dag_id, ActivityHistoryRow.task_id == task_id)
+            .order_by(ActivityHistoryRow.at.desc(), ActivityHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(float(r[0]), str(r[1])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
+    def recent_activities(self, limit: int = 100_000) -> list[tuple[str, str, float, str]]:
+        """The newest ``limit`` learned activities of every task, oldest first: (dag_id, task_id,
+        sm_activity, source).  Read once when an executor starts."""
+        check_limit(limit)
+        stmt = (
+            select(
+                ActivityHistoryRow.dag_id,
+                ActivityHistoryRow.task_id,
+                ActivityHistoryRow.sm_activity,
+                ActivityHistoryRow.source,
+            )
+            .order_by(ActivityHistoryRow.at.desc(), ActivityHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(str(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in session.execute(stmt)]
+        return list(reversed(rows))

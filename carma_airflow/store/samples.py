@@ -1,0 +1,110 @@
+"""GPU samples: the monitor's readings, downsampled to at most one per GPU per interval."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select
+
+from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
+from carma_airflow.store.errors import RecordError
+from carma_airflow.store.records import SampleRecord
+from carma_airflow.store.schema import GpuSampleRow
+
+
+def _sample_record(row: GpuSampleRow) -> SampleRecord:
+    return SampleRecord(
+        host=row.host,
+        gpu_uuid=row.gpu_uuid,
+        gpu_index=row.gpu_index,
+        name=row.name,
+        at=row.at,
+        memory_total_mib=row.memory_total_mib,
+        memory_used_mib=row.memory_used_mib,
+        smact=row.smact,
+        smocc=row.smocc,
+        drama=row.drama,
+        power_w=row.power_w,
+        energy_j=row.energy_j,
+        error=row.error,
+    )
+
+
+class SampleStore(StoreBase):
+    """The store's calls on GPU samples (part of :class:`~carma_airflow.store.store.Store`)."""
+
+    def record_samples(self, samples: Sequence[SampleRecord], min_interval_s: float = 30.0) -> int:
+        """Store samples, at most one per GPU per ``min_interval_s``; returns the rows written.
+
+        A sample is kept when it is at least ``min_interval_s`` newer than the last kept
+        sample of its GPU (stored or in this batch); older or closer ones are dropped.
+        """
+        if min_interval_s < 0:
+            raise RecordError(f"min_interval_s must not be negative, got {min_interval_s}")
+        if not samples:
+            return 0
+        uuids = sorted({s.gpu_uuid for s in samples})
+        with self._session(write=True) as session:
+            stmt = (
+                select(GpuSampleRow.gpu_uuid, func.max(GpuSampleRow.at))
+                .where(GpuSampleRow.gpu_uuid.in_(uuids))
+                .group_by(GpuSampleRow.gpu_uuid)
+            )
+            last: dict[str, datetime] = {uuid: utc(at) for uuid, at in session.execute(stmt)}
+            rows: list[dict[str, Any]] = []
+            for sample in sorted(samples, key=lambda s: utc(s.at)):
+                at = utc(sample.at)
+                previous = last.get(sample.gpu_uuid)
+                if previous is not None and (at - previous).total_seconds() < min_interval_s:
+                    continue
+                last[sample.gpu_uuid] = at
+                rows.append(
+                    {
+                        "host": sample.host,
+                        "gpu_uuid": sample.gpu_uuid,
+                        "gpu_index": sample.gpu_index,
+                        "name": sample.name,
+                        "at": at,
+                        "memory_total_mib": sample.memory_total_mib,
+                        "memory_used_mib": sample.memory_used_mib,
+                        "smact": sample.smact,
+                        "smocc": sample.smocc,
+                        "drama": sample.drama,
+                        "power_w": sample.power_w,
+                        "energy_j": sample.energy_j,
+                        "error": sample.error,
+                    }
+                )
+            if rows:
+                session.execute(insert(GpuSampleRow), rows)
+            return len(rows)
+
+    def samples(
+        self, gpu_uuid: str | None = None, since: Moment | None = None, limit: int = 10_000
+    ) -> list[SampleRecord]:
+        """The latest ``limit`` samples (of one GPU, newer than ``since``), oldest first."""
+        check_limit(limit)
+        stmt = select(GpuSampleRow).order_by(GpuSampleRow.at.desc(), GpuSampleRow.id.desc()).limit(limit)
+        if gpu_uuid is not None:
+            stmt = stmt.where(GpuSampleRow.gpu_uuid == gpu_uuid)
+        if since is not None:
+            stmt = stmt.where(GpuSampleRow.at > utc(since))
+        with self._session() as session:
+            return [_sample_record(row) for row in reversed(session.scalars(stmt).all())]
+
+    def latest_samples(self) -> list[SampleRecord]:
+        """The newest sample of every GPU ever sampled, by host and GPU index."""
+        newest = select(func.max(GpuSampleRow.id)).group_by(GpuSampleRow.gpu_uuid).scalar_subquery()
+        stmt = (
+            select(GpuSampleRow)
+            .where(GpuSampleRow.id.in_(newest))
+            .order_by(GpuSampleRow.host, GpuSampleRow.gpu_index, GpuSampleRow.gpu_uuid)
+        )
+        with self._session() as session:
+            return [_sample_record(row) for row in session.scalars(stmt)]
+
+    def prune_samples(self, before: Moment) -> int:
+        """Delete samples taken before ``before``; returns how many."""
+        return self._write(delete(GpuSampleRow).where(GpuSampleRow.at < utc(before)))

@@ -1,0 +1,215 @@
+"""Task tries: each try's placement and how it ended, and the out-of-memory events of tries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import case, select, update
+
+from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
+from carma_airflow.store.errors import RecordError
+from carma_airflow.store.records import ACTIVE_OUTCOMES, OomRecord, PlacementRecord, TryOutcome
+from carma_airflow.store.schema import OomEventRow, PlacementRow
+
+
+def _placement_record(row: PlacementRow) -> PlacementRecord:
+    return PlacementRecord(
+        key=row.key,
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        run_id=row.run_id,
+        map_index=row.map_index,
+        try_number=row.try_number,
+        label=row.label,
+        decided_at=row.decided_at,
+        outcome=TryOutcome(row.outcome),
+        gpu_uuids=tuple(row.gpu_uuids),
+        host=row.host,
+        estimate_mib=row.estimate_mib,
+        estimate_source=row.estimate_source,
+        peak_mib=row.peak_mib,
+        summary=row.summary,
+        reasons=tuple(row.reasons),
+        policy=row.policy,
+        started_at=row.started_at,
+        ended_at=row.ended_at,
+        pid=row.pid,
+        pid_start=row.pid_start,
+        ti_id=row.ti_id,
+        id=row.id,
+    )
+
+
+def _placement_values(rec: PlacementRecord) -> dict[str, Any]:
+    if not rec.key:
+        raise RecordError(f"placement of {rec.dag_id}.{rec.task_id} has an empty key; give each try a unique key")
+    return {
+        "key": rec.key,
+        "dag_id": rec.dag_id,
+        "task_id": rec.task_id,
+        "run_id": rec.run_id,
+        "map_index": rec.map_index,
+        "try_number": rec.try_number,
+        "label": rec.label,
+        "decided_at": utc(rec.decided_at),
+        "started_at": None if rec.started_at is None else utc(rec.started_at),
+        "ended_at": None if rec.ended_at is None else utc(rec.ended_at),
+        "outcome": _outcome(rec.outcome).value,
+        "gpu_uuids": [str(u) for u in rec.gpu_uuids],
+        "host": rec.host,
+        "estimate_mib": rec.estimate_mib,
+        "estimate_source": rec.estimate_source,
+        "peak_mib": rec.peak_mib,
+        "summary": rec.summary,
+        "reasons": [str(r) for r in rec.reasons],
+        "policy": rec.policy,
+        "pid": rec.pid,
+        "pid_start": rec.pid_start,
+        "ti_id": rec.ti_id,
+    }
+
+
+def _oom_record(row: OomEventRow) -> OomRecord:
+    return OomRecord(
+        placement_key=row.placement_key,
+        dag_id=row.dag_id,
+        task_id=row.task_id,
+        try_number=row.try_number,
+        at=row.at,
+        gpu_uuid=row.gpu_uuid,
+        peak_mib=row.peak_mib,
+        message=row.message,
+        id=row.id,
+    )
+
+
+def _outcome(value: TryOutcome | str) -> TryOutcome:
+    try:
+        return TryOutcome(value)
+    except ValueError:
+        known = ", ".join(o.value for o in TryOutcome)
+        raise RecordError(f"unknown try outcome {value!r}; use one of: {known}") from None
+
+
+class TryStore(StoreBase):
+    """The store's calls on tries and OOM events (part of :class:`~carma_airflow.store.store.Store`)."""
+
+    # -- placements ---------------------------------------------------------------------
+
+    def upsert_placement(self, rec: PlacementRecord) -> int:
+        """Insert the try, or replace every field of the stored try with the same key; returns its id."""
+        stmt = self._upsert(PlacementRow, "key", _placement_values(rec))
+        with self._session(write=True) as session:
+            session.execute(stmt, execution_options={"synchronize_session": False})
+            row_id = session.scalar(select(PlacementRow.id).where(PlacementRow.key == rec.key))
+            assert row_id is not None
+            return row_id
+
+    def mark_started(self, key: str, at: Moment) -> bool:
+        """The try's process started at ``at``: a waiting try becomes running.  False if no such key."""
+        stmt = (
+            update(PlacementRow)
+            .where(PlacementRow.key == key)
+            .values(
+                started_at=utc(at),
+                outcome=case(
+                    (PlacementRow.outcome == TryOutcome.WAITING.value, TryOutcome.RUNNING.value),
+                    else_=PlacementRow.outcome,
+                ),
+            )
+        )
+        return self._update(stmt)
+
+    def mark_ended(
+        self,
+        key: str,
+        at: Moment,
+        outcome: TryOutcome | str,
+        peak_mib: int | None = None,
+        summary: str | None = None,
+    ) -> bool:
+        """The try ended at ``at`` with ``outcome`` (success, failed or oom).  False if no such key.
+
+        ``peak_mib`` None keeps the peak already stored; ``summary`` None keeps the summary.
+        """
+        final = _outcome(outcome)
+        if not final.finished:
+            raise RecordError(f"mark_ended needs success, failed or oom, not {final.value!r}; use mark_started")
+        values: dict[str, Any] = {"ended_at": utc(at), "outcome": final.value}
+        if peak_mib is not None:
+            values["peak_mib"] = peak_mib
+        if summary is not None:
+            values["summary"] = summary
+        return self._update(update(PlacementRow).where(PlacementRow.key == key).values(**values))
+
+    def mark_launched(self, key: str, pid: int, pid_start: int | None) -> bool:
+        """The try's process is ``pid`` (started at ``pid_start`` ticks since boot).  False if no such key."""
+        return self._update(update(PlacementRow).where(PlacementRow.key == key).values(pid=pid, pid_start=pid_start))
+
+    def placement(self, key: str) -> PlacementRecord | None:
+        """The try with this key, or None."""
+        with self._session() as session:
+            row = session.scalar(select(PlacementRow).where(PlacementRow.key == key))
+            return None if row is None else _placement_record(row)
+
+    def placements(self, dag_id: str | None = None, limit: int = 500) -> list[PlacementRecord]:
+        """The newest ``limit`` tries (of one DAG), newest first."""
+        check_limit(limit)
+        stmt = select(PlacementRow).order_by(PlacementRow.id.desc()).limit(limit)
+        if dag_id is not None:
+            stmt = stmt.where(PlacementRow.dag_id == dag_id)
+        return self._placements(stmt)
+
+    def latest_for(
+        self, dag_id: str, task_id: str, run_id: str | None = None, limit: int = 50
+    ) -> list[PlacementRecord]:
+        """The tries of one task (in one run), latest try first."""
+        check_limit(limit)
+        stmt = (
+            select(PlacementRow)
+            .where(PlacementRow.dag_id == dag_id, PlacementRow.task_id == task_id)
+            .order_by(PlacementRow.id.desc())
+            .limit(limit)
+        )
+        if run_id is not None:
+            stmt = stmt.where(PlacementRow.run_id == run_id)
+        return self._placements(stmt)
+
+    def running(self) -> list[PlacementRecord]:
+        """Tries still waiting or running, oldest first (to rebuild reservations after a restart)."""
+        active = [o.value for o in ACTIVE_OUTCOMES]
+        return self._placements(select(PlacementRow).where(PlacementRow.outcome.in_(active)).order_by(PlacementRow.id))
+
+    def _placements(self, stmt: Any) -> list[PlacementRecord]:
+        with self._session() as session:
+            return [_placement_record(row) for row in session.scalars(stmt)]
+
+    # -- OOM events ---------------------------------------------------------------------
+
+    def record_oom(self, ev: OomRecord) -> int:
+        """Store an out-of-memory event; returns its id."""
+        row = OomEventRow(
+            placement_key=ev.placement_key,
+            dag_id=ev.dag_id,
+            task_id=ev.task_id,
+            try_number=ev.try_number,
+            gpu_uuid=ev.gpu_uuid,
+            peak_mib=ev.peak_mib,
+            message=ev.message,
+            at=utc(ev.at),
+        )
+        with self._session(write=True) as session:
+            session.add(row)
+            session.flush()
+            return row.id
+
+    def ooms(self, dag_id: str | None = None, task_id: str | None = None, limit: int = 100) -> list[OomRecord]:
+        """The newest ``limit`` OOM events (of one DAG, of one task), newest first."""
+        check_limit(limit)
+        stmt = select(OomEventRow).order_by(OomEventRow.at.desc(), OomEventRow.id.desc()).limit(limit)
+        if dag_id is not None:
+            stmt = stmt.where(OomEventRow.dag_id == dag_id)
+        if task_id is not None:
+            stmt = stmt.where(OomEventRow.task_id == task_id)
+        with self._session() as session:
+            return [_oom_record(row) for row in session.scalars(stmt)]
