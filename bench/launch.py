@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -30,26 +29,7 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "bench-secret-" + "x" * 6
 
 import noop_try
 
-from carma_airflow.testing import try_runner_env
-
-
-def _workload(i: int) -> object:
-    from airflow.executors.workloads import ExecuteTask
-    from airflow.executors.workloads.base import BundleInfo
-    from airflow.executors.workloads.task import TaskInstanceDTO
-
-    ti = TaskInstanceDTO(
-        id=uuid.uuid4(),
-        task_id=f"t{i}",
-        dag_id="bench",
-        run_id="r",
-        try_number=1,
-        dag_version_id=uuid.uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
-    )
-    return ExecuteTask(ti=ti, dag_rel_path=Path("d.py"), token="t", log_path=None, bundle_info=BundleInfo(name="d"))
+from carma_airflow.testing import make_workload, try_runner_env
 
 
 def launcher_design(tries: int, tmp: Path) -> tuple[list[float], list[float]]:
@@ -60,8 +40,9 @@ def launcher_design(tries: int, tmp: Path) -> tuple[list[float], list[float]]:
     waits, ends = [], []
     try:
         for i in range(tries):
+            workload = make_workload(f"t{i}", dag_id="bench", run_id="r", dag_rel_path="d.py", bundle="d")
             started = time.perf_counter()
-            handle = launcher.launch(_workload(i), {}, tmp / f"{i}.json", "here")  # type: ignore[arg-type]
+            handle = launcher.launch(workload, {}, tmp / f"{i}.json", "here")
             waits.append(time.perf_counter() - started)
             while handle.poll() is None:
                 time.sleep(0.0005)

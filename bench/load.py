@@ -156,24 +156,24 @@ def inherited_locks(stack: AirflowStack, run_id: str) -> int:
     return count
 
 
-def make_pg_database() -> tuple[str, str]:
-    name = f"carma_load_{uuid.uuid4().hex[:10]}"
+def _as_admin(sql: str) -> None:
+    """Run one statement on the maintenance database, outside a transaction (CREATE/DROP DATABASE)."""
     admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            conn.execute(sa.text(sql))
     finally:
         admin.dispose()
+
+
+def make_pg_database() -> tuple[str, str]:
+    name = f"carma_load_{uuid.uuid4().hex[:10]}"
+    _as_admin(f'CREATE DATABASE "{name}"')
     return name, PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
 
 
 def drop_pg_database(name: str) -> None:
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
+    _as_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def build_stack(

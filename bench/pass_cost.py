@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,39 +32,27 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # not one l
 
 import noop_try
 from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
 from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh database on 127.0.0.1:5432
 
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
-from carma_airflow.testing import try_runner_env
+from carma_airflow.testing import make_workload, try_runner_env
 
 
 def _workloads(n: int, seed: int) -> list[ExecuteTask]:
     rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        ti = TaskInstanceDTO(
-            id=uuid.uuid4(),
-            task_id=f"train_{i}",
+    return [
+        make_workload(
+            f"train_{i}",
             dag_id="bench_pass",
-            run_id="run1",
-            try_number=1,
-            dag_version_id=uuid.uuid4(),
-            map_index=-1,
-            pool_slots=1,
-            priority_weight=1,
-            executor_config={"carma": {"memory": f"{rng.choice([2, 4, 6, 8, 12, 16, 20])}GiB"}},
+            executor_config={
+                "carma": {"memory": f"{rng.choice([2, 4, 6, 8, 12, 16, 20])}GiB"},
+                "bench_seconds": rng.uniform(1.0, 4.0),
+            },
         )
-        ti.executor_config["bench_seconds"] = rng.uniform(1.0, 4.0)  # type: ignore[index]
-        out.append(
-            ExecuteTask(
-                ti=ti, dag_rel_path=Path("dag.py"), token="t", log_path=None, bundle_info=BundleInfo(name="dags")
-            )
-        )
-    return out
+        for i in range(n)
+    ]
 
 
 def run_mode(background: bool, args: argparse.Namespace) -> dict[str, float]:

@@ -13,20 +13,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from carma_airflow.testing import try_runner_env
+from carma_airflow.testing import make_workload, try_runner_env
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
 from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
 
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.settings import CarmaSettings
@@ -62,24 +59,8 @@ def run_dag_task(workload: ExecuteTask, **_: Any) -> int:
 
 
 def workload(run_id: str) -> ExecuteTask:
-    ti = TaskInstanceDTO(
-        id=uuid.uuid4(),
-        task_id=TASK_ID,
-        dag_id=DAG_ID,
-        run_id=run_id,
-        try_number=1,
-        dag_version_id=uuid.uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
-        executor_config=TRAIN.executor_config,
-    )
-    return ExecuteTask(
-        ti=ti,
-        dag_rel_path=Path("history_example.py"),
-        token="t",
-        log_path=None,
-        bundle_info=BundleInfo(name="dags"),
+    return make_workload(
+        TASK_ID, dag_id=DAG_ID, run_id=run_id, executor_config=TRAIN.executor_config, dag_rel_path="history_example.py"
     )
 
 

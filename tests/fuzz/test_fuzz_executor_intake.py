@@ -12,7 +12,6 @@ import itertools
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,11 @@ from typing import Any
 import pytest
 from fuzz_runner import recording_run_workload
 
-from carma_airflow.testing import try_runner_env
+from carma_airflow.testing import make_workload, try_runner_env
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "fuzz-test-secret-" + "x" * 64)  # >= 64 bytes: no key warning
 
 from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
 from airflow.utils.state import TaskInstanceState
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -80,20 +77,10 @@ def executor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CarmaE
 
 
 def workload(task_id: str, executor_config: Any) -> ExecuteTask:
-    ti = TaskInstanceDTO(
-        id=uuid.uuid4(),
-        task_id=task_id,
-        dag_id="fuzz",
-        run_id="run1",
-        try_number=1,
-        dag_version_id=uuid.uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
-    )
+    w = make_workload(task_id, dag_id="fuzz", bundle="d")
     # after construction, as a row unpickled from the database could hold it: no type check
-    ti.executor_config = executor_config
-    return ExecuteTask(ti=ti, dag_rel_path=Path("dag.py"), token="t", log_path=None, bundle_info=BundleInfo(name="d"))
+    w.ti.executor_config = executor_config
+    return w
 
 
 def settle(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 30.0) -> None:

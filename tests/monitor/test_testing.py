@@ -126,3 +126,20 @@ def test_a_collocated_task_runs_longer(ledger: Ledger, sleepers: Callable[[], in
     assert both["slowdown"] == pytest.approx(2.24, rel=0.02)
     assert both["wall_s"] > 1.8 * solo["wall_s"]  # type: ignore[operator]
     assert both["train_s"] == pytest.approx(0.6 * 2.24, rel=0.1)
+
+
+# -- make_workload: what a test or a benchmark hands an executor --------------------------------
+
+
+def test_make_workload_is_one_unmapped_try_with_fresh_ids() -> None:
+    from carma_airflow.testing import make_workload
+
+    config = {"carma": {"memory": "4GiB"}}
+    a = make_workload("fit", dag_id="train", run_id="r1", try_number=2, executor_config=config, bundle="d")
+    b = make_workload("fit")
+    assert (a.ti.dag_id, a.ti.task_id, a.ti.run_id, a.ti.try_number, a.ti.map_index) == ("train", "fit", "r1", 2, -1)
+    assert a.ti.executor_config == config
+    assert (str(a.dag_rel_path), a.bundle_info.name, a.token) == ("dag.py", "d", "t")
+    assert (b.ti.dag_id, b.ti.run_id, b.ti.try_number, b.ti.executor_config) == ("dag", "run1", 1, None)
+    assert a.ti.id != b.ti.id
+    assert a.ti.dag_version_id != b.ti.dag_version_id
