@@ -34,10 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.policies.predictive import PredictiveSettings
 from carma_airflow.core.sharing import SharingModel
-from carma_airflow.sim import SimConfig, load_catalog, load_trace, packaged, simulate, synthetic_trace
+from carma_airflow.sim import SimConfig, Simulation, load_catalog, load_trace, packaged, synthetic_trace
 from carma_airflow.sim.workload import Arrival
 
 GPUS = "4xA100-40GB"
+GPU_MODEL = "A100-40GB"
+KNOWN = ("none", "learned", "borrowed", "sure")
 TRUTHS = [(b, s) for b in (0.1, 0.5, 0.8) for s in (0.6, 1.0)]
 PAPER = ("first-fit", "best-fit", "most-free-memory", "least-utilised")
 Row = dict[str, float]
@@ -69,8 +71,15 @@ def configs(candidate: str, knobs: PredictiveSettings) -> dict[str, SimConfig]:
 def run_one(job: tuple[str, str, float, float, SimConfig, list[Arrival]]) -> tuple[str, str, float, float, Row]:
     name, trace, beta, scale, cfg, arrivals = job
     cfg = replace(cfg, sharing=SharingModel(beta=beta), activity_scale=scale)
-    s = simulate(cfg, arrivals).summary()
+    sim = Simulation(cfg)
+    s = sim.run(arrivals).summary()
     row = {k: float(s[k]) for k in ("makespan_s", "mean_jct_s", "oom_crashes", "lost")}
+    # what the placer knew (the reasons behind the figures): per placed try, and the fit
+    for kind in KNOWN:
+        row[kind] = float(sim.know.placed.get(kind, 0))
+    fit = sim.interference.fit_for(GPU_MODEL)
+    row["observations"] = float(sim.know.observations)
+    row["fit learned"] = float(fit.learned)
     return name, trace, beta, scale, row
 
 
@@ -157,6 +166,16 @@ def main() -> int:
                     "lost": lost,
                 }
             )
+        known = {k: sum(get("candidate", t, beta, scale)[k] for t in loads) for k in KNOWN}
+        placed = sum(known[k] for k in ("none", "learned", "borrowed"))
+        obs = sum(get("candidate", t, beta, scale)["observations"] for t in loads)
+        fits = sum(get("candidate", t, beta, scale)["fit learned"] for t in loads)
+        print(
+            f"   candidate's knowledge, {placed:.0f} placed tries: activity learned {known['learned']:.0f}, "
+            f"borrowed {known['borrowed']:.0f}, none {known['none']:.0f}, sure enough to decide "
+            f"{known['sure']:.0f}; interference observations {obs:.0f}, fit left its prior on "
+            f"{fits:.0f} of {len(loads)} traces"
+        )
         # robustness: candidate vs most-free-memory, per truth (t1, t2 and the sweep's mean)
         for where, traces in (("t1", ["t1"]), ("t2", ["t2"]), ("sweep", sweep)):
             if not traces:

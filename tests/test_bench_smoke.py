@@ -52,3 +52,22 @@ def test_deep_queue_saves_a_digest_and_checks_a_run_against_it(tmp_path: Path) -
     ref.write_text(json.dumps({**saved, "digest": "0" * 64}))
     other = subprocess.run(compare, check=False, capture_output=True, text=True, timeout=300)
     assert other.returncode == 1 and "identical results: NO" in other.stdout
+
+
+def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_path: Path) -> None:
+    target = tmp_path / "learned.json"
+    script = str(ROOT / "bench" / "learned_interference.py")
+    out = subprocess.run(
+        [sys.executable, script, "--seeds", "1", "--workers", "1", "--json", str(target)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    knowledge = [line for line in out.stdout.splitlines() if "candidate's knowledge" in line]
+    assert len(knowledge) == 6  # one per truth
+    assert all("activity learned" in line and "interference observations" in line for line in knowledge)
+    assert "== targets (candidate)" in out.stdout
+    report = json.loads(target.read_text())
+    assert report["candidate"] == "predictive" and "fallback='interference-aware'" in report["knobs"]
+    assert len(report["checks"]) == 6 * 7 + 3

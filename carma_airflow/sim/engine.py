@@ -167,6 +167,7 @@ class Simulation:
             ramp_s=config.sharing.ramp_s,
             learn_interference=self.predictive is not None,
             progress=config.progress_reports,
+            sure=(config.predictive or PredictiveSettings()).min_confidence,
         )
         self._tell = self.cycle.learn_activity
 
@@ -383,6 +384,7 @@ class Simulation:
         job = self.jobs[arrival.job_id]
         job.tries += 1
         job.waited += waited_s
+        self.know.note_placed(request.activity)
         if job.first_start is None:
             job.first_start = self.now
         job.gpus = tuple(gpu_ids)

@@ -40,6 +40,7 @@ from carma_airflow.sim.workload import TaskType
 SAMPLE_S = 10.0  # seconds alone (after its ramp) that give a try's per-process activity sample
 REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
 REFIT_BATCH = 16  # ... this many at a time
+SURE = 0.3  # the predictive policy's default min_confidence, for the counts of note_placed
 
 
 def traits_of(task: TaskType) -> TaskTraits:
@@ -73,9 +74,11 @@ class Knowledge:
     learn_interference: bool = True
     progress: bool = True  # tries report their progress (a training loop's step counter)
     sample_s: float = SAMPLE_S
+    sure: float = SURE  # confidence the counts of note_placed call sure
     activities: dict[str, ActivityEstimate] = field(default_factory=dict)
     interference: InterferenceModel = field(default_factory=InterferenceModel)
     observations: int = 0
+    placed: dict[str, int] = field(default_factory=dict)  # what placed tries' decisions knew
     rng: random.Random = field(init=False)
     _samples: dict[str, list[ActivitySample]] = field(default_factory=dict)
     _traits: dict[str, TaskTraits] = field(default_factory=dict)
@@ -99,6 +102,14 @@ class Knowledge:
         if est is not None:
             self._told.setdefault(task.name, est)
         return est
+
+    def note_placed(self, activity: ActivityEstimate | None) -> None:
+        """Count what a placed try's decision knew of its activity (``placed``: none, learned,
+        borrowed, and sure: confidence at least ``sure``)."""
+        kind = "none" if activity is None else "learned" if activity.count else "borrowed"
+        self.placed[kind] = self.placed.get(kind, 0) + 1
+        if activity is not None and activity.confidence >= self.sure:
+            self.placed["sure"] = self.placed.get("sure", 0) + 1
 
     def track(self, key: str, task: TaskType) -> None:
         """A try of ``task`` waits or runs under ``key``: tell it what is learned of its type."""
