@@ -95,3 +95,31 @@ def test_a_try_whose_launch_got_no_answer_is_started_again(executor_factory) -> 
     assert ex.launcher._proc.pid != first  # a new launcher started it
     assert seen_env("a")["CUDA_VISIBLE_DEVICES"]
     assert ex.store.latest_for("dag", "a")[0].outcome.value == "success"
+
+
+def _children(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_tries_start_in_spares_forked_ahead_and_spares_end_with_the_launcher(
+    launcher: LauncherProcess, tmp_path: Path
+) -> None:
+    from carma_airflow.taskrun.launcher import SPARES
+
+    pid = _launcher_pid(launcher)
+    deadline = time.monotonic() + 30
+    while len(spares := _children(pid)) < SPARES and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(spares) == SPARES  # forked while nothing was asked
+    handles = [launcher.launch(make_workload(f"t{i}"), {}, tmp_path / f"r{i}.json", "here") for i in range(3)]
+    pids = {h.pid for h in handles}
+    assert pids <= spares  # no fork on the way: a spare took each try
+    for handle in handles:
+        deadline = time.monotonic() + 30
+        while (ended := handle.poll()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ended is not None and ended.exitcode == 0
+    left = _children(pid)
+    launcher.close()
+    assert launcher._proc is not None and launcher._proc.returncode == 0
+    assert not [p for p in left if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text()]
