@@ -176,9 +176,7 @@ def drop_pg_database(name: str) -> None:
     _as_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def build_stack(
-    home: Path, n: int, db_url: str | None, starvation_s: float | None, unlock: bool = True
-) -> AirflowStack:
+def build_stack(home: Path, n: int, db_url: str | None, starvation_s: float | None) -> AirflowStack:
     dags = home / "dags-src"
     dags.mkdir()
     shutil.copy(DAG_FILE, dags / DAG_FILE.name)
@@ -197,7 +195,6 @@ def build_stack(
         options["store_url"] = db_url
     stack = AirflowStack(home, dags, db_url, None, **options)
     stack.env["CARMA_LOAD_TASKS"] = str(n)
-    stack.env["CARMA_LOAD_UNLOCK"] = "1" if unlock else "0"
     return stack
 
 
@@ -420,11 +417,6 @@ def main() -> int:
     parser.add_argument("--starvation", type=float, default=None, help="[carma] starvation_seconds (default 3600)")
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "load")
     parser.add_argument("--keep", action="store_true", help="keep the Airflow home (and the database)")
-    parser.add_argument(
-        "--no-lock-workaround",
-        action="store_true",
-        help="tasks leave a ledger lock inherited from the scheduler held (reproduces the hang)",
-    )
     args = parser.parse_args()
     if args.tasks < 1:
         parser.error("--tasks must be >= 1")
@@ -434,7 +426,7 @@ def main() -> int:
     db_url: str | None = None
     if args.db == "postgres":
         pg_name, db_url = make_pg_database()
-    stack = build_stack(home, args.tasks, db_url, args.starvation, unlock=not args.no_lock_workaround)
+    stack = build_stack(home, args.tasks, db_url, args.starvation)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that the finally below stops Airflow
     if db_url is None:
         stack.env["AIRFLOW__CARMA__STORE_URL"] = f"sqlite:///{home / 'carma.db'}"

@@ -6,21 +6,16 @@ classes are separate tasks.  Item ``i`` goes to class ``i % 10``; each item trai
 simulated GPUs for 1-4 s and peaks at 55-95 % of what its class declares (so a correct
 placement never hits a CUDA OOM).
 
-Each task first looks for descriptors of the simulated GPU ledger's lock file that it inherited
-from the scheduler.  CarmaExecutor forks task processes from the scheduler while its monitor
-thread may be inside ``Ledger._locked`` (descriptor open, shared ``flock`` held or being waited
-for); the forked copy of that open file keeps the lock after the monitor closes its own
-descriptor, so every later writer (every task) waits forever.  With ``CARMA_LOAD_UNLOCK=1``
-(bench/load.py's default) the task releases such a lock at once and again every 50 ms while it
-runs (the monitor may acquire it only after the fork), and counts the task; with ``0`` it
-leaves it, which reproduces the hang.
+Each task also counts descriptors of the simulated GPU ledger's lock file that it inherited
+(``inherited_lock`` in its result): when tries were forked from the scheduler, a copy of that
+open file held by a try kept the lock for ever and hung every later writer (121 of 2,000 tries
+in one run, which this DAG once worked around).  Tries now start from the launcher process,
+which opens no ledger: the count must stay 0, and nothing here releases a lock.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import threading
 from datetime import datetime
 
 from airflow.sdk import dag, task
@@ -53,30 +48,15 @@ def _inherited_ledger_locks() -> list[int]:
     return found
 
 
-def _keep_unlocked(fds: list[int], stop: threading.Event) -> None:
-    """LOCK_UN on an inherited descriptor releases the lock of the open file all copies share."""
-    while True:
-        for fd in fds:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        if stop.wait(0.05):
-            return
-
-
 def _train(i: int, declared_gib: int) -> dict[str, int]:
     """Item ``i`` of a class: 1-4 s of simulated training at 55-95 % of the declared memory."""
     from carma_airflow.testing import simulated_training
 
     inherited = _inherited_ledger_locks()
-    stop = threading.Event()
-    if inherited and os.environ.get("CARMA_LOAD_UNLOCK", "1") == "1":
-        threading.Thread(target=_keep_unlocked, args=(inherited, stop), daemon=True).start()
     seconds = 1.0 + 3.0 * _frac(i * GOLDEN)
     peak_mib = int(declared_gib * 1024 * (0.55 + 0.40 * _frac(i * GOLDEN * GOLDEN + 0.3)))
     activity = 0.3 + 0.4 * _frac(i * 0.37)
-    try:
-        out = simulated_training(peak_mib=peak_mib, seconds=seconds, activity=activity, ramp_s=0.2)
-    finally:
-        stop.set()
+    out = simulated_training(peak_mib=peak_mib, seconds=seconds, activity=activity, ramp_s=0.2)
     return {"peak_mib": int(out["peak_mib"]), "inherited_lock": len(inherited)}
 
 
