@@ -54,6 +54,10 @@ def _try_process(command_fd: int) -> None:  # pragma: no cover - the child
         # nothing of the launcher's stays open: its pipes, the other spares' command pipes
         os.closerange(3, command_fd)
         os.closerange(command_fd + 1, _MAX_FD)
+        with contextlib.suppress(ImportError):  # what ps shows until Airflow's supervisor names it
+            from setproctitle import setproctitle
+
+            setproctitle("carma launcher: spare try process (waiting for a try)")
         data = b""
         while chunk := os.read(command_fd, 1 << 16):
             data += chunk
