@@ -14,9 +14,15 @@ interference-aware policy and the predictive one (both backfill), all with GPUMe
 then checks the targets (issue 13) for the candidate policy.  Figures are predictions of the
 sharing model (docs/model.md), not measurements.
 
+``--learned-memory`` adds, beside the same rows with GPUMemNet alone, the interference-aware and
+the candidate policy with the executor's learned memory ahead of GPUMemNet (the ``history``
+estimator, sim/memory.py): learned within the run from ended tries (``+ mem``), and with a store
+that one earlier replay of the same trace filled (``+ mem, warm``: a DAG that runs every day),
+and counts the targets each of them meets.  The paper's policies keep plain GPUMemNet.
+
     .venv/bin/python bench/learned_interference.py [--candidate predictive] [--min-gain 0.25]
         [--max-slowdown 2.5] [--max-tenants 3] [--fallback interference-aware] [--no-progress]
-        [--seeds 12] [--json out/learned.json]
+        [--learned-memory] [--seeds 12] [--json out/learned.json]
 """
 
 from __future__ import annotations
@@ -54,7 +60,10 @@ def workloads(seeds: int) -> dict[str, list[Arrival]]:
     return out
 
 
-def configs(candidate: str, knobs: PredictiveSettings) -> dict[str, SimConfig]:
+MEMORY = {"+ mem": 0, "+ mem, warm": 1}  # learned memory: earlier replays that filled the store
+
+
+def configs(candidate: str, knobs: PredictiveSettings, learned_memory: bool = False) -> dict[str, SimConfig]:
     base = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), estimator="gpumemnet")
     out = {
         "exclusive": replace(base, policy="exclusive", estimator="oracle", queue="fifo"),
@@ -62,10 +71,19 @@ def configs(candidate: str, knobs: PredictiveSettings) -> dict[str, SimConfig]:
         "interference-aware": replace(base, policy="interference-aware", queue="backfill"),
         "candidate": replace(base, policy=candidate, queue="backfill", predictive=knobs),
     }
+    if learned_memory:
+        for suffix, warm in MEMORY.items():
+            for name in ("interference-aware", "candidate"):
+                out[f"{name} {suffix}"] = replace(out[name], estimator="history", warm_runs=warm)
     for p in PAPER:
         if p != "most-free-memory":
             out[p] = replace(base, policy=p, queue="fifo")
     return out
+
+
+def ours(cfgs: dict[str, SimConfig]) -> list[str]:
+    """The rows checked against the targets: the candidate, then ours with learned memory."""
+    return ["candidate", *(n for n in cfgs if n.endswith(tuple(MEMORY)))]
 
 
 def run_one(job: tuple[str, str, float, float, SimConfig, list[Arrival]]) -> tuple[str, str, float, float, Row]:
@@ -96,6 +114,9 @@ def main() -> int:
         "--fallback", default=d.fallback, help="order while unsure: interference-aware, most-free-memory"
     )
     parser.add_argument("--no-progress", action="store_true", help="tries report no progress (solo baselines only)")
+    parser.add_argument(
+        "--learned-memory", action="store_true", help="add ours with memory learned from ended tries (history)"
+    )
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
@@ -104,7 +125,7 @@ def main() -> int:
         args.min_gain, args.max_slowdown, args.min_confidence, args.gain_step, args.max_tenants, args.fallback
     )
     loads = workloads(args.seeds)
-    cfgs = configs(args.candidate, knobs)
+    cfgs = configs(args.candidate, knobs, args.learned_memory)
     if args.no_progress:
         cfgs = {name: replace(cfg, progress_reports=False) for name, cfg in cfgs.items()}
     jobs = []
@@ -131,14 +152,66 @@ def main() -> int:
         return get(name, trace, beta, scale)[key] / get("exclusive", trace, beta, scale)[key]
 
     sweep = [t for t in loads if t.startswith("s")]
-    shown = ("exclusive", "most-free-memory", "interference-aware", "candidate")
-    label = {"candidate": f"{args.candidate} (candidate)"}
+    shown: tuple[str, ...] = ("exclusive", "most-free-memory", "interference-aware", "candidate")
+    shown += tuple(n for n in cfgs if n.endswith(tuple(MEMORY)))
+    label = {n: n.replace("candidate", args.candidate) for n in cfgs}
+    label["candidate"] = f"{args.candidate} (candidate)"
     print(f"candidate: {args.candidate}, {knobs}")
     report: dict[str, object] = {
         "candidate": args.candidate,
         "knobs": str(knobs),
     }
-    checks: list[tuple[str, str, bool]] = []
+
+    def robustness(who: str, beta: float, scale: float, verbose: bool) -> list[tuple[str, str, bool]]:
+        """``who`` vs most-free-memory at one truth (t1, t2 and the sweep's mean)."""
+        out = []
+        for where, traces in (("t1", ["t1"]), ("t2", ["t2"]), ("sweep", sweep)):
+            if not traces:
+                continue
+            jct_c = statistics.mean(ratio(who, t, beta, scale, "mean_jct_s") for t in traces)
+            jct_m = statistics.mean(ratio("most-free-memory", t, beta, scale, "mean_jct_s") for t in traces)
+            mk_c = statistics.mean(ratio(who, t, beta, scale, "makespan_s") for t in traces)
+            mk_m = statistics.mean(ratio("most-free-memory", t, beta, scale, "makespan_s") for t in traces)
+            gain = 1.0 - jct_c / jct_m
+            if verbose:
+                print(
+                    f"   {where:5} candidate / most-free-memory: JCT {jct_c / jct_m:.3f} ({gain:+.1%} better), "
+                    f"makespan {mk_c / mk_m:.3f}"
+                )
+            out.append(
+                (f"beta {beta}, scale {scale}, {where}: JCT >= 15% better than MAGM", f"{gain:+.1%}", gain >= 0.15)
+            )
+            out.append(
+                (
+                    f"beta {beta}, scale {scale}, {where}: makespan not worse than MAGM",
+                    f"{mk_c / mk_m:.3f}x",
+                    mk_c <= mk_m + 1e-9,
+                )
+            )
+        lost = sum(get(who, t, beta, scale)["lost"] for t in loads)
+        out.append((f"beta {beta}, scale {scale}: candidate loses nothing", f"{lost:.0f}", lost == 0))
+        return out
+
+    def headline(who: str) -> list[tuple[str, str, bool]]:
+        """Today's calibration: the headline targets."""
+        t1 = ratio(who, "t1", 0.5, 1.0, "makespan_s")
+        out = [("t1 makespan <= 0.66 of exclusive", f"{t1:.3f}", t1 <= 0.66)]
+        if sweep:
+            jct = statistics.mean(ratio(who, t, 0.5, 1.0, "mean_jct_s") for t in sweep)
+            out.append((f"mean JCT over the {len(sweep)}-trace sweep <= 0.42 of exclusive", f"{jct:.3f}", jct <= 0.42))
+        oom_totals = {p: sum(get(p, t, 0.5, 1.0)["oom_crashes"] for t in loads) for p in (*PAPER, who)}
+        fewest = min(oom_totals[p] for p in PAPER)
+        paper = ", ".join(f"{p} {oom_totals[p]:.0f}" for p in PAPER)
+        out.append(
+            (
+                "OOMs (t1+t2+sweep) <= every paper policy's (GPUMemNet)",
+                f"{oom_totals[who]:.0f} vs {paper}",
+                oom_totals[who] <= fewest,
+            )
+        )
+        return out
+
+    checks: dict[str, list[tuple[str, str, bool]]] = {who: [] for who in ours(cfgs)}
     table = []
     for beta, scale in TRUTHS:
         print(f"\n== truth beta {beta}, activity scale {scale}: ratios to exclusive (GPUMemNet; exclusive: oracle)")
@@ -176,58 +249,28 @@ def main() -> int:
             f"{known['sure']:.0f}; interference observations {obs:.0f}, fit left its prior on "
             f"{fits:.0f} of {len(loads)} traces"
         )
-        # robustness: candidate vs most-free-memory, per truth (t1, t2 and the sweep's mean)
-        for where, traces in (("t1", ["t1"]), ("t2", ["t2"]), ("sweep", sweep)):
-            if not traces:
-                continue
-            jct_c = statistics.mean(ratio("candidate", t, beta, scale, "mean_jct_s") for t in traces)
-            jct_m = statistics.mean(ratio("most-free-memory", t, beta, scale, "mean_jct_s") for t in traces)
-            mk_c = statistics.mean(ratio("candidate", t, beta, scale, "makespan_s") for t in traces)
-            mk_m = statistics.mean(ratio("most-free-memory", t, beta, scale, "makespan_s") for t in traces)
-            gain = 1.0 - jct_c / jct_m
-            print(
-                f"   {where:5} candidate / most-free-memory: JCT {jct_c / jct_m:.3f} ({gain:+.1%} better), "
-                f"makespan {mk_c / mk_m:.3f}"
-            )
-            checks.append(
-                (f"beta {beta}, scale {scale}, {where}: JCT >= 15% better than MAGM", f"{gain:+.1%}", gain >= 0.15)
-            )
-            checks.append(
-                (
-                    f"beta {beta}, scale {scale}, {where}: makespan not worse than MAGM",
-                    f"{mk_c / mk_m:.3f}x",
-                    mk_c <= mk_m + 1e-9,
-                )
-            )
-        lost = sum(get("candidate", t, beta, scale)["lost"] for t in loads)
-        checks.append((f"beta {beta}, scale {scale}: candidate loses nothing", f"{lost:.0f}", lost == 0))
-    # today's calibration: the headline targets
-    t1 = ratio("candidate", "t1", 0.5, 1.0, "makespan_s")
-    checks.append(("t1 makespan <= 0.66 of exclusive", f"{t1:.3f}", t1 <= 0.66))
-    if sweep:
-        jct = statistics.mean(ratio("candidate", t, 0.5, 1.0, "mean_jct_s") for t in sweep)
-        checks.append((f"mean JCT over the {len(sweep)}-trace sweep <= 0.42 of exclusive", f"{jct:.3f}", jct <= 0.42))
-    oom_totals: dict[str, float] = {
-        p: sum(get(p, t, 0.5, 1.0)["oom_crashes"] for t in loads) for p in (*PAPER, "candidate")
-    }
-    fewest = min(oom_totals[p] for p in PAPER)
-    paper = ", ".join(f"{p} {oom_totals[p]:.0f}" for p in PAPER)
-    checks.append(
-        (
-            "OOMs (t1+t2+sweep) <= every paper policy's (GPUMemNet)",
-            f"{oom_totals['candidate']:.0f} vs {paper}",
-            oom_totals["candidate"] <= fewest,
-        )
-    )
+        for who in checks:
+            checks[who] += robustness(who, beta, scale, verbose=who == "candidate")
+    for who in checks:
+        checks[who] += headline(who)
     print("\n== targets (candidate)")
     missed = 0
-    for what, value, ok in checks:
+    for what, value, ok in checks["candidate"]:
         missed += not ok
         print(f"{'meets ' if ok else 'MISSES'}  {what}: {value}")
-    print(f"{len(checks) - missed} of {len(checks)} targets met")
+    print(f"{len(checks['candidate']) - missed} of {len(checks['candidate'])} targets met")
+    for who, mine in checks.items():
+        if who != "candidate":
+            heads = "; ".join(
+                f"{'meets' if ok else 'MISSES'} {what.split(' <=')[0]} {value}" for what, value, ok in mine[-3:]
+            )
+            print(f"{label[who]}: {sum(ok for _, _, ok in mine)} of {len(mine)} targets met ({heads})")
     if args.json:
         report["table"] = table
-        report["checks"] = [{"what": w, "value": v, "ok": ok} for w, v, ok in checks]
+        report["checks"] = [{"what": w, "value": v, "ok": ok} for w, v, ok in checks["candidate"]]
+        report["checks_by_row"] = {
+            label[who]: [{"what": w, "value": v, "ok": ok} for w, v, ok in mine] for who, mine in checks.items()
+        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0

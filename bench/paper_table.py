@@ -23,6 +23,7 @@ from carma_airflow.sim import SimConfig, load_catalog, load_trace, packaged, sim
 
 GPUS = "4xA100-40GB"
 ESTIMATORS = ("oracle", "gpumemnet", "faketensor", "horus", "floor")
+WARM = "history-warm"  # history, with the store one earlier replay of the trace filled (sim/memory.py)
 PAPER = ("first-fit", "best-fit", "most-free-memory", "least-utilised")
 ROWS: list[tuple[str, str, str]] = [
     ("exclusive", "oracle", "fifo"),
@@ -33,8 +34,17 @@ ROWS: list[tuple[str, str, str]] = [
     ("interference-aware", "gpumemnet", "backfill"),
     ("interference-aware", "oracle", "backfill"),
     ("interference-aware", "history", "backfill"),
+    ("interference-aware", WARM, "backfill"),
     ("most-free-memory", "gpumemnet", "backfill"),
 ]
+
+
+def configured(base: SimConfig, policy: str, estimator: str, queue: str) -> SimConfig:
+    if estimator == WARM:
+        return replace(base, policy=policy, estimator="history", queue=queue, warm_runs=1)
+    return replace(base, policy=policy, estimator=estimator, queue=queue)
+
+
 COLS = {
     "makespan_s": "makespan",
     "mean_wait_s": "wait",
@@ -53,8 +63,9 @@ def run_trace(trace: str) -> pd.DataFrame:
     rows = []
     for policy, estimator, queue in ROWS:
         started = time.perf_counter()
-        result = simulate(replace(base, policy=policy, estimator=estimator, queue=queue), arrivals)
+        result = simulate(configured(base, policy, estimator, queue), arrivals)
         summary = result.summary()
+        summary["estimator"] = estimator
         summary["sim_s"] = round(time.perf_counter() - started, 3)
         rows.append(summary)
     frame = pd.DataFrame(rows)
@@ -74,6 +85,7 @@ SWEEP = [
     ("static-3", "floor", "backfill"),
     ("interference-aware", "gpumemnet", "backfill"),
     ("interference-aware", "history", "backfill"),
+    ("interference-aware", WARM, "backfill"),
     ("interference-aware", "oracle", "backfill"),
 ]
 
@@ -92,7 +104,7 @@ def sweep(seeds: int) -> pd.DataFrame:
         arrivals = synthetic_trace(catalog, 60, gpus=4, load=2.0, seed=seed)
         ref = simulate(replace(base, policy="exclusive", estimator="oracle", queue="fifo"), arrivals).summary()
         for policy, estimator, queue in SWEEP:
-            s = simulate(replace(base, policy=policy, estimator=estimator, queue=queue), arrivals).summary()
+            s = simulate(configured(base, policy, estimator, queue), arrivals).summary()
             rows.append(
                 {
                     "policy": policy,

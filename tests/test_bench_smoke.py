@@ -58,12 +58,20 @@ def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_pa
     target = tmp_path / "learned.json"
     script = str(ROOT / "bench" / "learned_interference.py")
     out = subprocess.run(
-        [sys.executable, script, "--seeds", "1", "--workers", "1", "--json", str(target)],
+        [sys.executable, script, "--seeds", "1", "--workers", "1", "--learned-memory", "--json", str(target)],
         capture_output=True,
         text=True,
         check=True,
         timeout=300,
     )
+    rows = [line.split("  ")[0] for line in out.stdout.splitlines() if "+ mem" in line and "targets met" not in line]
+    assert rows[:4] == [
+        "interference-aware + mem",
+        "predictive + mem",
+        "interference-aware + mem, warm",
+        "predictive + mem, warm",
+    ]
+    assert len(rows) == 6 * 4  # side by side with the rows without learned memory, per truth
     knowledge = [line for line in out.stdout.splitlines() if "candidate's knowledge" in line]
     assert len(knowledge) == 6  # one per truth
     assert all("activity learned" in line and "interference observations" in line for line in knowledge)
@@ -71,3 +79,12 @@ def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_pa
     report = json.loads(target.read_text())
     assert report["candidate"] == "predictive" and "fallback='interference-aware'" in report["knobs"]
     assert len(report["checks"]) == 6 * 7 + 3
+    by_row = report["checks_by_row"]
+    assert list(by_row) == [
+        "predictive (candidate)",
+        "interference-aware + mem",
+        "predictive + mem",
+        "interference-aware + mem, warm",
+        "predictive + mem, warm",
+    ]
+    assert all(len(checks) == 6 * 7 + 3 for checks in by_row.values())

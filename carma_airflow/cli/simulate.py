@@ -20,7 +20,9 @@ from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_name
 from carma_airflow.core.queueing import DEFAULT_QUEUE, make_queue
 from carma_airflow.core.sharing import SharingModel
 from carma_airflow.sim.compare import DEFAULT_COMPARISON, compare
-from carma_airflow.sim.engine import SimConfig, simulate
+from carma_airflow.sim.config import SimConfig
+from carma_airflow.sim.engine import simulate
+from carma_airflow.sim.memory import MAX_WARM_RUNS, learns_memory
 from carma_airflow.sim.metrics import SimResult
 from carma_airflow.sim.workload import Arrival, load_catalog, load_trace, packaged, synthetic_trace
 
@@ -34,6 +36,14 @@ EstimatorOpt = Annotated[str, typer.Option(help="oracle, gpumemnet, faketensor, 
 QueueOpt = Annotated[str | None, typer.Option(help="fifo (the paper's) or backfill (default)")]
 SeedOpt = Annotated[int, typer.Option(help="seed for synthetic traces")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+WarmOpt = Annotated[
+    str,
+    typer.Option(
+        "--warm-runs",
+        help="with --estimator history: replay the trace this many times first; the learned peaks of their "
+        "ended tries fill the store (a DAG that runs every day; memory only)",
+    ),
+]
 BetaOpt = Annotated[
     str | None,
     typer.Option(
@@ -62,6 +72,19 @@ def _truth_number(option: str, text: str | None, default: float) -> float:
     if not math.isfinite(value) or value < 0:
         fail(f"{option} must be a finite number >= 0, got {text!r}")
     return value
+
+
+def _with_warm_runs(cfg: SimConfig, text: str) -> SimConfig:
+    """``--warm-runs``: a whole number 0..MAX_WARM_RUNS, and only with an estimator that learns."""
+    try:
+        runs = int(text)
+    except ValueError:
+        fail(f"--warm-runs must be a whole number between 0 and {MAX_WARM_RUNS}, got {text!r}")
+    if not 0 <= runs <= MAX_WARM_RUNS:
+        fail(f"--warm-runs must be a whole number between 0 and {MAX_WARM_RUNS}, got {text!r}")
+    if runs and not learns_memory(cfg.estimator):
+        fail(f"--warm-runs needs an estimator that learns memory (history or history+X), not {cfg.estimator!r}")
+    return replace(cfg, warm_runs=runs)
 
 
 def _with_truth(cfg: SimConfig, beta: str | None, scale: str) -> SimConfig:
@@ -105,10 +128,12 @@ def simulate_cmd(
     seed: SeedOpt = 0,
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
+    warm_runs: WarmOpt = "0",
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
     cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale)
+    cfg = _with_warm_runs(cfg, warm_runs)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     result = simulate(cfg, arrivals)
     _fail_on_impossible(result)

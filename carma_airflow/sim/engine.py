@@ -16,6 +16,8 @@ executor's Airflow task) it gets an activity estimate learned from the telemetry
 that ran alone for a while (with a monitor's noise), and, for policies that predict, an
 :class:`~carma_airflow.core.interference.InterferenceModel` updated as tries end, from each try's
 stretch over the solo duration of earlier solo runs of its type and the co-tenants it had.
+With a ``history`` estimator, a task type's memory is learned from the peaks its ended tries
+held on the simulated GPUs (:mod:`carma_airflow.sim.memory`), as the executor learns it.
 """
 
 from __future__ import annotations
@@ -27,50 +29,24 @@ from dataclasses import dataclass, field
 
 from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.cycle import SchedulingCycle
-from carma_airflow.core.estimators import make_estimator
 from carma_airflow.core.gpu import GpuSpec, GpuState
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.queueing import make_queue
-from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RecoverySettings, RetryMode
+from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.risk import MetricWindow
-from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
-from carma_airflow.core.sharing import ActivityProfile, SharingModel
+from carma_airflow.core.sharing import ActivityProfile
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.sim.config import SimConfig
 from carma_airflow.sim.learning import Knowledge, TrySegment
+from carma_airflow.sim.memory import LearnedPeaks, memory_estimator, warm_peaks
 from carma_airflow.sim.metrics import GpuIntegrals, NeverFit, SimResult, TaskRecord, TimelineEntry
 from carma_airflow.sim.workload import Arrival
 
 ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    gpus: tuple[GpuSpec, ...]
-    policy: str = "interference-aware"
-    estimator: str = "gpumemnet"
-    queue: str = "backfill"
-    recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
-    settings: PlacementSettings = DEFAULT_SETTINGS
-    sharing: SharingModel = field(default_factory=SharingModel)  # the truth: its beta
-    recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
-    activity_scale: float = 1.0  # the truth: real demand = this x the catalogue (reported) activity
-    telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
-    progress_reports: bool = True  # tries report their progress: interference seen within one try
-    seed: int = 0  # of the telemetry noise
-    predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
-
-    def recovery_mode(self) -> str:
-        if self.recovery is not None:
-            return self.recovery
-        if self.queue == "fifo":
-            return "paper"
-        if self.policy.startswith("static-"):
-            return "blind"
-        return "planned"
 
 
 @dataclass(eq=False, slots=True)
@@ -126,7 +102,7 @@ class _Job:
 
 
 class Simulation:
-    def __init__(self, config: SimConfig) -> None:
+    def __init__(self, config: SimConfig, peaks: LearnedPeaks | None = None) -> None:
         self.cfg = config
         policy = make_policy(config.policy)
         if isinstance(policy, Predictive) and config.predictive is not None:
@@ -142,7 +118,8 @@ class Simulation:
             recovery=config.recovery_settings,
             retry_mode=RetryMode(config.recovery_mode()),
         )
-        self.estimator = make_estimator(config.estimator, config.settings.floor_mib)
+        self.estimator = memory_estimator(config)
+        self.peaks = peaks.copy() if peaks is not None else LearnedPeaks()  # learned memory (sim/memory.py)
         self.model = config.sharing
         self.window = config.settings.risk.window
         self.gpus = [_Gpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(config.gpus)]
@@ -152,7 +129,6 @@ class Simulation:
         self.jobs: dict[int, _Job] = {}
         self.req_arrival: dict[str, Arrival] = {}
         self.timeline: list[TimelineEntry] = []
-        self.history: dict[str, list[int]] = {}
         self.oom_crashes = 0
         self.retries = 0
         self.passes = 0
@@ -186,6 +162,8 @@ class Simulation:
         heapq.heappush(self.events, (t, next(self.seq), kind, payload))
 
     def run(self, arrivals: list[Arrival]) -> SimResult:
+        if self.cfg.warm_runs:
+            self.peaks = warm_peaks(self.cfg, arrivals)
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
             self.jobs[a.job_id] = _Job(a)
@@ -221,7 +199,7 @@ class Simulation:
         return True
 
     def _request(self, arrival: Arrival) -> TaskRequest:
-        hist = tuple(self.history.get(arrival.task.name, ()))
+        hist = self.peaks.of(arrival.task.name)
         need = self.estimator.estimate(arrival.task.memory_info(arrival.declared_mib, hist))
         assert need is not None  # the chain ends with the floor
         return TaskRequest(
@@ -444,7 +422,7 @@ class Simulation:
         job.end = self.now
         job.outcome = "success"
         job.last_run_s = self.now - run.start
-        self.history.setdefault(run.arrival.task.name, []).append(run.arrival.task.peak_mib)
+        self.peaks.add(run.arrival.task.name, run.held)  # what the GPU held for it (telemetry)
         self.timeline.append(
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "success")
         )
@@ -541,3 +519,6 @@ def _scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
 def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:
     """Run one simulation."""
     return Simulation(config).run(arrivals)
+
+
+__all__ = ["SimConfig", "Simulation", "simulate"]

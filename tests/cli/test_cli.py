@@ -120,6 +120,9 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["compare", "--activity-scale", "inf"], "--activity-scale must be a finite number >= 0"),
         (["compare", "--activity-scale", "-1"], "--activity-scale must be a finite number >= 0"),
         (["simulate", "--activity-scale", "half"], "--activity-scale must be a number >= 0"),
+        (["simulate", "--estimator", "history", "--warm-runs", "-1"], "--warm-runs must be a whole number"),
+        (["simulate", "--estimator", "history", "--warm-runs", "two"], "--warm-runs must be a whole number"),
+        (["simulate", "--warm-runs", "1"], "--warm-runs needs an estimator that learns memory"),
     ],
 )
 def test_bad_input_gives_one_line_error_and_nonzero_exit(args: list[str], fragment: str) -> None:
@@ -143,6 +146,16 @@ def test_the_simulated_truth_is_an_option() -> None:
     assert slowdown("--activity-scale", "0.6") < today
     code, out, _ = run("compare", "--policies", "magm", "--interference-beta", "0.8", "--json")
     assert code == 0 and len(json.loads(out)) == 2
+
+
+def test_warm_runs_fill_the_learned_memory_first() -> None:
+    def ooms(*args: str) -> int:
+        code, out, err = run("simulate", "--trace", "t2", "--estimator", "history", "--json", *args)
+        assert code == 0, err
+        return int(json.loads(out)["oom_crashes"])
+
+    assert ooms() >= 1  # maskrcnn's first try: GPUMemNet's 8,000 MiB
+    assert ooms("--warm-runs", "1") == 0  # its peak learned the day before
 
 
 def test_malformed_and_inconsistent_files(tmp_path: Path) -> None:

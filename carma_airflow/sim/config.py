@@ -1,0 +1,43 @@
+"""What one simulation replays: the GPUs, the policy and estimator, the truth, the knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from carma_airflow.core.gpu import GpuSpec
+from carma_airflow.core.policies.predictive import PredictiveSettings
+from carma_airflow.core.recovery import RecoverySettings
+from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
+from carma_airflow.core.sharing import SharingModel
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    gpus: tuple[GpuSpec, ...]
+    policy: str = "interference-aware"
+    estimator: str = "gpumemnet"  # "history" (or "history+X"): learned memory ahead of X (sim/memory.py)
+    queue: str = "backfill"
+    recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
+    settings: PlacementSettings = DEFAULT_SETTINGS
+    sharing: SharingModel = field(default_factory=SharingModel)  # the truth: its beta
+    recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
+    activity_scale: float = 1.0  # the truth: real demand = this x the catalogue (reported) activity
+    telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
+    progress_reports: bool = True  # tries report their progress: interference seen within one try
+    seed: int = 0  # of the telemetry noise
+    predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
+    # earlier replays of the same trace whose ended tries' peaks the store holds when this run
+    # starts (a DAG that runs every day); only with a history estimator, memory only
+    warm_runs: int = 0
+
+    def recovery_mode(self) -> str:
+        if self.recovery is not None:
+            return self.recovery
+        if self.queue == "fifo":
+            return "paper"
+        if self.policy.startswith("static-"):
+            return "blind"
+        return "planned"
+
+
+__all__ = ["SimConfig"]
