@@ -26,7 +26,7 @@ from carma_airflow.executor.faults import FaultWatch
 from carma_airflow.executor.intake import family_of, first_request, recovered
 from carma_airflow.executor.launch import Ended, LauncherError, confirm
 from carma_airflow.executor.learned import Learned, use_model
-from carma_airflow.executor.learning import remember_end
+from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.restart import closed_at_restart, orphan_of, reattach
@@ -153,6 +153,7 @@ class TryFlow:
         self.telemetry.observe(
             self.monitor.latest(), self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now)
         )
+        tell_while_running(self.cycle, self.learned, self.telemetry, self.active.values(), self.waiting.values())
         for attempt in list(self.tries.holding_gpus()):
             ended = attempt.handle.poll() if attempt.handle is not None else None
             if ended is not None:

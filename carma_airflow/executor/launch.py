@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.taskrun.outcome import TryResult, read_result
+from carma_airflow.taskrun.procstat import process_start_ticks
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -74,22 +75,6 @@ class Launcher(Protocol):
     def launch(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
         """Start the try on ``host`` (the host of its GPUs) with ``env`` added to its environment."""
         ...
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat); None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # the command name (field 2) may contain spaces and parentheses: split after the last ')'
-    fields = stat.rsplit(")", 1)[-1].split()
-    try:
-        if fields[0] == "Z":  # a zombie has ended
-            return None
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
 
 
 KILL_GRACE_S = 5.0  # SIGTERM first; what still runs this long after gets SIGKILL
@@ -190,7 +175,8 @@ class LaunchedHandle:
             answer = self._launcher.answer(self._id, LAUNCH_REPLY_S)
             if answer is not None and answer.get("op") == "started":
                 self._pid = int(answer["pid"])
-                self._pid_start = process_start_ticks(self._pid)
+                start = answer.get("start")  # read by the launcher while the child surely lived
+                self._pid_start = int(start) if start is not None else process_start_ticks(self._pid)
             else:
                 self._error = "no answer" if answer is None else str(answer.get("message"))
         if self._error is not None:

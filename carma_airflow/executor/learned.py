@@ -93,6 +93,11 @@ class Learned:
         """The task's expected solo SM activity: its measured tries, the declared hint as a prior."""
         return estimate_activity(tuple(self._activity.get((dag_id, task_id), ())), hint)
 
+    def activity_with(self, dag_id: str, task_id: str, running: ActivitySample, hint: float | None) -> ActivityEstimate:
+        """As :meth:`activity`, with a running try's measurement so far counted as one more try
+        (not kept: the try's own sample is added when it ends)."""
+        return estimate_activity((*self._activity.get((dag_id, task_id), ()), running), hint)
+
     def add_solo(self, dag_id: str, task_id: str, seconds: float) -> None:
         self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
 

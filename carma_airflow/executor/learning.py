@@ -4,16 +4,51 @@ writes are returned."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.interference import CollocationObservation
 from carma_airflow.executor.ending import TryEnd, utc
 from carma_airflow.executor.intake import family_of
 from carma_airflow.executor.learned import MODEL_DOC, EndedTry, Learned
-from carma_airflow.executor.telemetry import Seen
+from carma_airflow.executor.telemetry import Attribution, Seen
 from carma_airflow.executor.tries import Try
 from carma_airflow.executor.writes import AddActivity, SaveDocument, StoreWrite
 from carma_airflow.store.records import TryOutcome
 
 MIN_RUN_S = 1.0  # a try shorter than this says nothing about its speed
+LIVE_SAMPLES = 5  # monitor samples of a running try before its activity is used (issue 13)
+
+
+def tell_while_running(
+    cycle: SchedulingCycle, learned: Learned, telemetry: Attribution, running: Iterable[Try], waiting: Iterable[Try]
+) -> int:
+    """Use what the monitor measured of a running try's own SM activity at once, not only when
+    it ends: it counts with it as a co-tenant, and the waiting tries of the same task are decided
+    with it from the next pass (their own history plus this try so far).  Once per try; returns
+    how many tries were told.  Before, a never-seen task counted with the prior (0.5) until its
+    first try ended, however light or heavy the monitor already showed it to be."""
+    told = 0
+    same_task: dict[tuple[str, str], list[Try]] | None = None
+    for attempt in running:
+        if attempt.activity_told:
+            continue
+        sample = telemetry.so_far(attempt.rkey, LIVE_SAMPLES)
+        if sample is None:
+            continue
+        attempt.activity_told = True
+        ti = attempt.ti
+        hint = attempt.config.activity if attempt.config is not None else None
+        estimate = learned.activity_with(ti.dag_id, ti.task_id, sample, hint)
+        cycle.learn_activity(attempt.rkey, estimate)
+        if same_task is None:
+            same_task = {}
+            for w in waiting:
+                same_task.setdefault((w.ti.dag_id, w.ti.task_id), []).append(w)
+        for w in same_task.get((ti.dag_id, ti.task_id), ()):
+            cycle.learn_activity(w.rkey, estimate)
+        told += 1
+    return told
 
 
 def remember_end(

@@ -99,6 +99,18 @@ class Attribution:
             self._sessions[pid] = self._session(pid)
         return self._sessions[pid] == session
 
+    def so_far(self, rkey: str, min_samples: int) -> ActivitySample | None:
+        """Try ``rkey``'s own SM activity while it still runs, once ``min_samples`` samples of its
+        own processes (or of its GPU while it was alone there) say it; None until then."""
+        watch = self._watch.get(rkey)
+        if watch is None:
+            return None
+        if watch.process_n >= min_samples:
+            return ActivitySample(watch.process_sum / watch.process_n, "process")
+        if watch.alone_n >= min_samples and not watch.process_n:
+            return ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone")
+        return None
+
     def conclude(self, rkey: str) -> Seen:
         """What was seen of try ``rkey`` (which has ended); forgets it."""
         watch = self._watch.pop(rkey, None)

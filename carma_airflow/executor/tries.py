@@ -75,6 +75,7 @@ class Try:
     last_summary: str = ""  # the placer's latest word on it while it waits
     recorded_shape: str = ""  # that word as last written to the store, numbers left out
     recorded_at: float = 0.0
+    activity_told: bool = False  # its measured activity was given to the cycle while it runs
 
     def worth_recording(self, summary: str, now: float) -> bool:
         """Whether a new waiting reason goes to the store and log: its kind changed (the

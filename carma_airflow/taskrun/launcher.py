@@ -35,6 +35,8 @@ import signal
 import sys
 from typing import Any
 
+from carma_airflow.taskrun.procstat import process_start_ticks
+
 
 def _try_process(command_fd: int) -> None:  # pragma: no cover - the child
     """Body of one try's process (a child of the launcher): never returns.
@@ -156,7 +158,9 @@ class Launcher:
                 self.reply({"op": "error", "id": command.get("id"), "message": f"fork failed: {exc}"})
                 continue
             self.children.add(pid)
-            self.reply({"op": "started", "id": command.get("id"), "pid": pid})
+            # its start time now, while it surely lives (it waits for its command): a try that
+            # ends at once is still told apart from a later process with its PID
+            self.reply({"op": "started", "id": command.get("id"), "pid": pid, "start": process_start_ticks(pid)})
             given.append((pipe, command))
         for pipe, command in given:
             data = json.dumps(command).encode()

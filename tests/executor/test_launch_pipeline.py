@@ -53,6 +53,8 @@ def test_sending_does_not_wait_for_the_launcher(launcher: LauncherProcess, tmp_p
         confirm(handle)
     pids = [h.pid for h in handles]
     assert all(isinstance(p, int) and p > 0 for p in pids) and len(set(pids)) == 5
+    # each start time read by the launcher while the process surely lived, however soon it ends
+    assert all(isinstance(h.pid_start, int) for h in handles)
     for handle in handles:
         deadline = time.monotonic() + 30
         while (ended := handle.poll()) is None and time.monotonic() < deadline:

@@ -132,7 +132,9 @@ def test_a_task_that_can_never_fit_fails_at_once(executor_factory, config, why) 
 
 
 def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executor_factory) -> None:
-    first = executor_factory(gpus="2xA100-40GB", behaviour={"long": {"seconds": 4}, "short": {"seconds": 0.1}})
+    # "long" must outlive the second executor's start (its launcher imports Airflow: seconds on a
+    # loaded machine)
+    first = executor_factory(gpus="2xA100-40GB", behaviour={"long": {"seconds": 15}, "short": {"seconds": 0.1}})
     long, short = make_workload("long", config={"memory": "8GiB"}), make_workload("short", config={"memory": "8GiB"})
     submit(first, long, short)
     long_gpu = first.active[long.key].gpu_uuids
@@ -153,7 +155,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     stray = make_workload("gone").ti  # a try this host knows nothing about: the scheduler resets it
     assert second.try_adopt_task_instances([long.ti, stray]) == [stray]
     assert long.key in second.active and long.key in second.running
-    run_until(second, lambda: not second.active, timeout=20)
+    run_until(second, lambda: not second.active, timeout=40)
     assert second.get_event_buffer()[long.key][0] == TaskInstanceState.SUCCESS
     assert second.store.latest_for("dag", "long")[0].outcome == TryOutcome.SUCCESS
     assert second.tenants[long_gpu[0]] == []
