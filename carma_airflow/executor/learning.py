@@ -5,6 +5,7 @@ writes are returned."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.interference import CollocationObservation
@@ -46,7 +47,11 @@ def tell_while_running(
             for w in waiting:
                 same_task.setdefault((w.ti.dag_id, w.ti.task_id), []).append(w)
         for w in same_task.get((ti.dag_id, ti.task_id), ()):
-            cycle.learn_activity(w.rkey, estimate)
+            # only a try that knows nothing yet: one that came in with its task's history keeps
+            # it (re-deciding a deep queue at every try that runs would churn the placer's groups)
+            if w.request is not None and (w.request.activity is None or w.request.activity.count == 0):
+                w.request = replace(w.request, activity=estimate)
+                cycle.learn_activity(w.rkey, estimate)
         told += 1
     return told
 
