@@ -182,11 +182,7 @@ def plan_recovery(
         return GiveUp(f"not a CUDA OOM ({failure.kind.value}: {failure.evidence}); the author's retries apply")
     reached = peak_mib if peak_mib is not None else request.memory.mib
     if not oom_retry_left(oom_retries_done, settings.max_oom_retries):
-        advise = advised_memory_gib(reached, settings)
-        return GiveUp(
-            f"CUDA OOM on {oom_retries_done + 1} tries; the last reached {format_mib(reached)} per GPU. "
-            f"Declare memory of at least {advise}GiB in executor_config or use a larger GPU."
-        )
+        return GiveUp(oom_advice(oom_retries_done + 1, reached, settings))
     grown = max(request.memory.mib, int(reached * settings.growth))
     grown = math.ceil(grown / settings.round_mib) * settings.round_mib
     last = oom_retries_done + 1 == settings.max_oom_retries

@@ -161,7 +161,9 @@ def test_recovery_after_an_oom_releases_plans_more_memory_elsewhere_and_queues_i
     (third,) = c.run(21.0, gpus(2)).placed
     assert third.prior_ooms == 2
     gave_up = c.recover("a#3", OOM, now=30.0, peak_mib=20000)
-    assert isinstance(gave_up, GiveUp) and "Declare memory of at least" in gave_up.reason
+    # the one advice text (core/recovery.oom_advice): 20000 MiB x 1.25, rounded up to GiB
+    assert isinstance(gave_up, GiveUp) and "CUDA OOM on 3 tries, the last at 20000 MiB" in gave_up.reason
+    assert "executor_config={'carma': {'memory': '25GiB'}}" in gave_up.reason
     assert len(c) == 0 and len(c.reservations) == 0
 
 

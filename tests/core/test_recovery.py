@@ -173,7 +173,7 @@ def test_gives_up_after_the_bound_with_advice() -> None:
     give_up = plan_recovery(first_try(), OOM, oom_retries_done=2, peak_mib=20480, crashed_gpus=(), now=0.0)
     assert isinstance(give_up, GiveUp)
     assert "3 tries" in give_up.reason
-    assert "20.0 GiB" in give_up.reason  # the memory reached
+    assert "the last at 20480 MiB" in give_up.reason  # the memory reached
     assert "25GiB" in give_up.reason  # 20 GiB * 1.25 to declare
     assert "executor_config" in give_up.reason
 
