@@ -11,26 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.interference import Segment
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
-
-
-def session_of(pid: int) -> int | None:
-    """The session id of process ``pid`` (field 6 of /proc/PID/stat), None if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    try:
-        return int(fields[3])
-    except (IndexError, ValueError):
-        return None
+from carma_airflow.taskrun.procstat import session_of
 
 
 @dataclass(slots=True)
