@@ -254,7 +254,8 @@ class TryFlow:
         if not self.waiting:
             return
         now = time.time()
-        result = self.cycle.run(now, self._gpus(now))
+        why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
+        result = self.cycle.run(now, self._gpus(now), waiting_decisions=why)
         # every placed try is sent before any is waited for: the launcher forks them back to back
         sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in result.placed]
         for launch in sent:
@@ -282,8 +283,7 @@ class TryFlow:
                 self._record(attempt, outcome=TryOutcome.WAITING, summary=decision.summary, reasons=reasons)
 
     def _launch(self, attempt: Try | None, decision: Decision) -> Launch | None:
-        """Send a try the pass placed (its GPUs are reserved) to its launcher; if it cannot
-        start, free them.  :meth:`_confirm` then waits for its process."""
+        """Send a placed try (GPUs reserved) to its launcher, else free them; see :meth:`_confirm`."""
         assert attempt is not None and attempt.request is not None
         host = self.starter.host_of(decision, self._host_of)
         try:

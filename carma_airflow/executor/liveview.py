@@ -17,12 +17,28 @@ from carma_airflow.settings import CarmaSettings
 SAMPLES_EVERY_S = 30.0  # one row of GPU telemetry history per GPU this often
 
 
+REASONS_EVERY_S = 1.0
+REASONS_ALWAYS_BELOW = 64  # waiting tries up to which every pass gives reasons (cheap anyway)
+
+
 class LiveView:
     def __init__(self, settings: CarmaSettings, policy: str, queue: str) -> None:
         self.settings, self.policy, self.queue = settings, policy, queue
         self.pass_ms: deque[float] = deque(maxlen=256)  # the latest scheduling passes
         self._samples_at = 0.0
         self._snapshot_at = 0.0
+        self._reasons_at = 0.0
+
+    def reasons_due(self, now: float, waiting: int) -> bool:
+        """Whether this pass also decides why each try that stays waits (the UI's and ``carma
+        why``'s reason, the store's and the log's).  A pass without places and refuses exactly
+        the same tries (core/cycle.py) but decides a few per shape, not every waiting try:
+        with 1,000 waiting that is the difference between about 100 ms and a few.  A short
+        queue gets reasons at every pass; a deep one once every ``REASONS_EVERY_S``."""
+        if waiting <= REASONS_ALWAYS_BELOW or now - self._reasons_at >= REASONS_EVERY_S:
+            self._reasons_at = now
+            return True
+        return False
 
     def samples_due(self, now: float, samples: Sequence[GpuSample]) -> RecordSamples | None:
         if now - self._samples_at < SAMPLES_EVERY_S:
