@@ -109,11 +109,7 @@ class Reservations:
         res = self._by_key.get(key)
         if res is None:
             return False
-        res = replace(res, observed_mib=mib)
-        self._by_key[key] = res
-        for uuid in res.gpu_uuids:
-            self._on[uuid][key] = res
-            self._touch(uuid)
+        self._replace(replace(res, observed_mib=mib))
         return True
 
     def learn_activity(self, key: str, activity: ActivityEstimate) -> bool:
@@ -122,14 +118,16 @@ class Reservations:
         res = self._by_key.get(key)
         if res is None:
             return False
-        if res.activity == activity:
-            return True
-        res = replace(res, activity=activity)
-        self._by_key[key] = res
-        for uuid in res.gpu_uuids:
-            self._on[uuid][key] = res
-            self._touch(uuid)
+        if res.activity != activity:
+            self._replace(replace(res, activity=activity))
         return True
+
+    def _replace(self, res: Reservation) -> None:
+        """A held try's reservation with new facts, on each of its GPUs."""
+        self._by_key[res.key] = res
+        for uuid in res.gpu_uuids:
+            self._on[uuid][res.key] = res
+            self._touch(uuid)
 
     def release(self, key: str) -> Reservation | None:
         """End try ``key``'s reservation and return it; None when it held none (released already).
