@@ -17,16 +17,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-from uuid import uuid4
+from typing import Any
 
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
 
-if TYPE_CHECKING:
-    from airflow.executors.workloads import ExecuteTask
-
-__all__ = ["SimulatedCudaOOM", "make_workload", "simulated_training", "training_slowdown", "try_runner_env"]
+__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown", "try_runner_env"]
 
 TRY_RUNNER_ENV = "CARMA_TRY_RUNNER"  # read by carma_airflow/taskrun/launcher.py
 
@@ -42,41 +38,6 @@ def try_runner_env(function: Callable[..., int]) -> dict[str, str]:
     root = Path(str(module.__file__)).resolve().parents[function.__module__.count(".")]
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     return {TRY_RUNNER_ENV: f"{function.__module__}:{function.__qualname__}", "PYTHONPATH": path}
-
-
-def make_workload(
-    task_id: str,
-    *,
-    dag_id: str = "dag",
-    run_id: str = "run1",
-    try_number: int = 1,
-    executor_config: dict[str, Any] | None = None,
-    dag_rel_path: str = "dag.py",
-    bundle: str = "dags",
-    token: str = "t",
-) -> ExecuteTask:
-    """The workload the scheduler would queue for one try of ``dag_id.task_id`` (an unmapped task
-    instance with fresh ids and nothing behind it in Airflow's database), to hand an executor
-    directly (``queue_workload``) in tests and benchmarks.  Imports Airflow when called."""
-    from airflow.executors.workloads import ExecuteTask
-    from airflow.executors.workloads.base import BundleInfo
-    from airflow.executors.workloads.task import TaskInstanceDTO
-
-    ti = TaskInstanceDTO(
-        id=uuid4(),
-        task_id=task_id,
-        dag_id=dag_id,
-        run_id=run_id,
-        try_number=try_number,
-        dag_version_id=uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
-        executor_config=executor_config,
-    )
-    return ExecuteTask(
-        ti=ti, dag_rel_path=Path(dag_rel_path), token=token, log_path=None, bundle_info=BundleInfo(name=bundle)
-    )
 
 
 log = logging.getLogger(__name__)

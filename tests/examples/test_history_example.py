@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from carma_airflow.testing import make_workload, try_runner_env
+from carma_airflow.testing import try_runner_env
+from carma_airflow.workloads import make_workload
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
