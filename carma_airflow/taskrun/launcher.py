@@ -153,7 +153,7 @@ class Launcher:
         given = []
         for command in commands:
             try:
-                pid, pipe = self.spare.pop() if self.spare else self.fork()
+                pid, pipe = self.spare.pop(0) if self.spare else self.fork()  # the oldest spare first
             except OSError as exc:
                 self.reply({"op": "error", "id": command.get("id"), "message": f"fork failed: {exc}"})
                 continue
