@@ -382,5 +382,4 @@ __all__ = [
     "PidHandle",
     "TaskHandle",
     "confirm",
-    "process_start_ticks",
 ]

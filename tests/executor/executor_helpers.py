@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ from typing import Any
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
 from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
 
+from carma_airflow import workloads
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.taskrun.outcome import TryResult, write_result
 
@@ -37,20 +35,13 @@ def make_workload(
     dag_id: str = "dag",
     author_retries: int | None = None,
 ) -> ExecuteTask:
-    ti = TaskInstanceDTO(
-        id=uuid.uuid4(),
-        task_id=task_id,
+    return workloads.make_workload(
+        task_id,
         dag_id=dag_id,
         run_id=run_id,
         try_number=try_number,
-        dag_version_id=uuid.uuid4(),
-        map_index=-1,
-        pool_slots=1,
-        priority_weight=1,
         executor_config=_executor_config(config, author_retries),
-    )
-    return ExecuteTask(
-        ti=ti, dag_rel_path=Path("dag.py"), token="old-token", log_path=None, bundle_info=BundleInfo(name="dags")
+        token="old-token",
     )
 
 
