@@ -1,0 +1,182 @@
+"""The placer's pools: per-GPU facts split into idle candidates, collocation candidates (each
+sorted by the policy's keys) and GPUs no request can use now (with their reasons), and the cache
+that keeps them from pass to pass."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from itertools import compress
+from operator import is_not
+
+from carma_airflow.core.decision import GpuVerdict, Reason
+from carma_airflow.core.facts import NEVER, gpu_facts
+from carma_airflow.core.gpu import ClusterView, GpuHealth
+from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.reasons import count_reasons, verdict
+from carma_airflow.core.settings import PlacementSettings
+from carma_airflow.core.task import MemoryNeed, TaskRequest
+
+Entry = tuple[tuple[float, ...], int, GpuFacts]
+NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
+
+
+class Pools:
+    """Per-GPU facts of one view split into idle candidates, collocation candidates (each kept
+    sorted by the policy's keys) and GPUs no request can use now (with their reasons): what a
+    pass starts from, and what a placer keeps from pass to pass (:class:`PoolCache`)."""
+
+    def __init__(self, pol: Policy, settings: PlacementSettings, facts: list[GpuFacts]) -> None:
+        self.pol = pol
+        self.settings = settings
+        self.facts = facts
+        self.by_uuid = {f.uuid: f for f in facts}
+        # tie-break after the policy's key: the GPU's place in the view (unique across hosts,
+        # where GPU indices repeat; on one host it is the index order)
+        self.ordinal = {f.uuid: n for n, f in enumerate(facts)}
+        self.never_cache: dict[tuple[object, ...], tuple[str | None, int]] = {}
+        self.idle: list[Entry] = []
+        self.shared: list[Entry] = []
+        # the collocation pool again, by usable memory: finds "fits" without scanning
+        self.by_free: list[tuple[int, int, Entry]] = []
+        self.where: dict[str, Entry] = {}
+        self.static: dict[str, GpuVerdict] = {}
+        self._static_tuple: tuple[GpuVerdict, ...] | None = None
+        self._static_counts: dict[Reason, int] | None = None
+        for f in facts:
+            self._place_in_pool(f, sort=False)
+        self.idle.sort(key=lambda e: (e[0], e[1]))
+        self.shared.sort(key=lambda e: (e[0], e[1]))
+        self.by_free.sort(key=lambda e: (e[0], e[1]))
+
+    # pools -------------------------------------------------------------------------------
+    def _classify(self, f: GpuFacts) -> GpuVerdict | bool:
+        """True: idle pool, False: collocation pool, a verdict: unusable for every request."""
+        pol = self.pol
+        st = f.state
+        if st.health is GpuHealth.QUARANTINED:
+            return verdict(f, Reason.UNHEALTHY, "quarantined after GPU errors")
+        if f.idle:
+            return True
+        if st.health is GpuHealth.STALE:
+            return verdict(f, Reason.STALE, "no fresh samples: collocation stopped")
+        if not pol.collocates:
+            return verdict(f, Reason.BUSY, f"has {f.tenants} tenant(s); exclusive policy")
+        if f.exclusive_tenant:
+            return verdict(f, Reason.EXCLUSIVE_TENANT, "held by an exclusive task")
+        if pol.max_tenants is not None and f.tenants >= pol.max_tenants:
+            return verdict(f, Reason.TENANT_CAP, f"{f.tenants} tenants (cap {pol.max_tenants})")
+        if pol.uses_lock and f.locked:
+            return verdict(f, Reason.LOCKED, "placed on recently; waiting for its window")
+        if pol.checks_risk and f.high_risk:
+            return verdict(f, Reason.RISK, f"SM activity {f.smact:.2f}, occupancy {f.smocc:.2f}, DRAM {f.drama:.2f}")
+        if not pol.admits(f, NO_REQUEST, self.settings.activity_prior):
+            return verdict(f, Reason.INTERFERENCE, f"projected SM activity {f.smact:.2f} + newcomer over the cap")
+        return False
+
+    def _place_in_pool(self, f: GpuFacts, sort: bool = True) -> None:
+        verdict = self._classify(f)
+        if isinstance(verdict, GpuVerdict):
+            self.static[f.uuid] = verdict
+            self._static_tuple = None
+            return
+        pool = self.idle if verdict else self.shared
+        key = self.pol.idle_key(f, NO_REQUEST) if verdict else self.pol.key(f, NO_REQUEST)
+        entry: Entry = (key, self.ordinal[f.uuid], f)
+        self.where[f.uuid] = entry
+        if sort:
+            bisect.insort(pool, entry, key=lambda e: (e[0], e[1]))
+        else:
+            pool.append(entry)
+        if not verdict:
+            item = (f.usable_free_mib, entry[1], entry)
+            if sort:
+                bisect.insort(self.by_free, item, key=lambda e: (e[0], e[1]))
+            else:
+                self.by_free.append(item)
+
+    def _take_out(self, f: GpuFacts) -> None:
+        entry = self.where.pop(f.uuid, None)
+        if entry is None:
+            if self.static.pop(f.uuid, None) is not None:
+                self._static_tuple = None
+            return
+        for pool in (self.idle, self.shared):
+            i = bisect.bisect_left(pool, (entry[0], entry[1]), key=lambda e: (e[0], e[1]))
+            if i < len(pool) and pool[i][2] is f:
+                del pool[i]
+                if pool is self.shared:
+                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, entry[1]), key=lambda e: (e[0], e[1]))
+                    if j < len(self.by_free) and self.by_free[j][2] is entry:
+                        del self.by_free[j]
+                return
+
+    def static_rejections(self) -> tuple[GpuVerdict, ...]:
+        if self._static_tuple is None:
+            self._static_tuple = tuple(self.static.values())
+            self._static_counts = None
+        return self._static_tuple
+
+    def static_counts(self) -> dict[Reason, int]:
+        """The reasons of :meth:`static_rejections`, counted (kept while they stay the same)."""
+        verdicts = self.static_rejections()
+        if self._static_counts is None:
+            self._static_counts = count_reasons(verdicts, {})
+        return self._static_counts
+
+
+class PoolCache:
+    """The last view's pools, kept for the next pass: only the GPUs whose state is another
+    object, or whose facts' time-dependence ran out (``until``), are classified again.  A pass
+    works on copies (copy-on-write for the facts it places on), so the cache stays as the view."""
+
+    def __init__(self, token: Hashable, view: ClusterView, pools: Pools, until: list[float]) -> None:
+        self.token = token
+        self.now = view.now
+        self.states = list(view.gpus)
+        self.pools = pools
+        self.until = until
+        self.soonest = min(until, default=NEVER)
+
+    def update(self, view: ClusterView) -> bool:
+        """Bring the pools to ``view``; False where they must be built afresh (GPUs changed
+        places, the clock went back)."""
+        now, gpus, states = view.now, view.gpus, self.states
+        n = len(gpus)
+        if now < self.now or n != len(states):
+            return False
+        redo = set(compress(range(n), map(is_not, gpus, states)))
+        if now >= self.soonest:
+            redo.update(i for i, u in enumerate(self.until) if u <= now)
+        if any(gpus[i].uuid != states[i].uuid for i in redo):
+            return False
+        self.now, self.states = now, list(gpus)
+        if not redo:
+            return True
+        places = sorted(redo)
+        until: list[float] = []
+        pools = self.pools
+        fresh = gpu_facts(pools.pol, pools.settings, [gpus[i] for i in places], now, until)
+        pools = self.pools
+        static = pools.static
+        reorder = False
+        for i, f, u in zip(places, fresh, until, strict=True):
+            old = pools.facts[i]
+            if old.state.spec != f.state.spec or old.state.host != f.state.host:
+                pools.never_cache = {}
+            reorder = reorder or old.uuid in static
+            pools._take_out(old)
+            pools.facts[i] = f
+            pools.by_uuid[f.uuid] = f
+            pools._place_in_pool(f)
+            reorder = reorder or f.uuid in static
+            self.until[i] = u
+        if reorder:  # the GPUs no request can use, in view order (as a fresh build lists them)
+            pools.static = {f.uuid: static[f.uuid] for f in pools.facts if f.uuid in static}
+            pools._static_tuple = None
+            pools._static_counts = None
+        self.soonest = min(self.until, default=NEVER)
+        return True
+
+
+__all__ = ["NO_REQUEST", "Entry", "PoolCache", "Pools"]

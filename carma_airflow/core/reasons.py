@@ -1,0 +1,128 @@
+"""The reason texts of placement decisions: what ``carma why``, the log and the GPU page show.
+
+A scan records light tuples (GPU, reason, pool); the texts are made here, only for decisions
+that keep them.  A waiting decision's headline names what blocks (:func:`waiting_summary`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from carma_airflow.core.decision import GpuVerdict, Reason
+from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.units import format_mib
+
+
+def verdict(facts: GpuFacts, reason: Reason | None, detail: str) -> GpuVerdict:
+    st = facts.state
+    return GpuVerdict(st.uuid, st.index, st.spec.name, reason, detail)
+
+
+def describe(facts: GpuFacts, tenants: Sequence[str]) -> str:
+    co = ", ".join(tenants) if tenants else "none"
+    return f"{format_mib(facts.usable_free_mib)} free, SM activity {facts.smact:.2f}, co-tenants: {co}"
+
+
+def scan_verdicts(
+    scanned: Sequence[tuple[GpuFacts, Reason, bool]],
+    request: TaskRequest,
+    headroom_mib: int,
+    notes: dict[str, str] | None = None,
+) -> tuple[GpuVerdict, ...]:
+    """Turn the light records of a scan into verdicts with their texts (``notes``: a policy's
+    own texts for the GPUs it refused)."""
+    need = request.memory.mib
+    filter_need = request.memory.filter_mib(headroom_mib)
+    out = []
+    for f, reason, shared in scanned:
+        note = notes.get(f.uuid) if notes else None
+        if note is not None:
+            detail = note
+        elif reason is Reason.MODEL:
+            detail = f"is not a {request.gpu_model}"
+        elif reason is Reason.RESERVED:
+            detail = "held for a task past its starvation bound"
+        elif reason is Reason.BUSY:
+            detail = f"has {f.tenants} tenant(s); task needs an idle GPU"
+        elif shared:
+            detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} (estimate + headroom)"
+        else:
+            detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed"
+        out.append(verdict(f, reason, detail))
+    return tuple(out)
+
+
+# the headline of a waiting decision where one reason holds every GPU back: the cause, by name
+_EVERY_GPU: dict[Reason, str] = {
+    Reason.UNHEALTHY: "every GPU is quarantined",
+    Reason.STALE: "every GPU has stale telemetry",
+    Reason.LOCKED: "every GPU was placed on moments ago",
+    Reason.MEMORY: "no GPU with {need} free",
+    Reason.RISK: "every GPU is too busy to share (high-risk)",
+    Reason.INTERFERENCE: "every GPU would pass the interference cap",
+    Reason.BUSY: "no idle GPU",
+    Reason.EXCLUSIVE_TENANT: "every GPU is held by an exclusive task",
+    Reason.TENANT_CAP: "every GPU is at its tenant cap",
+    Reason.MODEL: "no GPU is a {model}",
+    Reason.AVOID: "every GPU is avoided after an OOM",
+    Reason.RESERVED: "every GPU is held for a task past its starvation bound",
+    Reason.HOST: "every GPU is on a host short of GPUs",
+}
+_REASON_ORDER = {r: i for i, r in enumerate(Reason)}
+
+
+def waiting_summary(
+    rejected: Sequence[GpuVerdict], total: int, *, n: int, idle_only: bool, need: str, model: str | None = None
+) -> str:
+    """The text of a waiting decision (what ``carma why``, the log and the GPU page show).
+
+    The headline names what blocks: the one reason when it holds back every GPU ("every GPU is
+    at its tenant cap", "no GPU with 6.0 GiB free" only when memory is what every GPU lacks),
+    else that no GPU can take the task now.  The parenthesis counts the reasons, the most
+    common first with its share of the ``total`` GPUs: ``(7 of 8 GPUs tenant-cap, 1 memory)``.
+    The headline's wording depends on the kinds of reasons only, not on their counts: the
+    executor writes a waiting task's reason again when its headline changes.
+    """
+    counts: dict[Reason, int] = {}
+    for v in rejected:
+        if v.reason is not None:
+            counts[v.reason] = counts.get(v.reason, 0) + 1
+    return summary_of_counts(counts, total, n=n, idle_only=idle_only, need=need, model=model)
+
+
+def count_reasons(verdicts: Sequence[GpuVerdict], into: dict[Reason, int]) -> dict[Reason, int]:
+    for v in verdicts:
+        if v.reason is not None:
+            into[v.reason] = into.get(v.reason, 0) + 1
+    return into
+
+
+def summary_of_counts(
+    counts: dict[Reason, int], total: int, *, n: int, idle_only: bool, need: str, model: str | None
+) -> str:
+    """:func:`waiting_summary` from the reasons counted already (a pass counts the GPUs no
+    request can use once, not once per waiting decision)."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _REASON_ORDER[kv[0]]))
+    if len(ranked) == 1 and ranked[0][1] >= total:
+        reason = ranked[0][0]
+        if reason is Reason.MEMORY and n > 1:
+            lack = f"no host with {n} GPUs with {need} free"
+        elif reason is Reason.BUSY and n > 1:
+            lack = f"no host with {n} GPUs idle"
+        else:
+            lack = _EVERY_GPU[reason].format(need=need, model=model)
+    elif n == 1:
+        lack = "no usable idle GPU" if idle_only else f"no GPU can take {need} now"
+    else:
+        lack = (
+            f"no host with {n} GPUs idle and usable" if idle_only else f"no host with {n} GPUs that can take {need} now"
+        )
+    if not ranked:
+        return f"waiting: {lack} (too few candidates on one host)"
+    (top, k), rest = ranked[0], ranked[1:]
+    parts = [f"{k} of {total} GPU{'s' if total != 1 else ''} {top.value}"] + [f"{c} {r.value}" for r, c in rest]
+    return f"waiting: {lack} ({', '.join(parts)})"
+
+
+__all__ = ["count_reasons", "describe", "scan_verdicts", "summary_of_counts", "verdict", "waiting_summary"]
