@@ -18,18 +18,23 @@ that ran alone for a while (with a monitor's noise), and, for policies that pred
 stretch over the solo duration of earlier solo runs of its type and the co-tenants it had.
 With a ``history`` estimator, a task type's memory is learned from the peaks its ended tries
 held on the simulated GPUs (:mod:`carma_airflow.sim.memory`), as the executor learns it.
+
+Where things live: this module is the event loop (arrivals, ramps, finishes, wake-ups, the
+scheduling pass) and the jobs' bookkeeping; :mod:`carma_airflow.sim.gpus` plays the GPUs
+(rates, telemetry, the memory a try allocates at its ramp and the CUDA OOM);
+:mod:`carma_airflow.sim.jobs` records jobs and builds the result.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import replace
 
 from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.cycle import SchedulingCycle
-from carma_airflow.core.gpu import GpuSpec, GpuState
+from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
@@ -37,68 +42,16 @@ from carma_airflow.core.policies.predictive import Predictive, PredictiveSetting
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
-from carma_airflow.core.risk import MetricWindow
-from carma_airflow.core.sharing import ActivityProfile
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
+from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
+from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge, TrySegment
-from carma_airflow.sim.memory import LearnedPeaks, memory_estimator, warm_peaks
-from carma_airflow.sim.metrics import GpuIntegrals, NeverFit, SimResult, TaskRecord, TimelineEntry
+from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory, memory_estimator
+from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
 from carma_airflow.sim.workload import Arrival
 
 ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
-
-
-@dataclass(eq=False, slots=True)
-class _Run:
-    arrival: Arrival
-    request: TaskRequest
-    gpus: list[int]
-    start: float
-    profile: ActivityProfile  # the truth: what it demands of its GPU
-    remaining: float  # solo seconds of work left
-    reported: ActivityProfile | None = None  # what the monitor reports of it (telemetry)
-    rate: float = 1.0
-    last: float = 0.0
-    version: int = 0
-    ramped: bool = False
-    held: int = 0
-    alive: bool = True
-    # co-tenancy as the driver would record it: seconds, work done, co-tenant task types
-    seg_start: float = 0.0
-    seg_work: float = 0.0  # ``remaining`` when the segment began
-    seg_with: tuple[str, ...] = ()
-    segments: list[TrySegment] = field(default_factory=list)
-
-
-@dataclass(eq=False, slots=True)
-class _Gpu:
-    index: int
-    spec: GpuSpec
-    uuid: str
-    runs: list[_Run] = field(default_factory=list)
-    used: int = 0
-    smact: float = 0.0
-    smocc: float = 0.0
-    drama: float = 0.0
-    changed_at: float = -1e18
-    history: list[tuple[float, float, float, float]] = field(default_factory=list)
-    integ: GpuIntegrals = field(default_factory=GpuIntegrals)
-    since: float = 0.0
-    cached: GpuState | None = None
-
-
-@dataclass(slots=True)
-class _Job:
-    arrival: Arrival
-    tries: int = 0
-    ooms: int = 0
-    first_start: float | None = None
-    waited: float = 0.0
-    end: float | None = None
-    outcome: str = "pending"
-    last_run_s: float = 0.0
-    gpus: tuple[int, ...] = ()
 
 
 class Simulation:
@@ -121,12 +74,12 @@ class Simulation:
         self.estimator = memory_estimator(config)
         self.peaks = peaks.copy() if peaks is not None else LearnedPeaks()  # learned memory (sim/memory.py)
         self.model = config.sharing
-        self.window = config.settings.risk.window
-        self.gpus = [_Gpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(config.gpus)]
-        self.by_uuid = {g.uuid: g for g in self.gpus}
+        self.board = SimGpus(config.gpus, config.sharing, config.settings.risk)
+        self.gpus = self.board.gpus
+        self.by_uuid = self.board.by_uuid
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = itertools.count()
-        self.jobs: dict[int, _Job] = {}
+        self.jobs: dict[int, JobRecord] = {}
         self.req_arrival: dict[str, Arrival] = {}
         self.timeline: list[TimelineEntry] = []
         self.oom_crashes = 0
@@ -166,7 +119,7 @@ class Simulation:
             self.peaks = warm_peaks(self.cfg, arrivals)
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
-            self.jobs[a.job_id] = _Job(a)
+            self.jobs[a.job_id] = JobRecord(a)
         while self.events:
             t = self.events[0][0]
             self.now = t
@@ -219,37 +172,7 @@ class Simulation:
 
     # -- scheduling --------------------------------------------------------------------
     def _states(self) -> list[GpuState]:
-        """The GPUs as a monitor would read them (the cycle adds the tenants); a settled GPU's
-        state is kept, so the cycle's view reuses it too."""
-        states = []
-        for g in self.gpus:
-            settled = self.now - g.changed_at >= self.window
-            if g.cached is None or not settled:
-                g.cached = self._state(g, settled)
-            states.append(g.cached)
-        return states
-
-    def _state(self, g: _Gpu, settled: bool) -> GpuState:
-        risk = self.cfg.settings.risk
-        if settled:
-            window = MetricWindow.constant(g.smact, g.smocc, g.drama, risk)
-        else:
-            times = [h[0] for h in g.history]
-            samples = []
-            for s in range(self.window - 1, -1, -1):  # oldest sample first
-                k = max(0, bisect.bisect_right(times, self.now - s) - 1)
-                samples.append(g.history[k])
-            window = MetricWindow(
-                tuple(x[1] for x in samples), tuple(x[2] for x in samples), tuple(x[3] for x in samples), risk
-            )
-        return GpuState(
-            uuid=g.uuid,
-            index=g.index,
-            spec=g.spec,
-            free_mib=g.spec.memory_mib - g.used,
-            used_mib=g.used,
-            window=window,
-        )
+        return self.board.states(self.now)
 
     def _schedule(self) -> None:
         self.passes += 1
@@ -267,7 +190,7 @@ class Simulation:
             self.know.forget(nf.request.key, arrival.task)
             self._lose(arrival.job_id)
         if len(self.cycle):
-            moving = [g.changed_at + self.window for g in self.gpus if self.now - g.changed_at < self.window]
+            moving = self.board.unsettled_until(self.now)
             if moving and self.placer.policy.checks_risk:
                 self._wake(min(moving))
             starving_at = self.cycle.next_starvation_at(self.now)
@@ -280,47 +203,15 @@ class Simulation:
             self._push(t, WAKE, None)
 
     # -- runs --------------------------------------------------------------------------
-    def _closure(self, gpus: list[_Gpu]) -> list[_Gpu]:
-        seen = {g.index: g for g in gpus}
-        for g in gpus:
-            for r in g.runs:
-                for i in r.gpus:
-                    seen.setdefault(i, self.gpus[i])
-        return list(seen.values())
-
-    def _advance(self, gpus: list[_Gpu]) -> None:
-        """Bring integrals and progress of these GPUs (and their runs) up to now."""
-        for g in gpus:
-            dt = self.now - g.since
-            if dt > 0:
-                power = self.model.power_w(g.spec, bool(g.runs), g.smact, g.drama)
-                g.integ.add(dt, g.smact, g.smocc, g.drama, g.used / g.spec.memory_mib, power, bool(g.runs))
-                g.since = self.now
-            for r in g.runs:
-                if r.last < self.now:
-                    r.remaining -= r.rate * (self.now - r.last)
-                    r.last = self.now
-
-    def _rerate(self, changed: list[_Gpu], closure: list[_Gpu]) -> None:
+    def _rerate(self, changed: list[SimGpu], closure: list[SimGpu]) -> None:
         """Recompute slowdowns on changed GPUs and telemetry on every GPU they touch."""
-        worst: dict[int, float] = {}
-        for g in closure:
-            if not g.runs:
-                continue
-            for r, s in zip(g.runs, self.model.slowdowns([r.profile for r in g.runs]), strict=True):
-                worst[id(r)] = max(worst.get(id(r), 1.0), s)
-        for g in changed:
-            for r in g.runs:
-                rate = 1.0 / worst.get(id(r), 1.0)
-                if abs(rate - r.rate) > 1e-12:
-                    r.rate = rate
-                    r.version += 1
-                    if r.ramped:
-                        self._push(self.now + max(0.0, r.remaining) / r.rate, FINISH, (r, r.version))
-        self._mark(closure)
+        for r in self.board.rerate(changed, closure):
+            if r.ramped:
+                self._push(self.now + max(0.0, r.remaining) / r.rate, FINISH, (r, r.version))
+        self.board.mark(closure, self.now)
         self._regroup(closure)
 
-    def _regroup(self, gpus: list[_Gpu]) -> None:
+    def _regroup(self, gpus: list[SimGpu]) -> None:
         """Close the co-tenancy segment of every run on these GPUs whose co-tenants changed."""
         for g in gpus:
             for r in g.runs:
@@ -334,28 +225,14 @@ class Simulation:
                     else:
                         self._alone(r)
 
-    def _close_segment(self, r: _Run) -> None:
+    def _close_segment(self, r: SimRun) -> None:
         if self.now > r.seg_start:
             r.segments.append(TrySegment(self.now - r.seg_start, r.seg_work - r.remaining, r.seg_with))
         r.seg_start, r.seg_work = self.now, r.remaining
 
-    def _alone(self, r: _Run) -> None:
+    def _alone(self, r: SimRun) -> None:
         reported = (r.reported or r.profile).sm_activity
         self.know.alone(r.request.key, r.arrival.task, reported, self.now, r.start + self.model.ramp_s)
-
-    def _mark(self, gpus: list[_Gpu]) -> None:
-        for g in gpus:
-            smact, smocc, drama = self.model.telemetry(
-                [r.reported or r.profile for r in g.runs], [r.rate for r in g.runs]
-            )
-            g.smact, g.smocc, g.drama = smact, smocc, drama
-            g.changed_at = self.now
-            g.history.append((self.now, smact, smocc, drama))
-            if len(g.history) > 4 * self.window:
-                cut = bisect.bisect_right([h[0] for h in g.history], self.now - self.window) - 1
-                if cut > 0:
-                    del g.history[:cut]
-            g.cached = None
 
     def _start(self, request: TaskRequest, gpu_ids: list[int], waited_s: float) -> None:
         arrival = self.req_arrival[request.key]
@@ -368,54 +245,34 @@ class Simulation:
         job.gpus = tuple(gpu_ids)
         reported = arrival.task.profile
         scale = self.cfg.activity_scale
-        true = reported if scale == 1.0 else _scaled(reported, scale)
-        run = _Run(
+        true = reported if scale == 1.0 else scaled(reported, scale)
+        run = SimRun(
             arrival, request, gpu_ids, self.now, true, arrival.task.solo_s, reported, last=self.now, seg_start=self.now
         )
         run.seg_work = run.remaining
-        gpus = [self.gpus[i] for i in gpu_ids]
-        closure = self._closure(gpus)
-        self._advance(closure)
-        for g in gpus:
-            g.runs.append(run)
-        self._rerate(gpus, self._closure(gpus))
+        gpus = self.board.put(run, self.now)
+        self._rerate(gpus, self.board.closure(gpus))
         if not run.seg_with:
             self._alone(run)
         self._push(self.now + self.model.ramp_s, RAMP, (run, -1))
         if self.placer.policy.uses_lock:
             self._wake(self.now + self.cfg.settings.lock_s)
 
-    def _ramp(self, run: _Run) -> None:
+    def _ramp(self, run: SimRun) -> None:
         if not run.alive:
             return
-        gpus = [self.gpus[i] for i in run.gpus]
-        peak = run.arrival.task.peak_mib
-        free = min(g.spec.memory_mib - g.used for g in gpus)
-        closure = self._closure(gpus)
-        self._advance(closure)
-        if self.model.oom_at_ramp(peak, free):
-            self._crash(run, gpus, reached=max(0, free))
+        reached = self.board.ramp(run, self.now)
+        if reached is not None:
+            self._crash(run, reached)
             return
-        run.ramped = True
-        run.held = peak
-        self.cycle.observe(run.request.key, peak)
-        for g in gpus:
-            g.used += peak
-        self._mark(gpus)
+        self.cycle.observe(run.request.key, run.held)
         self._push(self.now + max(0.0, run.remaining) / run.rate, FINISH, (run, run.version))
 
-    def _remove(self, run: _Run, gpus: list[_Gpu]) -> None:
-        closure = self._closure(gpus)
-        self._advance(closure)
-        run.alive = False
-        for g in gpus:
-            g.runs.remove(run)
-            g.used -= run.held
-        self._rerate(gpus, closure)
+    def _remove(self, run: SimRun) -> None:
+        self._rerate(*self.board.take_off(run, self.now))
 
-    def _finish(self, run: _Run) -> None:
-        gpus = [self.gpus[i] for i in run.gpus]
-        self._remove(run, gpus)
+    def _finish(self, run: SimRun) -> None:
+        self._remove(run)
         self.cycle.release(run.request.key)
         self._learn_from(run)
         job = self.jobs[run.arrival.job_id]
@@ -427,8 +284,8 @@ class Simulation:
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "success")
         )
 
-    def _crash(self, run: _Run, gpus: list[_Gpu], reached: int) -> None:
-        self._remove(run, gpus)
+    def _crash(self, run: SimRun, reached: int) -> None:
+        self._remove(run)
         self.oom_crashes += 1
         job = self.jobs[run.arrival.job_id]
         job.ooms += 1
@@ -452,7 +309,7 @@ class Simulation:
         self.know.track(plan.request.key, run.arrival.task)
 
     # -- learning (what a driver can know: telemetry and ended tries) ---------------------
-    def _learn_from(self, run: _Run) -> None:
+    def _learn_from(self, run: SimRun) -> None:
         """An ended try's lessons (:class:`~carma_airflow.sim.learning.Knowledge`)."""
         self._close_segment(run)
         key, task = run.request.key, run.arrival.task
@@ -468,52 +325,39 @@ class Simulation:
 
     # -- result ------------------------------------------------------------------------
     def _result(self, arrivals: list[Arrival]) -> SimResult:
-        ends = [j.end for j in self.jobs.values() if j.end is not None and j.outcome == "success"]
-        start = min((a.submit_s for a in arrivals), default=0.0)
-        makespan = (max(ends) - start) if ends else 0.0
+        start, makespan = makespan_of(list(self.jobs.values()), arrivals)
         self.now = start + makespan
-        self._advance(self.gpus)
-        records = tuple(
-            TaskRecord(
-                job_id=j.arrival.job_id,
-                task=j.arrival.task.name,
-                gpus=j.arrival.task.gpus,
-                submit_s=j.arrival.submit_s,
-                first_start_s=j.first_start,
-                end_s=j.end,
-                wait_s=j.waited,
-                run_s=j.last_run_s,
-                solo_s=j.arrival.task.solo_s,
-                tries=j.tries,
-                oom_crashes=j.ooms,
-                outcome="success" if j.outcome == "success" else "lost",
-            )
-            for j in sorted(self.jobs.values(), key=lambda j: j.arrival.job_id)
-        )
-        counts: dict[str, int] = {}
-        for g in self.gpus:
-            counts[g.spec.name] = counts.get(g.spec.name, 0) + 1
-        return SimResult(
+        self.board.advance(self.gpus, self.now)
+        return build_result(
             policy=self.placer.policy.name,
             estimator=self.estimator.name,
             queue=self.queue.name,
             recovery=self.cfg.recovery_mode(),
-            gpus=",".join(f"{n}x{name}" for name, n in counts.items()),
-            tasks=records,
-            timeline=tuple(self.timeline),
-            integrals=tuple(g.integ for g in self.gpus),
+            jobs=list(self.jobs.values()),
+            gpus=self.gpus,
+            timeline=self.timeline,
             makespan_s=makespan,
             oom_crashes=self.oom_crashes,
             retries=self.retries,
             passes=self.passes,
-            never_fits=tuple(self.never_fits),
+            never_fits=self.never_fits,
         )
 
 
-def _scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
-    return ActivityProfile(
-        min(1.0, p.sm_activity * scale), min(1.0, p.sm_occupancy * scale), min(1.0, p.dram_activity * scale)
-    )
+def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
+    """What ``config.warm_runs`` earlier replays of ``arrivals`` leave in the store (empty when
+    the estimator learns nothing; see :mod:`carma_airflow.sim.memory`)."""
+    if config.warm_runs < 0 or config.warm_runs > MAX_WARM_RUNS:
+        raise ValueError(f"warm_runs must be between 0 and {MAX_WARM_RUNS}, got {config.warm_runs}")
+    peaks = LearnedPeaks()
+    if not learns_memory(config.estimator):
+        return peaks
+    day = replace(config, warm_runs=0)
+    for _ in range(config.warm_runs):
+        sim = Simulation(day, peaks=peaks)
+        sim.run(list(arrivals))
+        peaks = sim.peaks
+    return peaks
 
 
 def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:
@@ -521,4 +365,4 @@ def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:
     return Simulation(config).run(arrivals)
 
 
-__all__ = ["SimConfig", "Simulation", "simulate"]
+__all__ = ["SimConfig", "Simulation", "simulate", "warm_peaks"]

@@ -10,23 +10,21 @@ is what the simulated GPU held for it after its ramp, recorded when it ends succ
 catalogue's peak column is never read here.  A request's estimate is made when the try is
 submitted, as the executor's intake does, so tries already waiting keep theirs.
 
-``SimConfig.warm_runs``: the store is not empty when the run starts but holds what that many
-earlier replays of the same trace (same configuration) learned: the case of a DAG that runs
-every day.  Only memory carries over; activities and the interference fit start afresh.
+``SimConfig.warm_runs`` (:func:`carma_airflow.sim.engine.warm_peaks`): the store is not empty
+when the run starts but holds what that many earlier replays of the same trace (same
+configuration) learned: the case of a DAG that runs every day.  Only memory carries over;
+activities and the interference fit start afresh.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.estimators import MemoryEstimator, make_estimator
 
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
-    from carma_airflow.sim.workload import Arrival
 
 PEAKS_KEPT = 5  # as the executor's store keeps (executor/learned.py PEAKS_KEPT)
 MAX_WARM_RUNS = 10
@@ -64,22 +62,4 @@ def memory_estimator(config: SimConfig) -> MemoryEstimator:
     return make_estimator(config.estimator, config.settings.floor_mib)
 
 
-def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
-    """What ``config.warm_runs`` earlier replays of ``arrivals`` leave in the store (empty when
-    the estimator learns nothing)."""
-    from carma_airflow.sim.engine import Simulation
-
-    if config.warm_runs < 0 or config.warm_runs > MAX_WARM_RUNS:
-        raise ValueError(f"warm_runs must be between 0 and {MAX_WARM_RUNS}, got {config.warm_runs}")
-    peaks = LearnedPeaks()
-    if not learns_memory(config.estimator):
-        return peaks
-    day = replace(config, warm_runs=0)
-    for _ in range(config.warm_runs):
-        sim = Simulation(day, peaks=peaks)
-        sim.run(list(arrivals))
-        peaks = sim.peaks
-    return peaks
-
-
-__all__ = ["MAX_WARM_RUNS", "PEAKS_KEPT", "LearnedPeaks", "learns_memory", "memory_estimator", "warm_peaks"]
+__all__ = ["MAX_WARM_RUNS", "PEAKS_KEPT", "LearnedPeaks", "learns_memory", "memory_estimator"]
