@@ -32,108 +32,23 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from carma_airflow.core.sharing import SharingModel
-
-PRIOR_BETA = SharingModel().beta
-PRIOR_SCALE = 1.0  # reported activity taken at face value, as the sharing model does
-
-
-def slowdown(own: float, co_tenants: Iterable[float], beta: float, scale: float = PRIOR_SCALE) -> float:
-    """Slowdown of a tenant with activity ``own`` beside ``co_tenants`` (1.0 = solo speed)."""
-    contention = sum(co_tenants)
-    return max(1.0, scale * (own + contention)) * (1.0 + beta * scale * contention)
-
-
-def speed(own: float, co_tenants: Iterable[float], beta: float, scale: float = PRIOR_SCALE) -> float:
-    """Progress rate relative to solo (1 / slowdown)."""
-    return 1.0 / slowdown(own, co_tenants, beta, scale)
-
-
-def _log_speed_gradient(own: float, contention: float, beta: float, scale: float) -> tuple[float, float]:
-    """d log(speed) / d beta and d log(speed) / d scale for one set of co-tenants."""
-    inner = 1.0 + beta * scale * contention
-    saturated = scale * (own + contention) > 1.0
-    return -scale * contention / inner, -(1.0 / scale if saturated else 0.0) - beta * contention / inner
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """Part of a try's run with one set of co-tenants: its share of the run time, their activities."""
-
-    share: float
-    co_tenants: tuple[float, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CollocationObservation:
-    """One ended try: its stretch (run time over solo run time) and what it shared the GPU with.
-
-    ``segments``' shares are of the try's wall time and should sum to 1 (they are normalised).
-    A try that never shared its GPU says nothing about interference and is ignored by the fit.
-    """
-
-    stretch: float
-    own_activity: float
-    segments: tuple[Segment, ...]
-
-    @classmethod
-    def steady(cls, stretch: float, own_activity: float, co_tenants: Sequence[float]) -> CollocationObservation:
-        """A try that had the same co-tenants for its whole run."""
-        return cls(stretch, own_activity, (Segment(1.0, tuple(co_tenants)),))
-
-    @property
-    def informative(self) -> bool:
-        """Whether it tells anything about contention: valid numbers and co-tenants some of the time."""
-        if not (math.isfinite(self.stretch) and self.stretch > 0.0 and math.isfinite(self.own_activity)):
-            return False
-        return any(s.share > 0.0 and sum(s.co_tenants) > 0.0 for s in self.segments)
-
-
-def _log_stretch(obs: CollocationObservation, beta: float, scale: float) -> tuple[float, float, float]:
-    """log predicted stretch and its derivatives in beta and scale."""
-    total = sum(max(0.0, s.share) for s in obs.segments) or 1.0
-    rate = d_beta = d_scale = 0.0
-    for s in obs.segments:
-        share = max(0.0, s.share) / total
-        contention = sum(s.co_tenants)
-        r = share * speed(obs.own_activity, (contention,), beta, scale)
-        g_beta, g_scale = _log_speed_gradient(obs.own_activity, contention, beta, scale)
-        rate += r
-        d_beta += r * g_beta
-        d_scale += r * g_scale
-    return -math.log(rate), -d_beta / rate, -d_scale / rate
-
-
-def predicted_stretch(obs: CollocationObservation, beta: float, scale: float = PRIOR_SCALE) -> float:
-    """The stretch the model predicts for an observation's co-tenancy."""
-    return math.exp(_log_stretch(obs, beta, scale)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class InterferenceSettings:
-    """How the interference coefficients are learned; every number a knob."""
-
-    prior_beta: float = PRIOR_BETA  # the sharing model's calibrated value
-    prior_scale: float = PRIOR_SCALE
-    beta_lower: float = 0.0  # contention never speeds a task up ...
-    beta_upper: float = 2.0  # ... nor triples its run time beside one full-GPU co-tenant
-    scale_lower: float = 0.3  # reported activity at least 30 % real ...
-    scale_upper: float = 1.5  # ... and at most 1.5x under-stated
-    min_observations: int = 10  # informative observations before anything leaves the prior
-    prior_weight: float = 1.0  # the prior counts as this many observations' worth of evidence
-    reject_at: float = 4.0  # residuals beyond this many robust standard deviations: left out
-    window: int = 128  # only the most recent observations count
-    huber_delta: float = 0.10  # residuals (log stretch) beyond ~10 % count linearly: outliers
-    prior_confidence: float = 0.5  # how far the calibrated prior is trusted before observations
-
-    def clip(self, beta: float, scale: float) -> tuple[float, float]:
-        return (
-            min(self.beta_upper, max(self.beta_lower, beta)),
-            min(self.scale_upper, max(self.scale_lower, scale)),
-        )
-
-
-DEFAULT_INTERFERENCE_SETTINGS = InterferenceSettings()
+from carma_airflow.core.interference_estimate import (
+    DEFAULT_INTERFERENCE_SETTINGS,
+    Covariance,
+    InterferenceSettings,
+    clip01,
+    log_speed_stderr,
+    robust_fit,
+)
+from carma_airflow.core.interference_form import (
+    PRIOR_BETA,
+    PRIOR_SCALE,
+    CollocationObservation,
+    Segment,
+    predicted_stretch,
+    slowdown,
+    speed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,132 +63,6 @@ class SpeedPrediction:
     @property
     def slowdown(self) -> float:
         return 1.0 / self.speed if self.speed > 0 else math.inf
-
-
-def _huber_weight(residual: float, delta: float) -> float:
-    a = abs(residual)
-    return 1.0 if a <= delta else delta / a
-
-
-def _huber_loss(residual: float, delta: float) -> float:
-    a = abs(residual)
-    return 0.5 * a * a if a <= delta else delta * (a - 0.5 * delta)
-
-
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
-Covariance = tuple[float, float, float]  # var(beta), cov(beta, scale), var(scale)
-
-
-def _robust_fit(
-    observations: Sequence[CollocationObservation], s: InterferenceSettings
-) -> tuple[float, float, Covariance, int]:
-    """Fit, then refit without the observations the first fit cannot explain (outliers).
-
-    Outliers of this kind are one-sided (a try that stalled on I/O or was preempted runs longer,
-    never faster) and even a Huber loss leans toward them; beyond ``reject_at`` robust standard
-    deviations (at least ``3 * huber_delta``) an observation is left out of the second fit.
-    Returns the coefficients, covariance and how many observations were left out.
-    """
-    beta, scale, cov = _huber_fit(observations, s)
-    residuals = [math.log(o.stretch) - _log_stretch(o, beta, scale)[0] for o in observations]
-    sigma = max(0.01, 1.4826 * _median([abs(r) for r in residuals]))
-    cut = max(s.reject_at * sigma, 3.0 * s.huber_delta)
-    kept = [o for o, r in zip(observations, residuals, strict=True) if abs(r) <= cut]
-    if len(kept) == len(observations) or len(kept) < s.min_observations:
-        return beta, scale, cov, 0
-    beta, scale, cov = _huber_fit(kept, s)
-    return beta, scale, cov, len(observations) - len(kept)
-
-
-def _huber_fit(
-    observations: Sequence[CollocationObservation], s: InterferenceSettings
-) -> tuple[float, float, Covariance]:
-    """Huber-weighted Gauss-Newton fit of (beta, scale) within bounds, the prior as pseudo-evidence.
-
-    The prior's weight per coefficient is ``prior_weight`` times the average information one
-    observation carries about it at the prior, so it is unit-free.  Returns the coefficients and
-    their covariance (residual scale from the median absolute residual).
-    """
-    targets = [math.log(o.stretch) for o in observations]
-    b0, k0 = s.prior_beta, s.prior_scale
-    n = len(observations)
-    info_b = info_k = 0.0
-    for obs in observations:
-        _, gb, gk = _log_stretch(obs, b0, k0)
-        info_b += gb * gb
-        info_k += gk * gk
-    lam_b = max(1e-9, s.prior_weight * info_b / n)
-    lam_k = max(1e-9, s.prior_weight * info_k / n)
-    delta = s.huber_delta
-
-    def objective(beta: float, scale: float) -> float:
-        pairs = zip(observations, targets, strict=True)
-        loss = sum(_huber_loss(t - _log_stretch(o, beta, scale)[0], delta) for o, t in pairs)
-        return loss + 0.5 * (lam_b * (beta - b0) ** 2 + lam_k * (scale - k0) ** 2)
-
-    beta, scale = b0, k0
-    current = objective(beta, scale)
-    damping = 1e-3  # Levenberg-Marquardt: raised when a step does not lower the loss
-    for _ in range(60):
-        a11 = a12 = a22 = g1 = g2 = 0.0
-        for obs, target in zip(observations, targets, strict=True):
-            pred, jb, jk = _log_stretch(obs, beta, scale)
-            r = target - pred
-            w = _huber_weight(r, delta)
-            a11 += w * jb * jb
-            a12 += w * jb * jk
-            a22 += w * jk * jk
-            g1 += w * jb * r
-            g2 += w * jk * r
-        a11 += lam_b
-        a22 += lam_k
-        g1 -= lam_b * (beta - b0)
-        g2 -= lam_k * (scale - k0)
-        while damping < 1e8:
-            d11, d22 = a11 * (1.0 + damping), a22 * (1.0 + damping)
-            det = d11 * d22 - a12 * a12
-            nb, nk = s.clip(beta + (d22 * g1 - a12 * g2) / det, scale + (d11 * g2 - a12 * g1) / det)
-            value = objective(nb, nk)
-            if value <= current:
-                break
-            damping *= 10.0
-        else:
-            break  # no step lowers the loss: a minimum (within the bounds)
-        done = abs(nb - beta) + abs(nk - scale) < 1e-7
-        beta, scale, current = nb, nk, value
-        damping = max(1e-6, damping / 3.0)
-        if done:
-            break
-    a11 = a12 = a22 = 0.0
-    residuals = []
-    for obs, target in zip(observations, targets, strict=True):
-        pred, jb, jk = _log_stretch(obs, beta, scale)
-        residuals.append(target - pred)
-        a11 += jb * jb
-        a12 += jb * jk
-        a22 += jk * jk
-    a11 += lam_b
-    a22 += lam_k
-    sigma2 = max(0.01, 1.4826 * _median([abs(r) for r in residuals])) ** 2
-    det = a11 * a22 - a12 * a12
-    cov = (sigma2 * a22 / det, -sigma2 * a12 / det, sigma2 * a11 / det)
-    return beta, scale, cov
-
-
-def _log_speed_stderr(own: float, co_tenants: Sequence[float], beta: float, scale: float, cov: Covariance) -> float:
-    gb, gk = _log_speed_gradient(own, sum(co_tenants), beta, scale)
-    var = gb * gb * cov[0] + 2.0 * gb * gk * cov[1] + gk * gk * cov[2]
-    return math.sqrt(max(0.0, var))
-
-
-def _clip01(x: float) -> float:
-    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,13 +129,13 @@ class InterferenceFit:
         count = self.count + len(new)
         if len(kept) < s.min_observations:
             return replace(self.prior(self.gpu_model, s), count=count, observations=kept)
-        beta, scale, cov, outliers = _robust_fit(kept, s)
+        beta, scale, cov, outliers = robust_fit(kept, s)
         errors = []
         for o in kept:
             for seg in o.segments:
-                errors.append(_log_speed_stderr(o.own_activity, seg.co_tenants, beta, scale, cov) ** 2)
+                errors.append(log_speed_stderr(o.own_activity, seg.co_tenants, beta, scale, cov) ** 2)
         typical = math.sqrt(sum(errors) / len(errors))
-        confidence = _clip01(1.0 - 4.0 * typical)
+        confidence = clip01(1.0 - 4.0 * typical)
         return InterferenceFit(self.gpu_model, beta, scale, cov, confidence, count, kept, s, outliers)
 
     def speed(self, own: float, co_tenants: Sequence[float]) -> float:
@@ -363,9 +152,9 @@ class InterferenceFit:
             low = speed(own, co_tenants, s.beta_upper, s.scale_upper)
             high = speed(own, co_tenants, s.beta_lower, s.scale_lower)
             return SpeedPrediction(point, low, high, s.prior_confidence)
-        se = _log_speed_stderr(own, co_tenants, self.beta, self.activity_scale, self.covariance)
+        se = log_speed_stderr(own, co_tenants, self.beta, self.activity_scale, self.covariance)
         return SpeedPrediction(
-            point, point * math.exp(-2.0 * se), min(1.0, point * math.exp(2.0 * se)), _clip01(1 - 4 * se)
+            point, point * math.exp(-2.0 * se), min(1.0, point * math.exp(2.0 * se)), clip01(1 - 4 * se)
         )
 
     # -- persistence ---------------------------------------------------------------------------
