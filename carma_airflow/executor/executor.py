@@ -3,34 +3,41 @@
 Flow per try (see docs): the scheduler hands a workload over -> its ``executor_config`` is
 validated and turned into a TaskRequest (memory: declared, else learned from earlier runs, else
 the floor; after a CUDA OOM: the recovery planner) -> it waits in the executor's own queue
-(counted in ``running`` so parallelism holds) -> each heartbeat the placer decides over the
-live GPU view -> a placed try runs in its own process, started by the launcher process, whose
-environment carries CUDA_VISIBLE_DEVICES -> when the process ends, the try's result file says
-success / OOM / other, the GPUs are released and the store learns.
+(not in ``running``: ``[core] parallelism`` counts what runs across all executors, and a GPU
+backlog must not starve LocalExecutor; ``[carma] max_waiting`` bounds the queue) -> each
+heartbeat the placer decides over the live GPU view -> a placed try runs in its own process,
+started by the launcher process, whose environment carries CUDA_VISIBLE_DEVICES -> when the
+process ends, the try's result file says success / OOM / other, the GPUs are released and the
+store learns.
 
 This class is the Airflow adapter; the life of the tries is :class:`~carma_airflow.executor.flow.TryFlow`.
 
-Waiting longer than ``[scheduler] task_queued_timeout`` is safe: ``revoke_task`` declines for
-tasks that wait for a GPU (the scheduler then leaves them queued), and the task's token is
-issued anew at launch.
+A try waits as QUEUED in Airflow.  Past ``[scheduler] task_queued_timeout`` the scheduler
+revokes it (``revoke_task`` takes it out of the GPU queue) and queues it again, and fails it
+after ``num_stuck_in_queued_retries``, as it does for a Kubernetes pod pending for resources:
+set the timeout above the longest GPU wait you accept (docs/deployment.md).  The task's token
+is issued anew at launch.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.executors.base_executor import BaseExecutor
-from airflow.utils.state import TaskInstanceState
+from airflow.utils.state import CallbackState, TaskInstanceState
 
 from carma_airflow.core.gpu import Tenant
+from carma_airflow.executor.callbacks import CallbackRunner
 from carma_airflow.executor.flow import TryFlow
-from carma_airflow.executor.launch import KILL_GRACE_S
+from carma_airflow.executor.launch import KILL_GRACE_S, Launcher, LauncherProcess
 from carma_airflow.executor.parts import build_parts
+from carma_airflow.executor.standby import Standby
 from carma_airflow.executor.tries import WAIT_RECORD_S, Try
 from carma_airflow.keys import request_key
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.settings import CarmaSettings, option_default
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -38,46 +45,91 @@ if TYPE_CHECKING:
     from carma_airflow.monitor.base import GpuSource
     from carma_airflow.store.store import Store
 
+END_CALLBACKS_S = 5.0  # end(): how long running callbacks get to finish
+END_WRITES_S = 5.0  # end(): how long the store writer gets to flush
+
 
 class CarmaExecutor(BaseExecutor):
     """Places GPU tasks on GPUs they can share safely; see the module docstring."""
 
     is_local = True
     serve_logs = True
-    supports_callbacks = False
+    supports_callbacks = True  # run as CPU processes (callbacks.py): the scheduler sends them regardless
+    supports_multi_team = True  # settings are read through the team's ExecutorConf
     background_writes = True  # False: every store write inside the heartbeat (bench/pass_cost.py)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.settings: CarmaSettings | None = None
         self.flow: TryFlow | None = None
+        self.standby = Standby()
+        self.callbacks = CallbackRunner(self._callback_launcher, Path(), "")
+        self._own_launcher: LauncherProcess | None = None
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
-        self.configure(CarmaSettings.from_airflow())
+        """Start the parts; if they cannot start (no GPU driver, store down, bad [carma] config),
+        the scheduler and every other executor run on: GPU tries wait, with the reason, and the
+        start is tried again (standby.py)."""
+        self._start_or_wait()
+
+    def _start_or_wait(self) -> bool:
+        try:
+            self.configure(CarmaSettings.from_airflow(self.conf))
+        except Exception as exc:  # the scheduler must not die of it
+            retry_s = self.standby.failed(exc, time.monotonic())
+            self.log.error(
+                "CarmaExecutor could not start: %s. GPU tasks wait (tried again in %.0f s); other executors run on",
+                self.standby.reason,
+                retry_s,
+            )
+            for key in self.standby.held:
+                self._tell(key, self.standby.waiting_reason)
+            return False
+        self.standby.started()
+        for key, workload in self.standby.take_held():
+            self._take(key, workload)
+        return True
 
     def configure(self, settings: CarmaSettings, monitor: GpuSource | None = None, store: Store | None = None) -> None:
         """Read configuration once and build the monitor, store, launcher and placer (tests pass fakes)."""
-        self.settings = settings
         parts = build_parts(settings, background_writes=self.background_writes, monitor=monitor, store=store)
+        self.settings = settings
         self.parts = parts
+        self.callbacks = CallbackRunner(self._callback_launcher, Path(settings.state_dir) / "results", settings.host)
         self.flow = TryFlow(
-            settings, parts, token_for=self._token_for, report=self._report, report_failure=self._report_failure
+            settings,
+            parts,
+            token_for=self._token_for,
+            report=self._report,
+            report_failure=self._report_failure,
+            tell=self._tell,
         )
         self.log.info(
-            "CarmaExecutor started: %s backend, policy %s, queue %s, store %s",
+            "CarmaExecutor started: %s backend, policy %s, queue %s, store %s; up to %d tries wait for GPUs "
+            "(outside [core] parallelism = %d)",
             settings.gpu_backend,
             parts.placer.policy.name,
             parts.queue.name,
             parts.store.masked_url,
+            settings.max_waiting,
+            self.parallelism,
         )
         self.flow.start()
 
     def end(self) -> None:
-        while self.active or self.bare:
-            self.sync()
-            time.sleep(0.5)
-        self._close()
+        """Return within seconds: tries that run go on in their own sessions (a later executor
+        adopts them); tries that wait are handed back (the next scheduler queues them again);
+        callbacks get a few seconds to end."""
+        if self.flow is not None:
+            handed = self.flow.hand_back("handed back: the scheduler stopped before a GPU was free")
+            if handed:
+                self.log.info("CarmaExecutor: %d waiting tries handed back to the scheduler", handed)
+        deadline = time.monotonic() + END_CALLBACKS_S
+        while len(self.callbacks) and time.monotonic() < deadline:
+            self.callbacks.poll(self._report_callback)
+            time.sleep(0.2)
+        self._close(timeout_s=END_WRITES_S)
 
     def terminate(self) -> None:
         handles = [t.handle for t in (*self.active.values(), *self.bare.values()) if t.handle is not None]
@@ -89,6 +141,8 @@ class CarmaExecutor(BaseExecutor):
         self._close(timeout_s=5.0)
 
     def _close(self, timeout_s: float = 10.0) -> None:
+        if self._own_launcher is not None:
+            self._own_launcher.close(timeout_s=timeout_s)
         if self.flow is None:
             return
         launcher = self.parts.launcher
@@ -112,22 +166,96 @@ class CarmaExecutor(BaseExecutor):
     def _report_failure(self, key: Any, why: str) -> None:
         self.fail(key, info=why)
 
+    def _report_callback(self, key: Any, ok: bool) -> None:
+        self.change_state(key, CallbackState.SUCCESS if ok else CallbackState.FAILED)
+
+    def _tell(self, key: Any, why: str) -> None:
+        """Why a try waits, in Airflow's audit log of the task instance (the UI's Audit Log tab)."""
+        self.log_task_event(event="carma: waiting for a GPU", extra=why[:1000], ti_key=key)
+
+    def _callback_launcher(self) -> Launcher:
+        parts = getattr(self, "parts", None)
+        if parts is not None and parts.local_launcher is not None:
+            local: LauncherProcess = parts.local_launcher
+            return local
+        if self._own_launcher is None:  # Celery dispatch, or the parts did not start: one of our own
+            self._own_launcher = LauncherProcess()
+        return self._own_launcher
+
     # -- the scheduler contract ------------------------------------------------------------
+    @property
+    def slots_available(self) -> int:
+        """What the scheduler may hand over: what may still run, and at most ``[carma]
+        max_waiting`` tries waiting for a GPU (they do not count against ``[core] parallelism``)."""
+        waiting = self._waiting_count()
+        max_waiting = self.settings.max_waiting if self.settings is not None else option_default("max_waiting")
+        queued = len(self.queued_tasks) + len(self.queued_callbacks) + len(self.queued_connection_tests)
+        return min(self.parallelism - len(self.running), max_waiting - waiting) - queued
+
+    def trigger_tasks(self, open_slots: int) -> None:
+        """Take every queued workload at once: the scheduler handed over no more than
+        :attr:`slots_available` allowed, and a try left in ``queued_tasks`` would count against
+        ``[core] parallelism`` (BaseExecutor offers only ``parallelism - running`` a heartbeat)."""
+        super().trigger_tasks(len(self.queued_tasks) + len(self.queued_callbacks))
+
+    def _waiting_count(self) -> int:
+        if self.flow is None:
+            return len(self.standby.held)
+        return len(self.flow.waiting) + len(self.flow.deferred)
+
+    def has_task(self, task_instance: TaskInstance) -> bool:
+        return super().has_task(task_instance) or (
+            task_instance.key in self.standby.held or (self.flow is not None and task_instance.key in self.flow.tries)
+        )
+
     def _process_workloads(self, workload_items: Any) -> None:
-        assert self.flow is not None
+        from airflow.executors.workloads import ExecuteCallback
+
         for workload in workload_items:
+            if isinstance(workload, ExecuteCallback):
+                self.queued_callbacks.pop(workload.key, None)
+                self.running.add(workload.key)
+                if self.callbacks.start(workload):
+                    self.change_state(workload.key, CallbackState.RUNNING, remove_running=False)
+                continue
             self.queued_tasks.pop(workload.key, None)
-            if self.flow.take_over(workload.key, workload):
-                self.running.add(workload.key)  # waiting tries count against parallelism too
-        self.flow.schedule()
+            self._take(workload.key, workload)
+        if self.flow is not None:
+            self._sync_running()
+            self.flow.schedule()
+            self._sync_running()
+
+    def _take(self, key: Any, workload: Any) -> None:
+        if self.flow is None:
+            self.standby.hold(key, workload)
+            self._tell(key, self.standby.waiting_reason)
+            return
+        self.flow.take_over(key, workload)
+
+    def _sync_running(self) -> None:
+        """``running`` holds what runs: placed, adopted and refused tries, and callbacks; the
+        flow may start as many more as ``[core] parallelism`` leaves."""
+        assert self.flow is not None
+        started = set(self.flow.active) | set(self.flow.bare)
+        gone = {k for k in self.running if k not in started and k not in self.callbacks}
+        self.running.difference_update(gone)
+        self.running.update(started)
+        self.flow.budget = self.parallelism - len(self.running)
 
     def sync(self) -> None:
-        if self.flow is not None:
-            self.flow.sync()
+        self.callbacks.poll(self._report_callback)
+        if self.flow is None:
+            if self.standby.due(time.monotonic()):
+                self._start_or_wait()
+            return
+        self._sync_running()
+        self.flow.sync()
+        self._sync_running()
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         """Take over tries of a dead scheduler whose processes still run here; the rest are reset."""
-        assert self.flow is not None
+        if self.flow is None:
+            return list(tis)
         not_adopted = []
         for ti in tis:
             if self.flow.adopt(ti):
@@ -137,13 +265,36 @@ class CarmaExecutor(BaseExecutor):
         return not_adopted
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
-        if self.flow is not None and ti.key in self.flow.tries:
-            # Waiting for a GPU is not being stuck, and a task just launched is still "queued"
-            # until its process reports: keep it (the scheduler skips executors that decline).
-            # A waiting task's token is issued anew at launch.
-            raise NotImplementedError("CarmaExecutor keeps tasks that wait for a GPU or are starting")
+        """The scheduler found ``ti`` queued past ``[scheduler] task_queued_timeout``: take it
+        back (Airflow then queues it again, or fails it after ``num_stuck_in_queued_retries``).
+        A waiting try leaves the GPU queue; a started one is stopped.  Never raises: the
+        scheduler's loop over stuck tasks goes on (raising skips every other one)."""
+        why = "revoked: queued longer than [scheduler] task_queued_timeout; raise it above the longest GPU wait"
+        if self.flow is not None and self.flow.revoke(ti.key, why):
+            self.log.warning("Task %s %s", ti.key, why)
+        self.standby.held.pop(ti.key, None)
         self.queued_tasks.pop(ti.key, None)
         self.running.discard(ti.key)
+
+    def debug_dump(self) -> None:
+        """SIGUSR2: Airflow's queues, then the GPUs' tenants and why each try waits."""
+        super().debug_dump()  # type: ignore[no-untyped-call]
+        if self.flow is None:
+            held = len(self.standby.held)
+            self.log.info("CarmaExecutor not started: %s (%d GPU tries held)", self.standby.reason, held)
+            return
+        self.log.info(
+            "CarmaExecutor GPUs and their tenants:\n\t%s",
+            "\n\t".join(
+                f"{uuid}: " + (", ".join(f"{t.label} {t.accounted_mib} MiB" for t in tenants) or "free")
+                for uuid, tenants in sorted(self.flow.tenants.items())
+            ),
+        )
+        self.log.info(
+            "CarmaExecutor waiting tries (%d):\n\t%s",
+            len(self.flow.waiting),
+            "\n\t".join(f"{t.rkey}: {t.last_summary or 'not decided yet'}" for t in self.flow.waiting.values()),
+        )
 
     @staticmethod
     def get_cli_commands() -> list[Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from carma_airflow.core.cycle import SchedulingCycle
@@ -31,6 +31,7 @@ from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.restart import closed_at_restart, orphan_of, reattach
 from carma_airflow.executor.starter import Launch, TryStarter
+from carma_airflow.executor.takeback import SUPERSEDED_GRACE_S, TakeBack
 from carma_airflow.executor.telemetry import Attribution
 from carma_airflow.executor.tries import Try, TryBook, TryState
 from carma_airflow.executor.view import build_view
@@ -45,9 +46,10 @@ log = logging.getLogger("carma_airflow.executor")
 
 Report = Callable[[Any, bool], None]  # (TaskInstanceKey, the process ended well) -> tell the scheduler
 ReportFailure = Callable[[Any, str], None]  # (TaskInstanceKey, why) -> the scheduler fails the try
+Tell = Callable[[Any, str], None]  # (TaskInstanceKey, why it waits) -> Airflow's audit log of the try
 
 
-class TryFlow:
+class TryFlow(TakeBack):
     """Every try of one executor from hand-over to end; see the module docstring."""
 
     def __init__(
@@ -58,12 +60,15 @@ class TryFlow:
         token_for: Callable[[str], str],
         report: Report,
         report_failure: ReportFailure,
+        tell: Tell | None = None,
     ) -> None:
         self.settings = settings
         self.store, self.writer, self.monitor = parts.store, parts.writer, parts.monitor
         self.launcher, self.placer, self.queue = parts.launcher, parts.placer, parts.queue
         self.estimator, self.recovery = parts.estimator, parts.recovery
         self.report, self.report_failure = report, report_failure
+        self.tell: Tell = tell or (lambda key, why: None)
+        self.budget: int | None = None  # how many more tries may start now ([core] parallelism); None: any
         self.tries = TryBook()
         self.learned = Learned()
         self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery)
@@ -85,27 +90,6 @@ class TryFlow:
         use_model(self.placer.policy, self.learned.model)
         self._reconcile()
 
-    # -- the tries by state ------------------------------------------------------------------
-    @property
-    def waiting(self) -> Mapping[Any, Try]:
-        return self.tries.in_state(TryState.WAITING)
-
-    @property
-    def active(self) -> Mapping[Any, Try]:
-        return self.tries.in_state(TryState.RUNNING)
-
-    @property
-    def bare(self) -> Mapping[Any, Try]:
-        return self.tries.in_state(TryState.REFUSED)
-
-    @property
-    def deferred(self) -> Mapping[Any, Try]:
-        return self.tries.in_state(TryState.DEFERRED)
-
-    @property
-    def orphans(self) -> Mapping[str, Try]:
-        return self.tries.in_state(TryState.ORPHAN)
-
     # -- hand-over -----------------------------------------------------------------------------
     def take_over(self, key: Any, workload: Any) -> bool:
         """A workload the scheduler handed over; False if this try is known already."""
@@ -113,17 +97,9 @@ class TryFlow:
             log.warning("Task %s handed over twice; keeping the first", key)
             return False
         attempt = self.tries.add(Try(key, request_key(key), workload.ti, TryState.DEFERRED, workload))
+        attempt.taken_at = time.time()
         if not self._previous_try_active(key):
             self._take(attempt)
-        return True
-
-    def withdraw(self, key: Any) -> bool:
-        """Take a waiting try out (it will not be placed); False if it does not wait."""
-        attempt = self.tries.get(key)
-        if attempt is None or attempt.state is not TryState.WAITING:
-            return False
-        self.cycle.withdraw(attempt.rkey)
-        self.tries.move(attempt, TryState.ENDED)
         return True
 
     def adopt(self, ti: Any) -> bool:
@@ -226,9 +202,12 @@ class TryFlow:
         )
 
     def _take_deferred(self) -> None:
+        now = time.time()
         for attempt in list(self.deferred.values()):
             if not self._previous_try_active(attempt.key):
                 self._take(attempt)
+            elif now - attempt.taken_at > SUPERSEDED_GRACE_S:
+                self._stop_superseded(attempt)
 
     def _gpus(self, now: float) -> tuple[GpuState, ...]:
         """The GPUs as the monitor sees them now (the cycle lays the reservations over them)."""
@@ -254,10 +233,18 @@ class TryFlow:
         if not self.waiting:
             return
         now = time.time()
+        if self.budget is not None and self.budget <= 0:
+            return  # [core] parallelism: as many tries run as may; they wait, with their last reason
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
         result = self.cycle.run(now, self._gpus(now), waiting_decisions=why)
+        placed = result.placed
+        if self.budget is not None and len(placed) > self.budget:
+            for extra in placed[self.budget :]:  # placed past the slots left: back in the queue
+                self.cycle.release(extra.request.key)
+                self.cycle.submit(extra.request, now, prior_ooms=extra.prior_ooms)
+            placed = placed[: self.budget]
         # every placed try is sent before any is waited for: the launcher forks them back to back
-        sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in result.placed]
+        sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in placed]
         for launch in sent:
             if launch is not None:
                 self._confirm(launch)
@@ -279,6 +266,7 @@ class TryFlow:
             attempt.last_summary = decision.summary
             if attempt.worth_recording(decision.summary, now):
                 log.info("Task %s %s", attempt.key, decision.summary)
+                self.tell(attempt.key, decision.summary)
                 reasons = [str(v) for v in decision.rejected[:16]]
                 self._record(attempt, outcome=TryOutcome.WAITING, summary=decision.summary, reasons=reasons)
 
@@ -339,7 +327,7 @@ class TryFlow:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)
         count_end(attempt, end)
         use_model(self.placer.policy, self.learned.model)
-        if adopted:
+        if adopted and not attempt.revoked:
             self.report(attempt.key, ended.ok)
 
     def _reconcile(self) -> None:

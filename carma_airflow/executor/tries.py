@@ -43,7 +43,7 @@ class TryState(enum.Enum):
 
 
 _MOVES: dict[TryState, frozenset[TryState]] = {
-    TryState.DEFERRED: frozenset({TryState.WAITING, TryState.REFUSED}),
+    TryState.DEFERRED: frozenset({TryState.WAITING, TryState.REFUSED, TryState.ENDED}),  # ENDED: withdrawn
     TryState.WAITING: frozenset({TryState.RUNNING, TryState.REFUSED, TryState.ENDED}),  # ENDED: withdrawn
     TryState.RUNNING: frozenset({TryState.ENDED}),
     TryState.REFUSED: frozenset({TryState.ENDED}),
@@ -76,6 +76,8 @@ class Try:
     recorded_shape: str = ""  # that word as last written to the store, numbers left out
     recorded_at: float = 0.0
     activity_told: bool = False  # its measured activity was given to the cycle while it runs
+    taken_at: float = 0.0  # when the scheduler handed it over
+    revoked: bool = False  # the scheduler took it back (stuck in queued): its end is not reported
 
     def worth_recording(self, summary: str, now: float) -> bool:
         """Whether a new waiting reason goes to the store and log: its kind changed (the

@@ -69,12 +69,7 @@ def _try_process(command_fd: int) -> None:  # pragma: no cover - the child
             return
         command = json.loads(data)
         os.environ.update(command["env"])
-        from airflow.executors.workloads import ExecuteTask
-
-        from carma_airflow.taskrun.killguard import install_kill_guard
-
-        install_kill_guard()
-        workload = ExecuteTask.model_validate_json(command["workload"])
+        workload = _workload(command["workload"])
         result = _try_runner()(
             workload,
             server=command.get("server"),
@@ -93,6 +88,20 @@ SPARES = 16  # try processes forked ahead of time: the scheduler queues up to 16
 
 
 RUNNER_ENV = "CARMA_TRY_RUNNER"  # "module:function" instead of BaseExecutor.run_workload (testing.py)
+
+
+def _workload(text: str) -> Any:
+    """The workload a command carries: a task try (with the kill guard), or an executor callback."""
+    if json.loads(text).get("type") == "ExecuteCallback":
+        from airflow.executors.workloads import ExecuteCallback
+
+        return ExecuteCallback.model_validate_json(text)
+    from airflow.executors.workloads import ExecuteTask
+
+    from carma_airflow.taskrun.killguard import install_kill_guard
+
+    install_kill_guard()
+    return ExecuteTask.model_validate_json(text)
 
 
 def _try_runner() -> Any:

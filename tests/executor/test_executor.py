@@ -41,24 +41,28 @@ def test_a_task_that_does_not_fit_waits_without_blocking_one_that_does(executor_
     small = make_workload("small", config={"memory": "2GiB"})
     submit(ex, huge, small)
     assert small.key in ex.active and huge.key in ex.waiting
-    assert huge.key in ex.running  # waiting tasks count against parallelism
-    with pytest.raises(NotImplementedError):
-        ex.revoke_task(ti=huge.ti)  # type: ignore[arg-type]
+    assert huge.key not in ex.running and small.key in ex.running  # running is what runs
+    assert ex.has_task(huge.ti)  # type: ignore[arg-type]  # the scheduler still knows it is ours
     run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
     assert seen_env("huge")["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-0000"
 
 
-def test_parallelism_counts_waiting_tasks(executor_factory) -> None:
-    ex = executor_factory(gpus="1xA100-40GB", parallelism=2, behaviour={"x": {"seconds": 1.0}})
-    submit(
-        ex,
-        make_workload("x", config={"exclusive": True}),
-        make_workload("y", config={"exclusive": True}),
-        make_workload("z", config={"exclusive": True}),
-    )
-    assert len(ex.running) == 2
-    assert ex.parallelism - len(ex.running) == 0  # heartbeat() offers no more slots
-    assert len(ex.queued_tasks) == 1  # the third stays in the executor's queued_tasks
+def test_waiting_tries_are_bounded_by_max_waiting_not_by_parallelism(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", parallelism=2, max_waiting="3", behaviour={"x": {"seconds": 1.0}})
+    submit(ex, *(make_workload(n, config={"exclusive": True}) for n in ("x", "y", "z")))
+    assert len(ex.running) == 1 and len(ex.waiting) == 2  # one GPU: one runs, two wait
+    assert ex.slots_occupied == 1  # what the scheduler sums over executors for [core] parallelism
+    assert ex.slots_available == 1  # max_waiting 3 - 2 waiting (parallelism would allow 1 too)
+    submit(ex, make_workload("w", config={"exclusive": True}))
+    assert ex.slots_available == 0 and len(ex.waiting) == 3
+
+
+def test_parallelism_caps_what_starts(executor_factory) -> None:
+    ex = executor_factory(gpus="4xA100-40GB", parallelism=2, behaviour={n: {"seconds": 1.0} for n in "abcd"})
+    submit(ex, *(make_workload(n, config={"memory": "1GiB"}) for n in "abcd"))
+    assert len(ex.active) == 2 and len(ex.waiting) == 2  # four GPUs free, but only two slots
+    run_until(ex, lambda: len(ex.active) == 2 and not ex.waiting, timeout=20)
+    assert len(ex.running) <= 2
 
 
 def test_invalid_config_runs_without_gpu_and_carries_the_message(executor_factory) -> None:
@@ -137,19 +141,33 @@ def test_successful_runs_teach_the_history_estimator(executor_factory) -> None:
     assert request.memory.source.startswith("history") and request.memory.mib == 7936  # 7000 * 1.1 -> 256 MiB
 
 
-def test_revoke_keeps_waiting_and_starting_tasks_but_forgets_unknown_ones(executor_factory) -> None:
+def test_revoke_takes_a_waiting_try_out_of_the_queue_and_never_raises(executor_factory) -> None:
     ex = executor_factory(gpus="1xA100-40GB", behaviour={"run": {"seconds": 1.0}})
     run, wait = make_workload("run", config={"exclusive": True}), make_workload("wait", config={"exclusive": True})
     submit(ex, run, wait)
-    for w in (run, wait):
-        with pytest.raises(NotImplementedError):
-            ex.revoke_task(ti=w.ti)  # type: ignore[arg-type]
+    ex.revoke_task(ti=wait.ti)  # type: ignore[arg-type]
+    assert wait.key not in ex.waiting and not ex.has_task(wait.ti)  # type: ignore[arg-type]
     stray = make_workload("stray", config={})
     ex.queue_workload(stray, session=None)  # type: ignore[arg-type]
     ex.revoke_task(ti=stray.ti)  # type: ignore[arg-type]
     assert stray.key not in ex.queued_tasks
-    submit(ex, run)  # handed over twice (revoked elsewhere and requeued): ignored, no second process
+    submit(ex, run)  # handed over twice: ignored, no second process
     assert list(ex.active) == [run.key]
+    run_until(ex, lambda: not ex.active, timeout=20)
+    assert ex.event_buffer[run.key][0] == "success"
+    assert wait.key not in ex.event_buffer  # revoked: the scheduler queues it again, no event for it
+    rec = {p.task_id: p for p in ex.store.placements(dag_id="dag")}["wait"]
+    assert "task_queued_timeout" in rec.summary
+
+
+def test_revoke_stops_a_started_try_that_never_reported(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"hang": {"seconds": 30.0}})
+    hang = make_workload("hang", config={"memory": "1GiB"})
+    submit(ex, hang)
+    assert hang.key in ex.active
+    ex.revoke_task(ti=hang.ti)  # type: ignore[arg-type]
+    run_until(ex, lambda: not ex.active, timeout=20)  # stopped, its GPU freed
+    assert hang.key not in ex.event_buffer and not ex.tenants.get("GPU-SIM-0000")
 
 
 def test_gpu_samples_are_kept_downsampled(executor_factory) -> None:
@@ -176,8 +194,6 @@ def test_next_try_arriving_while_the_crashed_try_is_still_ending_is_planned_afte
         time.sleep(0.05)
     second = make_workload("t", try_number=2, config={"memory": "2GiB"})
     submit(ex, second)  # the scheduler already retries; try 1's process has not ended yet
-    assert second.key in ex.deferred and second.key in ex.running
-    with pytest.raises(NotImplementedError):
-        ex.revoke_task(ti=second.ti)  # type: ignore[arg-type]
+    assert second.key in ex.deferred and second.key not in ex.running
     run_until(ex, lambda: second.key in ex.active or not ex.deferred)
     assert ex.active[second.key].request.memory.mib >= 12500  # planned from the crash, not the 2 GiB
