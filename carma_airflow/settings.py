@@ -147,6 +147,59 @@ OPTIONS: tuple[Option, ...] = (
         "celery dispatch: a GPU host's Celery queue is this prefix followed by the host name.",
         "gpu-",
     ),
+    Option(
+        "max_waiting",
+        "integer",
+        "1024",
+        "Most GPU tries that wait inside CarmaExecutor for a GPU. Waiting tries do not count against "
+        "[core] parallelism (that limit counts what runs, across all executors); this one bounds the queue.",
+        "4096",
+    ),
+    Option(
+        "isolation",
+        "string",
+        "auto",
+        "How each GPU try is held to the memory it was placed with: auto (the strongest the host has), "
+        "framework (PyTorch/TensorFlow/JAX allocator caps), mps (an MPS daemon's per-client limit), driver "
+        "(NVML per-cgroup limits), none (unfenced). A task's executor_config isolation overrides it. "
+        "See docs/isolation.md.",
+        "framework",
+    ),
+    Option(
+        "isolation_margin_mib",
+        "integer",
+        "2048",
+        "MiB a fenced try may use above the memory it was placed with before it hits its cap (its promise).",
+        "4096",
+    ),
+    Option(
+        "isolation_cap",
+        "string",
+        "promise",
+        "Where a cap fixed at a try's start sits: promise (its memory plus the margin: protects tenants "
+        "placed later) or protective (the GPU less the co-tenants present when it starts). A try with the "
+        "GPU to itself is capped at the whole GPU either way.",
+        "protective",
+    ),
+    Option(
+        "schedulers",
+        "string",
+        "auto",
+        "How many Airflow schedulers run a CarmaExecutor on this store: auto (several on PostgreSQL, "
+        "sharing GPU reservations through the store; one on SQLite), several (PostgreSQL: always place "
+        "under the store's lock), one (a second executor on the store places nothing and says why). "
+        "See docs/schedulers.md.",
+        "several",
+    ),
+    Option(
+        "peer_timeout_seconds",
+        "float",
+        "30.0",
+        "A CarmaExecutor whose heartbeat in the store is older than this is gone: its reservations "
+        "count until its tries are adopted or reset, and a restarted executor reconciles its tries. "
+        "Keep it at most [scheduler] scheduler_health_check_threshold.",
+        "20",
+    ),
 )
 
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -201,6 +254,12 @@ class CarmaSettings:
     snapshot_period: float
     host_timeout_seconds: float
     queue_prefix: str
+    max_waiting: int = 1024
+    isolation: str = "auto"
+    isolation_margin_mib: int = 2048
+    isolation_cap: str = "promise"
+    schedulers: str = "auto"
+    peer_timeout_seconds: float = 30.0
 
     @classmethod
     def load(cls, get: Callable[[str], str | None], airflow_home: str) -> CarmaSettings:
@@ -221,8 +280,11 @@ class CarmaSettings:
         return settings
 
     @classmethod
-    def from_airflow(cls) -> CarmaSettings:
-        from airflow.configuration import conf
+    def from_airflow(cls, conf: Any = None) -> CarmaSettings:
+        """From Airflow's configuration; ``conf``: an executor's team-aware ``ExecutorConf``
+        (multi-team deployments), else Airflow's global one."""
+        if conf is None:
+            from airflow.configuration import conf
 
         def get(name: str) -> str | None:
             value = conf.get("carma", name, fallback=None)
@@ -262,6 +324,19 @@ class CarmaSettings:
                 raise ConfigError(f"[carma] {name} must be >= 0")
         if self.max_tenants < 1:
             raise ConfigError("[carma] max_tenants must be >= 1")
+        from carma_airflow.core.fencing import CapRule, IsolationMode
+
+        IsolationMode.parse(self.isolation)
+        if self.isolation_cap not in {r.value for r in CapRule}:
+            raise ConfigError(f"[carma] isolation_cap = {self.isolation_cap!r}; use promise or protective")
+        if self.isolation_margin_mib < 0:
+            raise ConfigError("[carma] isolation_margin_mib must be >= 0")
+        if self.schedulers not in ("auto", "one", "several"):
+            raise ConfigError(f"[carma] schedulers = {self.schedulers!r}; use auto, one or several")
+        if self.peer_timeout_seconds <= 0:
+            raise ConfigError("[carma] peer_timeout_seconds must be > 0 (e.g. 30)")
+        if self.max_waiting < 1:
+            raise ConfigError("[carma] max_waiting must be >= 1 (how many GPU tries may wait for a GPU)")
 
 
 def provider_config_section() -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from airflow.utils.state import TaskInstanceState
 from executor_helpers import make_workload, run_until, seen_env, submit
 
