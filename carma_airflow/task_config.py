@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from carma_airflow.core.errors import ConfigError, brief
+from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.units import parse_mib
 
 EXECUTOR_NAME = "CarmaExecutor"
@@ -30,11 +31,16 @@ _HINTS = {
     "memory_by_index": "a list with one per-GPU size per map index, e.g. memory_by_index=['4GiB', '12GiB']",
     "exclusive": "true or false",
     "gpu_model": "a GPU model name such as 'A100' or 'H100-80GB'",
-    "priority": "an integer from -2147483648 to 2147483647 (higher runs first)",
+    "priority": "an integer from -2147483648 to 2147483647 (breaks ties among equal priority_weight)",
+    "priority_weight": "an integer: replaces the task's Airflow priority_weight in the GPU queue only",
     "activity": "a number between 0 and 1: the task's expected SM activity, a prior until its tries are measured",
+    "isolation": "one of auto, framework, mps, driver, none (how the try is held to its memory; docs/isolation.md)",
 }
 _MAX_PROBLEMS = 5
-_KEYS_HINT = "string keys only: gpus, memory, memory_by_index, exclusive, gpu_model, priority"
+_KEYS_HINT = (
+    "string keys only: gpus, memory, memory_by_index, exclusive, gpu_model, priority, priority_weight, "
+    "activity, isolation"
+)
 MAX_MAPPED = 100_000  # entries of memory_by_index (Airflow's [core] max_map_length is 1024 by default)
 
 
@@ -64,11 +70,16 @@ class GpuTaskConfig(BaseModel):
     memory_by_index: tuple[int | None, ...] | None = None
     exclusive: bool = False
     gpu_model: str | None = None
-    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)  # Airflow's priority_weight range
+    # the GPU queue orders by Airflow's priority_weight (its weight rule included); ``priority``
+    # breaks ties among equal weights, ``priority_weight`` replaces the weight explicitly
+    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
+    priority_weight: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     # expected solo SM activity (0..1): the placer's prior until the task's own tries are measured
     activity: float | None = Field(default=None, ge=0.0, le=1.0)
+    # how this task's tries are held to their memory; None: [carma] isolation (docs/isolation.md)
+    isolation: str | None = None
 
-    @field_validator("gpus", "priority", mode="before")
+    @field_validator("gpus", "priority", "priority_weight", mode="before")
     @classmethod
     def _whole_number(cls, value: Any) -> Any:
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
@@ -115,6 +126,15 @@ class GpuTaskConfig(BaseModel):
         if not isinstance(value, bool):
             raise ValueError("must be true or false")
         return value
+
+    @field_validator("isolation", mode="before")
+    @classmethod
+    def _isolation(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, str) or value.strip().lower() not in {m.value for m in IsolationMode}:
+            raise ValueError("is not an isolation mode")
+        return value.strip().lower()
 
     @field_validator("gpu_model", mode="before")
     @classmethod
@@ -184,7 +204,9 @@ def gpu_task(
     exclusive: bool = False,
     gpu_model: str | None = None,
     priority: int = 0,
+    priority_weight: int | None = None,
     activity: float | None = None,
+    isolation: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Operator kwargs that send a task to CarmaExecutor: ``@task(**gpu_task(memory="12GiB"))``.
@@ -198,10 +220,14 @@ def gpu_task(
         block["memory"] = memory
     if memory_by_index is not None:
         block["memory_by_index"] = list(memory_by_index) if isinstance(memory_by_index, tuple) else memory_by_index
+    if priority_weight is not None:
+        block["priority_weight"] = priority_weight
     if gpu_model is not None:
         block["gpu_model"] = gpu_model
     if activity is not None:
         block["activity"] = activity
+    if isolation is not None:
+        block["isolation"] = isolation
     parse_task_config({CONFIG_KEY: block})
     return {"executor": EXECUTOR_NAME, "executor_config": {CONFIG_KEY: block}}
 

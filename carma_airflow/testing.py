@@ -21,6 +21,7 @@ from typing import Any
 
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
+from carma_airflow.taskrun.fence_env import fence_from_env
 
 __all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown", "try_runner_env"]
 
@@ -71,17 +72,24 @@ def simulated_training(
     ramp_s: float = 0.5,
     ledger_path: str | None = None,
     step_s: float = 0.1,
+    grow_to_mib: int | None = None,
+    grow_after_s: float = 0.0,
 ) -> dict[str, Any]:
     """Hold ``peak_mib`` on every visible simulated GPU and train for ``seconds`` of solo work.
 
     Memory ramps up over ``ramp_s`` in a few steps (:class:`SimulatedCudaOOM` if a GPU is full);
     training then progresses at ``1 / slowdown`` per wall second, the slowdown coming from the
-    co-tenants in the ledger, re-read every ``step_s``.  Memory is released at the end, crash
-    or not.  Returns ``peak_mib``, ``gpus``, ``wall_s`` (ramp included), ``train_s`` and
-    ``slowdown`` (training wall time over solo work).
+    co-tenants in the ledger, re-read every ``step_s``.  With ``grow_to_mib``, once
+    ``grow_after_s`` of that work is done the memory grows to ``grow_to_mib`` in one allocation,
+    as real training does at its first validation step.  A fenced try (its cap in the
+    environment, carma_airflow/taskrun/isolation.py) is held to it by the ledger.  Memory is
+    released at the end, crash or not.  Returns ``peak_mib`` (the most held), ``gpus``,
+    ``wall_s`` (ramp included), ``train_s`` and ``slowdown`` (training wall time over solo work).
     """
-    if peak_mib < 0 or seconds < 0 or ramp_s < 0 or step_s <= 0:
-        raise ValueError("peak_mib, seconds and ramp_s must be >= 0 and step_s > 0")
+    if peak_mib < 0 or seconds < 0 or ramp_s < 0 or step_s <= 0 or grow_after_s < 0:
+        raise ValueError("peak_mib, seconds, ramp_s and grow_after_s must be >= 0 and step_s > 0")
+    if grow_to_mib is not None and grow_to_mib < peak_mib:
+        raise ValueError(f"grow_to_mib ({grow_to_mib}) must be at least peak_mib ({peak_mib})")
     if not 0.0 <= activity <= 1.0:
         raise ValueError(f"activity is a share of SM time, between 0 and 1; got {activity}")
     visible = [u.strip() for u in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip()]
@@ -102,8 +110,20 @@ def simulated_training(
             f"which the simulated GPU ledger {path} does not have; it has {', '.join(sorted(known)) or 'none'})"
         )
 
+    fence = fence_from_env(os.environ, len(visible))
     pid = os.getpid()
     profile = ActivityProfile(activity, activity * 0.6, activity * 0.5)
+
+    def allocate(mib: int) -> None:
+        for ordinal, uuid in enumerate(visible):
+            if fence is None:
+                ledger.allocate(pid, uuid, mib, profile, label, ordinal=ordinal)
+                continue
+            promise, cap = fence.promise_mib[ordinal], fence.cap_mib[ordinal]
+            ledger.allocate(
+                pid, uuid, mib, profile, label, ordinal=ordinal, promise_mib=promise, cap_mib=cap, live_cap=fence.live
+            )
+
     model = SharingModel()
     label = _label()
     started = time.monotonic()
@@ -111,13 +131,15 @@ def simulated_training(
         steps = _RAMP_STEPS if peak_mib >= _RAMP_STEPS and ramp_s > 0 else 1
         for step in range(steps):  # the peak is reached at ramp_s, as a real start-up would
             time.sleep(ramp_s / steps)
-            chunk = peak_mib // steps + (peak_mib % steps if step == steps - 1 else 0)
-            for ordinal, uuid in enumerate(visible):
-                ledger.allocate(pid, uuid, chunk, profile, label, ordinal=ordinal)
+            allocate(peak_mib // steps + (peak_mib % steps if step == steps - 1 else 0))
 
         train_start = last = time.monotonic()
         done = 0.0
+        held = peak_mib
         while done < seconds:
+            if grow_to_mib is not None and held < grow_to_mib and done >= grow_after_s:
+                allocate(grow_to_mib - held)
+                held = grow_to_mib
             state = ledger.state()
             failed = [u for u in visible if u in state.faults]
             if failed:  # as CUDA reports a GPU lost under a running kernel (Xid 79 and the like)
@@ -137,7 +159,7 @@ def simulated_training(
         except LedgerError as exc:  # the ledger vanished: nothing left to release
             log.warning("could not release simulated GPU memory: %s", exc)
     return {
-        "peak_mib": peak_mib,
+        "peak_mib": held,
         "gpus": visible,
         "wall_s": time.monotonic() - started,
         "train_s": train_s,

@@ -16,12 +16,14 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from carma_airflow.core.fencing import PAST_CAP
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.core.units import format_mib
 
 
 class FailureKind(enum.Enum):
     CUDA_OOM = "cuda-oom"
+    CAP_OOM = "cap-oom"  # a fenced try asked past its own cap while the GPU had room (core/fencing.py)
     PROBABLE_OOM = "probable-oom"  # CUDNN_STATUS_NOT_INITIALIZED on a nearly full GPU
     KILLED = "killed"  # SIGKILL / exit 137 / host OOM killer
     GPU_FAULT = "gpu-fault"  # the device failed under the task (Xid 79 / 48 / 94 and the like)
@@ -81,7 +83,33 @@ class Failure:
 
     @property
     def is_oom(self) -> bool:
-        return self.kind in (FailureKind.CUDA_OOM, FailureKind.PROBABLE_OOM)
+        return self.kind in OOM_KINDS
+
+    @property
+    def past_cap(self) -> bool:
+        return self.kind is FailureKind.CAP_OOM
+
+
+OOM_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.CAP_OOM, FailureKind.PROBABLE_OOM})
+# PyTorch's capped caching allocator ("... 9.50 GiB allowed; ...") and our own fences' words
+_PAST_CAP = re.compile(rf"{PAST_CAP}|\b[0-9.]+ [KMG]iB allowed;", re.IGNORECASE)
+_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|KiB|MiB|GiB)"
+_TRIED = re.compile(rf"Tried to allocate {_SIZE}")
+_IN_USE = re.compile(rf"this process has {_SIZE} memory in use")
+_UNIT_MIB = {"bytes": 1 / (1024 * 1024), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+
+
+def _mib(match: re.Match[str] | None) -> float | None:
+    return None if match is None else float(match.group(1)) * _UNIT_MIB[match.group(2)]
+
+
+def asked_mib(message: str | None) -> int | None:
+    """What an OOM'd process held plus what it asked for, from PyTorch's OOM message (None when
+    the message does not say): the memory a try needed at the point it crashed."""
+    tried, held = _mib(_TRIED.search(message or "")), _mib(_IN_USE.search(message or ""))
+    if tried is None or held is None:
+        return None
+    return math.ceil(tried + held)
 
 
 def classify_failure(
@@ -94,11 +122,16 @@ def classify_failure(
     if exit_code in (137, -9):
         return Failure(FailureKind.KILLED, f"exit code {exit_code}: killed (SIGKILL, e.g. host OOM killer)")
     short_type = (exc_type or "").rsplit(".", 1)[-1]
-    if exc_type in _OOM_TYPES or short_type in ("OutOfMemoryError", "ResourceExhaustedError"):
-        return Failure(FailureKind.CUDA_OOM, f"exception type {exc_type}")
     text = message or ""
+    capped = _PAST_CAP.search(text)
+    if exc_type in _OOM_TYPES or short_type in ("OutOfMemoryError", "ResourceExhaustedError"):
+        if capped:
+            return Failure(FailureKind.CAP_OOM, f"exception type {exc_type}, {PAST_CAP} ({capped.group(0)!r})")
+        return Failure(FailureKind.CUDA_OOM, f"exception type {exc_type}")
     match = _OOM_PATTERNS.search(text)
     if match:
+        if capped:
+            return Failure(FailureKind.CAP_OOM, f"message contains {match.group(0)!r}, {PAST_CAP}")
         return Failure(FailureKind.CUDA_OOM, f"message contains {match.group(0)!r}")
     fault = _GPU_FAULT.search(text)
     if fault:
@@ -198,10 +231,11 @@ def plan_recovery(
         avoid_gpus=request.avoid_gpus | frozenset(crashed_gpus),
     )
     where = "an idle GPU of its own" if nxt.exclusive else f"a GPU with {format_mib(grown)} + headroom free"
+    what = f"CUDA OOM {PAST_CAP}" if failure.past_cap else "CUDA OOM"
     return RetryPlan(
         nxt,
-        f"CUDA OOM at {format_mib(reached)} ({failure.evidence}); retry {oom_retries_done + 1} "
-        f"of {settings.max_oom_retries} on {where}, away from the GPU it crashed on",
+        f"{what} at {format_mib(reached)} ({failure.evidence}); retry {oom_retries_done + 1} "
+        f"of {settings.max_oom_retries} on {where} (its cap grows with it), away from the GPU it crashed on",
     )
 
 

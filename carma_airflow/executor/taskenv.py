@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from carma_airflow.core.fencing import Fence
+from carma_airflow.taskrun.fence_env import fence_env
 from carma_airflow.taskrun.outcome import PLACEMENT_ENV, PRIOR_OOMS_ENV, RESULT_ENV, SIM_LEDGER_ENV
 
 # Frameworks otherwise take the whole card (TensorFlow, JAX) or fragment it (PyTorch).
@@ -26,8 +28,10 @@ def gpu_task_env(
     prior_ooms: int = 0,
     guards: bool = True,
     sim_ledger: str | None = None,
+    fence: Fence | None = None,
 ) -> dict[str, str]:
-    """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order."""
+    """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order,
+    and the cap it is held to (``fence``, carma_airflow/taskrun/fence_env.py)."""
     env = {
         "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -39,6 +43,8 @@ def gpu_task_env(
         env.update(GUARDS)
     if sim_ledger:
         env[SIM_LEDGER_ENV] = sim_ledger
+    if fence is not None:
+        env.update(fence_env(fence))
     return env
 
 

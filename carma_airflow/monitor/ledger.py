@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.fencing import PAST_CAP, protective_cap_mib
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.sharing import ActivityProfile
 
@@ -41,7 +42,8 @@ class SimulatedCudaOOM(RuntimeError):  # noqa: N818 - the name failure classific
     """A simulated GPU had less free memory than a process asked for.
 
     The message follows PyTorch's ``torch.OutOfMemoryError`` ("CUDA out of memory. Tried to
-    allocate ..."), so failure classification treats it as the real thing.
+    allocate ..."), so failure classification treats it as the real thing.  A process that hit
+    its own cap reads as PyTorch's capped allocator does ("... allowed;") and says "past its cap".
     """
 
     def __init__(
@@ -53,8 +55,10 @@ class SimulatedCudaOOM(RuntimeError):  # noqa: N818 - the name failure classific
         free_mib: int = 0,
         total_mib: int = 0,
         held_mib: int = 0,
+        cap_mib: int | None = None,
     ) -> None:
         super().__init__(message)
+        self.cap_mib = cap_mib  # set when the process hit its own cap, not a full GPU
         self.uuid = uuid
         self.tried_mib = tried_mib
         self.free_mib = free_mib
@@ -219,11 +223,19 @@ class Ledger:
         label: str,
         *,
         ordinal: int | None = None,
+        promise_mib: int | None = None,
+        cap_mib: int | None = None,
+        live_cap: bool = False,
     ) -> None:
         """Add ``mib`` to what ``pid`` holds on ``uuid``, or raise :class:`SimulatedCudaOOM`.
 
         ``ordinal`` is the GPU's number as the process sees it (its place in
         CUDA_VISIBLE_DEVICES), used in the OOM message; by default the ledger index.
+
+        A fenced process (core/fencing.py) names its ``promise_mib`` and ``cap_mib``: an
+        allocation that would take it past ``cap_mib``, or (``live_cap``) into memory a fenced
+        co-tenant was promised and does not hold yet, fails in this process with a CUDA OOM
+        "past its cap" even where the GPU has room; its co-tenants' promises stay theirs.
         """
         if mib < 0:
             raise LedgerError(f"cannot allocate a negative amount ({mib} MiB) on {uuid}")
@@ -236,21 +248,15 @@ class Ledger:
             free = total - used
             mine = next((a for a in data["allocations"] if a["uuid"] == uuid and a["pid"] == pid), None)
             held = int(mine["mib"]) if mine is not None else 0
+            limit = self._cap_of(data, uuid, pid, total, cap_mib, live_cap) if promise_mib is not None else None
+            if limit is not None and held + mib > limit:
+                if changed:
+                    self._write(data)
+                raise self._oom(gpu, uuid, ordinal, mib, free, total, held, cap=(limit, promise_mib or 0))
             if free < mib:
                 if changed:
                     self._write(data)
-                number = gpu["index"] if ordinal is None else ordinal
-                raise SimulatedCudaOOM(
-                    f"CUDA out of memory. Tried to allocate {format_size(mib)}. GPU {number} has a total capacity "
-                    f"of {format_size(total)} of which {format_size(max(0, free))} is free. Including non-PyTorch "
-                    f"memory, this process has {format_size(held)} memory in use. "
-                    f"(simulated GPU {uuid}, {gpu['spec']['name']}, ledger {self.path})",
-                    uuid=uuid,
-                    tried_mib=mib,
-                    free_mib=max(0, free),
-                    total_mib=total,
-                    held_mib=held,
-                )
+                raise self._oom(gpu, uuid, ordinal, mib, free, total, held)
             now = self._clock()
             prof = [profile.sm_activity, profile.sm_occupancy, profile.dram_activity]
             if mine is None:
@@ -258,6 +264,8 @@ class Ledger:
                 data["allocations"].append(mine)
             else:
                 mine.update(mib=held + mib, profile=prof, label=label)
+            if promise_mib is not None:
+                mine["promise"] = int(promise_mib)
             peaks: dict[str, Any] = data["peaks"]
             entry = peaks.get(str(pid))
             if entry is None or entry.get("released_at") is not None:  # new process (or a reused PID)
@@ -338,6 +346,51 @@ class Ledger:
                 return dict(gpu)
         known = ", ".join(g["uuid"] for g in data["gpus"]) or "none"
         raise LedgerError(f"no simulated GPU {uuid!r} in ledger {self.path}; it has {known}")
+
+    def _oom(
+        self,
+        gpu: dict[str, Any],
+        uuid: str,
+        ordinal: int | None,
+        mib: int,
+        free: int,
+        total: int,
+        held: int,
+        cap: tuple[int, int] | None = None,
+    ) -> SimulatedCudaOOM:
+        number = gpu["index"] if ordinal is None else ordinal
+        fence = ""
+        if cap is not None:  # (limit, promise): as PyTorch's capped allocator words it, and why
+            fence = (
+                f"{format_size(cap[0])} allowed; {PAST_CAP} of {format_size(cap[0])} (placed with "
+                f"{format_size(cap[1])}; the rest of the GPU is promised to its co-tenants). "
+            )
+        return SimulatedCudaOOM(
+            f"CUDA out of memory. Tried to allocate {format_size(mib)}. GPU {number} has a total capacity "
+            f"of {format_size(total)} of which {format_size(max(0, free))} is free. Including non-PyTorch "
+            f"memory, this process has {format_size(held)} memory in use. {fence}"
+            f"(simulated GPU {uuid}, {gpu['spec']['name']}, ledger {self.path})",
+            uuid=uuid,
+            tried_mib=mib,
+            free_mib=max(0, free),
+            total_mib=total,
+            held_mib=held,
+            cap_mib=None if cap is None else cap[0],
+        )
+
+    @staticmethod
+    def _cap_of(data: _Data, uuid: str, pid: int, total: int, cap_mib: int | None, live: bool) -> int:
+        """What ``pid`` may hold on ``uuid``: its fixed cap, and (live) no more than what its
+        fenced co-tenants were not promised (core.fencing.protective_cap_mib)."""
+        limit = total if cap_mib is None else int(cap_mib)
+        if live:
+            others = [
+                (int(a.get("promise", 0)), int(a["mib"]))
+                for a in data["allocations"]
+                if a["uuid"] == uuid and a["pid"] != pid
+            ]
+            limit = min(limit, protective_cap_mib(total, 0, others))
+        return limit
 
     def _drop_dead(self, data: _Data) -> bool:
         """Remove allocations of dead processes, marking their peaks released.  True if any."""

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from carma_airflow.core.errors import CarmaError
@@ -67,6 +69,32 @@ def _init_message(nv: Any, exc: BaseException) -> str:
     else:
         why = str(exc).replace("\n", " ")
     return f"NVML could not start: {why} ({kind}). {_SIMULATED_HINT}"
+
+
+MEMORY_LIMITS_FN = "nvmlDeviceSetMemoryLimits_v1"  # per-cgroup GPU memory limits (NVML r615+)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverLimits:
+    supported: bool
+    why: str
+
+
+def driver_memory_limits(module: Any = None, cgroup_root: str = "/sys/fs/cgroup") -> DriverLimits:
+    """Whether this host could hold a cgroup to a GPU memory limit: the binding has
+    nvmlDeviceSetMemoryLimits_v1, cgroup v2 is mounted, and we are root.  (A driver older than
+    r615 still answers FunctionNotFound when called; MIG devices have no such limits.)"""
+    try:
+        nv = module if module is not None else importlib.import_module("pynvml")
+    except ImportError:
+        return DriverLimits(False, "nvidia-ml-py is not installed (pip install nvidia-ml-py)")
+    if not callable(getattr(nv, MEMORY_LIMITS_FN, None)):
+        return DriverLimits(False, f"this nvidia-ml-py has no {MEMORY_LIMITS_FN} (per-cgroup limits need NVML r615+)")
+    if not os.path.exists(os.path.join(cgroup_root, "cgroup.controllers")):
+        return DriverLimits(False, f"no cgroup v2 at {cgroup_root} (per-cgroup GPU memory limits need cgroup v2)")
+    if os.geteuid() != 0:
+        return DriverLimits(False, "setting per-cgroup GPU memory limits needs root")
+    return DriverLimits(True, f"{MEMORY_LIMITS_FN} present, cgroup v2, root")
 
 
 class _Gpm:

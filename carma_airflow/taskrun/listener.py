@@ -16,7 +16,9 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
-from carma_airflow.core.recovery import classify_failure
+from carma_airflow.core.fencing import PAST_CAP
+from carma_airflow.core.recovery import asked_mib, classify_failure
+from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.outcome import (
     PLACEMENT_ENV,
     RESULT_ENV,
@@ -57,6 +59,8 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
     if placement and os.environ.get(RESULT_ENV):
         print(f"[carma] {placement}", flush=True)
         print(f"[carma] CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}", flush=True)
+        # before the task's code runs: caps PyTorch / TensorFlow when (if ever) the task imports them
+        print(f"[carma] {install_framework_caps()}", flush=True)
 
 
 @hookimpl
@@ -74,6 +78,8 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     # classified once: by the retry policy that decided on the retry, else here
     failure = remembered_failure(error) or classify_failure(exc_type, message)
     peak = peak_mib_of_this_process()
+    if failure.past_cap:  # what it asked for, not where its cap stopped it: the next cap grows to that
+        peak = max(peak or 0, asked_mib(message) or 0) or peak
     state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
     write_result(
         TryResult(
@@ -84,5 +90,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
             peak_mib=peak,
         )
     )
-    if failure.is_oom:
+    if failure.past_cap:
+        print(f"[carma] CUDA out of memory {PAST_CAP} ({failure.evidence}); it asked for {peak} MiB", flush=True)
+    elif failure.is_oom:
         print(f"[carma] CUDA out of memory recognised ({failure.evidence}); peak {peak} MiB", flush=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from carma_airflow.core.recovery import Failure, FailureKind
+from carma_airflow.core.recovery import OOM_KINDS, Failure, FailureKind
 
 # what the executor puts in a try's environment for the task side to read (executor/taskenv.py)
 RESULT_ENV = "CARMA_RESULT_FILE"
@@ -48,7 +48,12 @@ class TryResult:
 
     @property
     def is_oom(self) -> bool:
-        return self.failure in (FailureKind.CUDA_OOM, FailureKind.PROBABLE_OOM)
+        return self.failure in OOM_KINDS
+
+    @property
+    def past_cap(self) -> bool:
+        """The try hit its own memory cap (core/fencing.py), not a full GPU."""
+        return self.failure is FailureKind.CAP_OOM
 
     @property
     def succeeded(self) -> bool:

@@ -1,0 +1,149 @@
+"""Framework caps, applied in the try's own process when the task first imports the framework.
+
+Importing PyTorch or TensorFlow up front costs seconds (and a CUDA context) for a try that
+never uses them, so nothing is imported here: :func:`install_framework_caps` puts a finder at
+the head of ``sys.meta_path`` that waits for ``import torch`` / ``import tensorflow``, lets the
+import run, then applies the try's cap (carma_airflow/taskrun/fence_env.py) to the module:
+
+* PyTorch: ``torch.cuda.set_per_process_memory_fraction(cap / total, device)`` on each visible
+  device, deferred to CUDA's lazy initialisation (``torch.cuda._lazy_call``) where PyTorch has
+  it, so a try that imports torch and never touches CUDA makes no context.  Past the cap the
+  caching allocator raises its usual ``OutOfMemoryError`` with "... allowed;" in the message.
+* TensorFlow: one logical device per GPU with ``memory_limit=cap`` MiB, before its runtime
+  initialises (a RuntimeError there, e.g. the task touched the GPU first, is reported, not raised).
+* JAX needs no hook: its fraction is in the environment (``XLA_CLIENT_MEM_FRACTION``).
+
+Not covered by any of them: the CUDA context itself (~300-500 MiB per process), NCCL's own
+buffers, and allocations by other libraries (cuDNN/cuBLAS workspaces outside the allocator,
+CuPy, custom kernels).  docs/isolation.md lists what each mode covers.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from carma_airflow.taskrun.fence_env import TryFence, fence_from_env
+
+_MIB = 1024 * 1024
+Apply = Callable[[ModuleType, TryFence], str]
+
+
+def cap_torch(torch: Any, fence: TryFence) -> str:
+    """Cap PyTorch's caching allocator on each visible device (at CUDA's lazy init if possible)."""
+
+    def apply() -> None:
+        for device, cap in enumerate(fence.cap_mib):
+            if device >= torch.cuda.device_count():
+                break
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cap * _MIB / total), device)
+
+    lazy = getattr(torch.cuda, "_lazy_call", None)
+    if callable(lazy) and not torch.cuda.is_initialized():
+        lazy(apply)
+        return f"PyTorch capped at {_caps(fence)} at its CUDA start"
+    apply()
+    return f"PyTorch capped at {_caps(fence)}"
+
+
+def cap_tensorflow(tf: Any, fence: TryFence) -> str:
+    """One logical device per GPU, limited to the cap (TensorFlow's only hard limit)."""
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+        for device, cap in zip(gpus, fence.cap_mib, strict=False):
+            tf.config.set_logical_device_configuration(device, [tf.config.LogicalDeviceConfiguration(memory_limit=cap)])
+    except RuntimeError as exc:  # the runtime initialised first: too late for a limit
+        return f"TensorFlow NOT capped ({exc}); it can grow past {_caps(fence)}"
+    return f"TensorFlow capped at {_caps(fence)}"
+
+
+HOOKS: dict[str, Apply] = {"torch": cap_torch, "tensorflow": cap_tensorflow}
+
+
+def _caps(fence: TryFence) -> str:
+    return ", ".join(f"{c} MiB" for c in fence.cap_mib) + " per GPU"
+
+
+class _CapAfterExec(importlib.abc.Loader):
+    """Runs the real loader, then the cap: the module is complete before it is capped."""
+
+    def __init__(self, loader: importlib.abc.Loader, after: Callable[[ModuleType], None]) -> None:
+        self.loader = loader
+        self.after = after
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.loader.exec_module(module)
+        self.after(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ... of the real loader
+        return getattr(self.loader, name)
+
+
+class FrameworkCapFinder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: wraps the loader of the frameworks it caps, once each."""
+
+    def __init__(self, fence: TryFence, hooks: Mapping[str, Apply], report: Callable[[str], None]) -> None:
+        self.fence = fence
+        self.hooks = dict(hooks)
+        self.report = report
+        self.applied: list[str] = []
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        hook = self.hooks.pop(fullname, None)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _CapAfterExec(spec.loader, lambda module: self.apply(hook, module))
+                return spec
+        return None
+
+    def apply(self, hook: Apply, module: ModuleType) -> None:
+        try:
+            said = hook(module, self.fence)
+        except Exception as exc:  # a cap that cannot be set must not break the task's import
+            said = f"{module.__name__} NOT capped: {type(exc).__name__}: {exc}"
+        self.applied.append(said)
+        self.report(said)
+
+
+def _print(text: str) -> None:
+    print(f"[carma] {text}", file=sys.stderr, flush=True)
+
+
+def install_framework_caps(
+    environ: Mapping[str, str] = os.environ,
+    hooks: Mapping[str, Apply] = HOOKS,
+    report: Callable[[str], None] = _print,
+) -> str:
+    """Put the cap finder in place (once per process); a framework imported already (by the
+    DAG file, say) is capped now.  Returns one line for the try's log."""
+    gpus = len([u for u in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip()])
+    fence = fence_from_env(environ, gpus or None)
+    if fence is None:
+        return "memory: unfenced (no cap for this try)"
+    if any(isinstance(f, FrameworkCapFinder) for f in sys.meta_path):
+        return f"memory: capped at {_caps(fence)} (caps already installed)"
+    finder = FrameworkCapFinder(fence, hooks, report)
+    for name in [n for n in finder.hooks if n in sys.modules]:
+        finder.apply(finder.hooks.pop(name), sys.modules[name])
+    sys.meta_path.insert(0, finder)
+    return f"memory: capped at {_caps(fence)} ({fence.mode.value}); frameworks are capped when imported"
+
+
+__all__ = ["HOOKS", "FrameworkCapFinder", "cap_tensorflow", "cap_torch", "install_framework_caps"]

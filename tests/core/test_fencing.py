@@ -1,0 +1,52 @@
+"""The cap a fenced try is held to (core/fencing.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.fencing import (
+    CapRule,
+    Fence,
+    IsolationMode,
+    promise_mib,
+    protective_cap_mib,
+    start_cap_mib,
+)
+
+
+def test_promise_is_reservation_plus_margin_within_the_gpu() -> None:
+    assert promise_mib(8192, 2048, 40960) == 10240
+    assert promise_mib(40000, 2048, 40960) == 40960
+    assert promise_mib(8192, -5, 40960) == 8192
+
+
+def test_protective_cap_leaves_each_co_tenant_the_larger_of_promise_and_held() -> None:
+    # a 12 GiB tenant promised 14 GiB holding 3 GiB: its 14 GiB stay out of reach
+    assert protective_cap_mib(40960, 512, [(14336, 3072)]) == 40960 - 512 - 14336
+    # a tenant that holds more than its promise keeps what it holds
+    assert protective_cap_mib(40960, 0, [(14336, 20000)]) == 20960
+    assert protective_cap_mib(10000, 0, [(20000, 0)]) == 0
+
+
+def test_start_cap_by_rule_never_below_the_promise_and_whole_gpu_when_exclusive() -> None:
+    common = {"promise": 10240, "total_mib": 40960, "reserve_mib": 512}
+    assert start_cap_mib(CapRule.PROMISE, **common, co_tenant_promises=[14336]) == 10240
+    assert start_cap_mib(CapRule.PROTECTIVE, **common, co_tenant_promises=[14336]) == 40960 - 512 - 14336
+    assert start_cap_mib(CapRule.PROTECTIVE, **common, co_tenant_promises=[40000]) == 10240
+    assert start_cap_mib(CapRule.PROMISE, **common, exclusive=True) == 40960
+
+
+def test_mode_parse_names_the_modes() -> None:
+    assert IsolationMode.parse(" MPS ") is IsolationMode.MPS
+    with pytest.raises(ConfigError, match="auto \\| framework \\| mps \\| driver \\| none"):
+        IsolationMode.parse("caps")
+
+
+def test_fence_fractions_and_words() -> None:
+    fence = Fence(IsolationMode.FRAMEWORK, (10240,), (10240,), (40960,))
+    assert fence.fractions() == (0.25,)
+    assert "capped at 10240 MiB" in fence.describe()
+    assert "unfenced" in Fence(IsolationMode.NONE, (0,), (0,), (40960,)).describe()
+    with pytest.raises(ValueError):
+        Fence(IsolationMode.FRAMEWORK, (1,), (1, 2), (3,))

@@ -1,0 +1,169 @@
+"""The framework import hook (taskrun/framework_hook.py) against fake torch and tensorflow
+packages, each run in a fresh interpreter (the hook changes ``sys.meta_path``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+FAKE_TORCH = '''
+import json, os
+calls = []
+class _Props:
+    total_memory = 40960 * 1024 * 1024
+class cuda:
+    _queued = []
+    @staticmethod
+    def is_initialized(): return False
+    @staticmethod
+    def _lazy_call(fn): cuda._queued.append(fn)
+    @staticmethod
+    def device_count(): return 2
+    @staticmethod
+    def get_device_properties(i): return _Props()
+    @staticmethod
+    def set_per_process_memory_fraction(fraction, device): calls.append([fraction, device])
+    @staticmethod
+    def init():  # what CUDA's lazy initialisation runs
+        for fn in cuda._queued: fn()
+'''
+FAKE_TF = '''
+calls = []
+class config:
+    class LogicalDeviceConfiguration:
+        def __init__(self, memory_limit): self.memory_limit = memory_limit
+    @staticmethod
+    def list_physical_devices(kind): return ["GPU:0", "GPU:1"]
+    @staticmethod
+    def set_logical_device_configuration(dev, confs): calls.append([dev, confs[0].memory_limit])
+'''
+
+
+def run(tmp_path: Path, body: str, env: dict[str, str]) -> dict[str, object]:
+    (tmp_path / "torch").mkdir(exist_ok=True)
+    (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (tmp_path / "tensorflow").mkdir(exist_ok=True)
+    (tmp_path / "tensorflow" / "__init__.py").write_text(FAKE_TF)
+    repo = Path(__file__).resolve().parents[2]
+    code = "import json, sys\nfrom carma_airflow.taskrun.framework_hook import install_framework_caps\n"
+    code += textwrap.dedent(body)
+    full = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}", **env}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=False)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+CAPPED = {
+    "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+    "CARMA_ISOLATION": "framework",
+    "CARMA_MEMORY_PROMISE_MIB": "10240,10240",
+    "CARMA_MEMORY_CAP_MIB": "10240,20480",
+    "CARMA_MEMORY_CAP_LIVE": "0",
+}
+
+
+def test_torch_is_capped_per_device_at_cuda_start_not_at_import(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        line = install_framework_caps()
+        import torch
+        before = list(torch.calls)
+        torch.cuda.init()
+        print(json.dumps({"line": line, "before": before, "after": torch.calls}))
+        """,
+        CAPPED,
+    )
+    assert result["before"] == []  # importing torch makes no CUDA context
+    assert result["after"] == [[0.25, 0], [0.5, 1]]
+    assert "capped at 10240 MiB, 20480 MiB per GPU" in str(result["line"])
+
+
+def test_tensorflow_gets_one_limited_logical_device_per_gpu(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        install_framework_caps()
+        import tensorflow
+        print(json.dumps({"calls": tensorflow.calls}))
+        """,
+        CAPPED,
+    )
+    assert result["calls"] == [["GPU:0", 10240], ["GPU:1", 20480]]
+
+
+def test_a_framework_imported_before_the_hook_is_capped_at_once(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        import torch
+        install_framework_caps()
+        torch.cuda.init()
+        print(json.dumps({"after": torch.calls}))
+        """,
+        CAPPED,
+    )
+    assert result["after"] == [[0.25, 0], [0.5, 1]]
+
+
+@pytest.mark.parametrize("env", [CAPPED, {"CARMA_ISOLATION": "none"}, {}])
+def test_nothing_is_imported_into_a_try_that_does_not_use_a_framework(tmp_path: Path, env: dict[str, str]) -> None:
+    result = run(
+        tmp_path,
+        """
+        before = set(sys.modules)
+        install_framework_caps()
+        import json as _j, email.mime.text  # a task that never imports a framework
+        new = sorted(set(sys.modules) - before)
+        print(json.dumps({"new": new}))
+        """,
+        env,
+    )
+    new = [str(m) for m in result["new"]]  # type: ignore[attr-defined]
+    assert not [m for m in new if m.split(".")[0] in ("torch", "tensorflow", "jax", "carma_airflow", "airflow")]
+
+
+def test_unfenced_try_installs_no_finder(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        line = install_framework_caps()
+        import torch
+        torch.cuda.init()
+        print(json.dumps({"line": line, "calls": torch.calls, "finders": [type(f).__name__ for f in sys.meta_path]}))
+        """,
+        {"CARMA_ISOLATION": "none", "CUDA_VISIBLE_DEVICES": "GPU-a"},
+    )
+    assert result["calls"] == [] and "FrameworkCapFinder" not in result["finders"]  # type: ignore[operator]
+    assert "unfenced" in str(result["line"])
+
+
+def test_a_cap_that_fails_does_not_break_the_import(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        import carma_airflow.taskrun.framework_hook as hook
+        def broken(module, fence): raise RuntimeError("no driver")
+        said = []
+        hook.install_framework_caps(hooks={"torch": broken}, report=said.append)
+        import torch
+        print(json.dumps({"said": said, "ok": hasattr(torch, "cuda")}))
+        """,
+        CAPPED,
+    )
+    assert result["ok"] is True
+    assert result["said"] == ["torch NOT capped: RuntimeError: no driver"]
+
+
+def test_the_hook_module_imports_only_the_standard_library_and_core() -> None:
+    source = (Path(__file__).resolve().parents[2] / "carma_airflow/taskrun/framework_hook.py").read_text()
+    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert all("airflow." not in line or "carma_airflow" in line for line in imports)
+    assert not any(name in json.dumps(imports) for name in ("torch", "tensorflow", "jax"))
