@@ -3,12 +3,15 @@ fresh token, and the launcher of the host it goes to."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from carma_airflow.core.decision import Decision
+from carma_airflow.core.errors import UnknownGpuSpecError
+from carma_airflow.core.fencing import CapRule, Fence, IsolationMode
+from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import author_retry_left
 from carma_airflow.dagparse.cluster_policy import author_retries_of
 from carma_airflow.executor.envcheck import check_task_env
@@ -16,6 +19,7 @@ from carma_airflow.executor.launch import Launcher, TaskHandle
 from carma_airflow.executor.taskenv import gpu_task_env
 from carma_airflow.executor.tries import Try
 from carma_airflow.settings import CarmaSettings
+from carma_airflow.taskrun.isolation import HostIsolation, Resolved, fence_for, host_isolation, resolve
 from carma_airflow.taskrun.killguard import retry_on_kill_env
 
 if TYPE_CHECKING:
@@ -48,6 +52,44 @@ class TryStarter:
         self.launcher = launcher
         self.token_for = token_for  # ti id -> a fresh JWT for the Execution API
         self.ledger_path = ledger_path
+        # (gpu uuid, the try's request key) -> the reservations of its co-tenants there, for
+        # [carma] isolation_cap = protective; None: caps fall back to the promise
+        self.co_tenants: Callable[[str, str], Sequence[int]] | None = None
+        self._host: HostIsolation | None = None
+        self._resolved: dict[IsolationMode, Resolved] = {}
+
+    def isolation(self, requested: IsolationMode) -> Resolved:
+        """The mode in force for ``requested`` on this host (detected once); ConfigError if absent."""
+        if requested not in self._resolved:
+            if self._host is None:
+                self._host = host_isolation(self.settings.gpu_backend)
+            self._resolved[requested] = resolve(requested, self._host)
+        return self._resolved[requested]
+
+    def fence(self, attempt: Try, decision: Decision) -> Fence:
+        """What the placed try is held to on each of its GPUs (core/fencing.py)."""
+        own = attempt.config.isolation if attempt.config is not None else None
+        resolved = self.isolation(IsolationMode.parse(own or self.settings.isolation))
+        request = attempt.request
+        reservation = request.memory.mib if request is not None else 0
+        rule = CapRule(self.settings.isolation_cap)
+        others: list[int] = []
+        if rule is CapRule.PROTECTIVE and self.co_tenants is not None:
+            uuid = decision.gpu_uuids[0] if decision.gpu_uuids else ""
+            margin = self.settings.isolation_margin_mib
+            others = [r + margin for r in self.co_tenants(uuid, attempt.rkey)]
+        elif rule is CapRule.PROTECTIVE:
+            rule = CapRule.PROMISE
+        return fence_for(
+            resolved,
+            reservation_mib=reservation,
+            totals_mib=[_total_mib(v.spec) for v in decision.chosen] or [0] * len(decision.gpu_uuids),
+            exclusive=request.needs_idle_gpu if request is not None else False,
+            margin_mib=self.settings.isolation_margin_mib,
+            rule=rule,
+            reserve_mib=self.settings.reserve_mib,
+            co_tenant_promises=others,
+        )
 
     def result_file(self, ti_id: str) -> Path:
         """Where the try of task instance ``ti_id`` leaves its result (taskrun/outcome.py)."""
@@ -64,6 +106,7 @@ class TryStarter:
             prior_ooms=attempt.prior_ooms,
             guards=self.settings.framework_guards,
             sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,
+            fence=self.fence(attempt, decision),
         )
         env.update(kill_env(attempt.ti, attempt.prior_ooms))
         return check_task_env(env)
@@ -79,6 +122,14 @@ class TryStarter:
         workload.token = self.token_for(str(workload.ti.id))
         env = {**env, **kill_env(attempt.ti, attempt.prior_ooms)}
         return self.launcher.launch(workload, env, self.result_file(str(workload.ti.id)), host or self.settings.host)
+
+
+def _total_mib(spec: str) -> int:
+    """A GPU's memory from its catalogue name (0 where the catalogue does not know it)."""
+    try:
+        return gpu_spec(spec).memory_mib
+    except UnknownGpuSpecError:
+        return 0
 
 
 __all__ = ["Launch", "TryStarter", "kill_env"]
