@@ -24,6 +24,7 @@ def make_workload(
     dag_rel_path: str = "dag.py",
     bundle: str = "dags",
     token: str = "t",
+    priority_weight: int = 1,
 ) -> ExecuteTask:
     """The workload the scheduler would queue for one try of ``dag_id.task_id`` (an unmapped task
     instance with fresh ids and nothing behind it in Airflow's database), to hand an executor
@@ -41,7 +42,7 @@ def make_workload(
         dag_version_id=uuid4(),
         map_index=-1,
         pool_slots=1,
-        priority_weight=1,
+        priority_weight=priority_weight,
         executor_config=executor_config,
     )
     return ExecuteTask(

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -76,7 +77,8 @@ def _fifo_key(r: TaskRequest) -> tuple[object, ...]:
 class Backfill(QueueDiscipline):
     """Priority with aging, backfilling, and a starvation bound.
 
-    Effective priority = priority + waited_s / aging_s (one priority point per ``aging_s``);
+    Effective priority = priority + whole ``aging_s`` waited (one priority point per ``aging_s``),
+    then ``tie_break``, then arrival;
     recovered tries get ``recovery_boost`` points so they go early without blocking anyone.
     """
 
@@ -96,17 +98,17 @@ class Backfill(QueueDiscipline):
         aging_s, boost = self.aging_s, self.recovery_boost
 
         def key(r: TaskRequest) -> tuple[object, ...]:
-            # monotone in submitted_at for one priority and recovered flag (float rounding
-            # included: each step rounds monotonically), hence class_of
-            eff = r.priority + max(0.0, now - r.submitted_at) / aging_s
+            # whole aging points, so that equal priorities stay equal long enough for
+            # ``tie_break`` to order them; monotone in submitted_at for one class (class_of)
+            eff = r.priority + math.floor(max(0.0, now - r.submitted_at) / aging_s)
             if r.recovered:
                 eff += boost
-            return (-eff, r.submitted_at, r.key)
+            return (-eff, -r.tie_break, r.submitted_at, r.key)
 
         return key
 
     def class_of(self, request: TaskRequest) -> Hashable:
-        return (request.priority, request.recovered)
+        return (request.priority, request.tie_break, request.recovered)
 
     def protect(self, oldest: TaskRequest | None, now: float) -> TaskRequest | None:
         if oldest is not None and now - oldest.submitted_at > self.starvation_s:

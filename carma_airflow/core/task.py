@@ -30,7 +30,7 @@ class TaskRequest:
     """One try of one task, asking for GPUs.
 
     ``key`` identifies the try (unique); ``label`` is what users read (task name).  Priority is
-    larger-first (Airflow's priority_weight).  ``avoid_gpus`` lists GPUs a recovery plan wants
+    larger-first (Airflow's priority_weight); ``tie_break`` (larger first) orders equal priorities.  ``avoid_gpus`` lists GPUs a recovery plan wants
     to keep away from; ``gpu_model`` is a case-insensitive substring of the spec name.
     ``activity``: the task's expected solo SM activity (learned from its earlier tries or its
     ``executor_config`` hint); None where nobody knows, and the policies that predict
@@ -44,6 +44,7 @@ class TaskRequest:
     exclusive: bool = False
     gpu_model: str | None = None
     priority: int = 0
+    tie_break: int = 0
     submitted_at: float = 0.0
     try_number: int = 1
     recovered: bool = False

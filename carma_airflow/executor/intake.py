@@ -46,11 +46,21 @@ def first_request(
         gpus=config.gpus,
         exclusive=config.exclusive,
         gpu_model=config.gpu_model,
-        priority=config.priority,
+        priority=priority_of(ti, config),
+        tie_break=config.priority,
         submitted_at=now,
         try_number=ti.try_number,
         activity=learned.activity(ti.dag_id, ti.task_id, config.activity),
     )
+
+
+def priority_of(ti: Any, config: GpuTaskConfig) -> int:
+    """Airflow's ``priority_weight`` (what the scheduler queued by, its weight rule applied),
+    unless the task's ``executor_config`` replaces it explicitly."""
+    if config.priority_weight is not None:
+        return config.priority_weight
+    weight = getattr(ti, "priority_weight", None)
+    return int(weight) if weight is not None else 0
 
 
 def recovered(

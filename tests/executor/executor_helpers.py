@@ -34,6 +34,7 @@ def make_workload(
     run_id: str = "run1",
     dag_id: str = "dag",
     author_retries: int | None = None,
+    priority_weight: int = 1,
 ) -> ExecuteTask:
     return workloads.make_workload(
         task_id,
@@ -42,6 +43,7 @@ def make_workload(
         try_number=try_number,
         executor_config=_executor_config(config, author_retries),
         token="old-token",
+        priority_weight=priority_weight,
     )
 
 

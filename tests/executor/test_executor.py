@@ -196,3 +196,23 @@ def test_next_try_arriving_while_the_crashed_try_is_still_ending_is_planned_afte
     assert second.key in ex.deferred and second.key not in ex.running
     run_until(ex, lambda: second.key in ex.active or not ex.deferred)
     assert ex.active[second.key].request.memory.mib >= 12500  # planned from the crash, not the 2 GiB
+
+
+def test_airflow_priority_weight_orders_waiting_tries_and_executor_priority_breaks_ties(executor_factory) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"first": {"seconds": 1.0}})
+    submit(ex, make_workload("first", config={"exclusive": True}))
+    low = make_workload("low", config={"exclusive": True, "priority": 100}, priority_weight=1)
+    tie_a = make_workload("tie_a", config={"exclusive": True}, priority_weight=5)
+    tie_b = make_workload("tie_b", config={"exclusive": True, "priority": 1}, priority_weight=5)
+    forced = make_workload("forced", config={"exclusive": True, "priority_weight": 50}, priority_weight=1)
+    submit(ex, low, tie_a, tie_b, forced)
+    assert {t.request.priority for t in ex.waiting.values()} == {1, 5, 50}
+    order: list[str] = []
+
+    def record() -> bool:
+        order.extend(k.task_id for k in ex.active if k.task_id not in order and k.task_id != "first")
+        return len(order) == 4
+
+    run_until(ex, record, timeout=60)
+    # priority_weight first (forced replaces its weight), executor_config priority only among equals
+    assert order == ["forced", "tie_b", "tie_a", "low"]
