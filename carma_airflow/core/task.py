@@ -30,7 +30,8 @@ class TaskRequest:
     """One try of one task, asking for GPUs.
 
     ``key`` identifies the try (unique); ``label`` is what users read (task name).  Priority is
-    larger-first (Airflow's priority_weight); ``tie_break`` (larger first) orders equal priorities.  ``avoid_gpus`` lists GPUs a recovery plan wants
+    larger-first (Airflow's priority_weight); ``tie_break`` (larger first) orders equal
+    priorities.  ``avoid_gpus`` lists GPUs a recovery plan wants
     to keep away from; ``gpu_model`` is a case-insensitive substring of the spec name.
     ``activity``: the task's expected solo SM activity (learned from its earlier tries or its
     ``executor_config`` hint); None where nobody knows, and the policies that predict
