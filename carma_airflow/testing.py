@@ -128,6 +128,8 @@ def simulated_training(
     label = _label()
     started = time.monotonic()
     try:
+        if fence is not None:  # its promise stands from its start, before its memory ramps up
+            allocate(0)
         steps = _RAMP_STEPS if peak_mib >= _RAMP_STEPS and ramp_s > 0 else 1
         for step in range(steps):  # the peak is reached at ramp_s, as a real start-up would
             time.sleep(ramp_s / steps)
