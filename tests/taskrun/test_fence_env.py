@@ -93,6 +93,9 @@ def test_mps_daemon_detected_by_its_control_pipe(tmp_path: Path) -> None:
 
 
 def test_a_malformed_cap_is_not_enforced() -> None:
-    assert fence_from_env({"CARMA_ISOLATION": "framework", "CARMA_MEMORY_PROMISE_MIB": "x", "CARMA_MEMORY_CAP_MIB": "1"}) is None
+    assert (
+        fence_from_env({"CARMA_ISOLATION": "framework", "CARMA_MEMORY_PROMISE_MIB": "x", "CARMA_MEMORY_CAP_MIB": "1"})
+        is None
+    )
     env = env_of(IsolationMode.FRAMEWORK)
     assert fence_from_env(env, 2) is None  # two GPUs visible, one cap: not this try's

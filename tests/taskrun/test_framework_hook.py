@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-FAKE_TORCH = '''
+FAKE_TORCH = """
 import json, os
 calls = []
 class _Props:
@@ -32,8 +32,8 @@ class cuda:
     @staticmethod
     def init():  # what CUDA's lazy initialisation runs
         for fn in cuda._queued: fn()
-'''
-FAKE_TF = '''
+"""
+FAKE_TF = """
 calls = []
 class config:
     class LogicalDeviceConfiguration:
@@ -42,7 +42,7 @@ class config:
     def list_physical_devices(kind): return ["GPU:0", "GPU:1"]
     @staticmethod
     def set_logical_device_configuration(dev, confs): calls.append([dev, confs[0].memory_limit])
-'''
+"""
 
 
 def run(tmp_path: Path, body: str, env: dict[str, str]) -> dict[str, object]:
