@@ -32,7 +32,7 @@ MODEL_PREFIX = "model:"
 def prior(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> dict[str, Any]:
     """The coefficients every GPU model starts from, and how many observations move them."""
     return {
-        "beta": settings.prior_beta,
+        "beta": settings.cold_beta,
         "activity_scale": settings.prior_scale,
         "confidence": settings.prior_confidence,
         "min_observations": settings.min_observations,
@@ -52,7 +52,9 @@ def fit_dict(fit: InterferenceFit) -> dict[str, Any]:
         "kept": len(fit.observations),
         "outliers": fit.outliers,
         "learned": fit.learned,
-        "prior": {"beta": fit.settings.prior_beta, "activity_scale": fit.settings.prior_scale},
+        "prior": {"beta": fit.settings.cold_beta, "activity_scale": fit.settings.prior_scale},
+        "interval_level": fit.settings.interval_level,
+        "tasks": fit.task_terms(),  # per task type: sensitivity and pressure multipliers (1.0: pooled)
     }
 
 
@@ -91,7 +93,7 @@ def interference(
 
 def nothing_learned_line(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> str:
     return (
-        f"nothing learned yet: every GPU model uses the prior (beta {settings.prior_beta:.2f}, activity scale k "
+        f"nothing learned yet: every GPU model uses the prior (beta {settings.cold_beta:.2f}, activity scale k "
         f"{settings.prior_scale:.2f}, confidence {settings.prior_confidence:.2f}); a model is fitted after "
         f"{settings.min_observations} ended tries that shared its GPUs"
     )
@@ -105,12 +107,19 @@ def fit_lines(row: Mapping[str, Any], min_observations: int) -> list[str]:
         state = f"still the prior ({row['count']} of {min_observations} observations needed)"
     lo_b, hi_b = row["beta_range"]
     lo_k, hi_k = row["activity_scale_range"]
-    return [
+    lines = [
         f"{row['gpu_model']}: {state}, confidence {row['confidence']:.2f}",
         f"  beta {row['beta']:.3f} (range {lo_b:.3f}..{hi_b:.3f}), prior {row['prior']['beta']:.3f}",
         f"  activity scale k {row['activity_scale']:.3f} (range {lo_k:.3f}..{hi_k:.3f}), "
         f"prior {row['prior']['activity_scale']:.3f}",
     ]
+    tasks = row.get("tasks") or {}
+    if tasks:  # the task types with their own terms, the most sensitive first
+        ranked = sorted(tasks.items(), key=lambda kv: -kv[1]["sensitivity"])
+        shown = ", ".join(f"{name} x{t['sensitivity']:.2f}/x{t['pressure']:.2f}" for name, t in ranked[:5])
+        more = f" (+{len(ranked) - 5} more)" if len(ranked) > 5 else ""
+        lines.append(f"  task terms (sensitivity/pressure over the pooled fit): {shown}{more}")
+    return lines
 
 
 def activity(history: Sequence[tuple[float, str]]) -> dict[str, Any]:

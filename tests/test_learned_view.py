@@ -48,21 +48,21 @@ def test_a_learned_model_shows_its_coefficients_and_a_prior_one_says_so() -> Non
     assert a100["beta_range"][0] < a100["beta"] < a100["beta_range"][1]
     assert (a100["count"], a100["kept"], a100["outliers"]) == (30, 30, 0)
     assert a100["confidence"] > 0.8
-    assert a100["prior"] == {"beta": 0.5, "activity_scale": 1.0}
+    assert a100["prior"] == {"beta": 0.1, "activity_scale": 1.0}  # the cold prior (COLD_PRIOR_BETA)
     assert h100["gpu_model"] == "h100" and not h100["learned"] and h100["count"] == 3
-    assert (h100["beta"], h100["activity_scale"]) == (0.5, 1.0)
+    assert (h100["beta"], h100["activity_scale"]) == (0.1, 1.0)
     lines = fit_lines(a100, learned["prior"]["min_observations"])
     assert lines[0].startswith("a100-sxm4-40gb: learned from 30 observations (30 kept, 0 outliers), confidence ")
-    assert lines[1].startswith(f"  beta {fit.beta:.3f} (range ") and lines[1].endswith("prior 0.500")
-    assert fit_lines(h100, 10)[0] == "h100: still the prior (3 of 10 observations needed), confidence 0.50"
+    assert lines[1].startswith(f"  beta {fit.beta:.3f} (range ") and lines[1].endswith("prior 0.100")
+    assert fit_lines(h100, 10)[0] == "h100: still the prior (3 of 10 observations needed), confidence 0.10"
 
 
 def test_no_document_means_nothing_learned_and_the_prior() -> None:
     learned = interference({})
     assert learned["models"] == [] and learned["written_at"] is None
-    assert learned["prior"] == {"beta": 0.5, "activity_scale": 1.0, "confidence": 0.5, "min_observations": 10}
+    assert learned["prior"] == {"beta": 0.1, "activity_scale": 1.0, "confidence": 0.1, "min_observations": 10}
     assert nothing_learned_line() == (
-        "nothing learned yet: every GPU model uses the prior (beta 0.50, activity scale k 1.00, confidence 0.50); "
+        "nothing learned yet: every GPU model uses the prior (beta 0.10, activity scale k 1.00, confidence 0.10); "
         "a model is fitted after 10 ended tries that shared its GPUs"
     )
 

@@ -8,8 +8,8 @@ reported activities sum to ``C``, runs slower by
 
 ``beta`` is contention below saturation; ``k`` (the *activity scale*) is how much of the
 reported activity is real demand (NVML busy time over-states it: a job that leaves most SMs
-idle reads near 100 %).  With no observations ``beta`` is the sharing model's (0.5) and
-``k = 1``, so the predictions are exactly what ``SharingModel.slowdowns`` says.
+idle reads near 100 %).  With no observations ``beta`` is the cold prior's (0.1, mild: see
+``COLD_PRIOR_BETA``) and ``k = 1``, with a wide range and a low confidence.
 
 Every ended try that had co-tenants is an observation: its *stretch* (duration over its solo
 duration from history) against the co-tenants it had.  A try whose co-tenants changed during its
@@ -21,9 +21,17 @@ I/O pulls linearly, not quadratically), both coefficients clipped to hard bounds
 counted as ``prior_weight`` observations' worth of evidence (so ``k`` and ``beta`` stay put
 where the data cannot tell them apart), and nothing moves until ``min_observations``
 informative observations are in.  Only the last ``window`` observations count (a driver update
-changes a GPU's behaviour).  Ranges are about two standard errors either side; a prediction's
-``confidence`` is ``1 - 4 * (standard error of its log speed)``, so a prediction good to +-5 %
-has confidence 0.8 and one good only to +-25 % has none.
+changes a GPU's behaviour).  ``beta_range``/``scale_range`` are about two standard errors of
+the coefficients either side.
+
+Over the pooled fit, per task type: its sensitivity and the pressure it puts on others
+(:mod:`carma_airflow.core.task_terms`), shrunk toward the pooled fit, for observations that name
+their task types.  A prediction's ``low``/``high`` is a prediction interval for one try's speed:
+``interval_level`` (90 %) of the fit's leave-one-out residuals, widened for task types it has not
+seen; at the prior, the bounds.  **Confidence** is the probability that the speed is within
++-5 % of the prediction, counted on those residuals (at the prior: ``prior_confidence``); a fit's
+``confidence`` is that of a typical observation.  ``bench/interference_eval.py`` checks both on
+held-out measured pairs.
 """
 
 from __future__ import annotations
@@ -33,11 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from carma_airflow.core.interference_estimate import (
+    COLD_PRIOR_BETA,
     DEFAULT_INTERFERENCE_SETTINGS,
     Covariance,
     InterferenceSettings,
-    clip01,
-    log_speed_stderr,
     robust_fit,
 )
 from carma_airflow.core.interference_form import (
@@ -49,6 +56,7 @@ from carma_airflow.core.interference_form import (
     slowdown,
     speed,
 )
+from carma_airflow.core.task_terms import TaskTerms, Term, fit_terms
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +79,10 @@ class InterferenceFit:
 
     Immutable: :meth:`observe` returns a new fit.  ``count`` is every informative observation
     ever seen; ``observations`` the last ``settings.window`` of them (``outliers`` of which the
-    fit left out).  ``covariance`` is None at
-    the prior (its ranges are the bounds).  ``confidence``: the prior's trust before enough
-    observations, then that of a typical prediction (over the kept observations' co-tenancies).
+    fit left out).  ``covariance`` is None at the prior (its ranges are the bounds).
+    ``terms``: per-task terms and the residual scatter (None at the prior).  ``confidence``: the
+    prior's before enough observations, then the share of the fit's leave-one-out predictions
+    within +-5 %.
     """
 
     gpu_model: str
@@ -85,12 +94,13 @@ class InterferenceFit:
     observations: tuple[CollocationObservation, ...] = ()
     settings: InterferenceSettings = field(default=DEFAULT_INTERFERENCE_SETTINGS, compare=False)
     outliers: int = 0  # kept observations the fit left out as unexplained
+    terms: TaskTerms | None = field(default=None, compare=False)
 
     @classmethod
     def prior(cls, gpu_model: str, settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> InterferenceFit:
-        """A fit with no observations: the sharing model's coefficients."""
+        """A fit with no observations: the cold prior (``settings.cold_beta``, mild and unsure)."""
         return cls(
-            gpu_model, settings.prior_beta, settings.prior_scale, None, settings.prior_confidence, 0, (), settings
+            gpu_model, settings.cold_beta, settings.prior_scale, None, settings.prior_confidence, 0, (), settings
         )
 
     @property
@@ -130,32 +140,61 @@ class InterferenceFit:
         if len(kept) < s.min_observations:
             return replace(self.prior(self.gpu_model, s), count=count, observations=kept)
         beta, scale, cov, outliers = robust_fit(kept, s)
-        errors = []
-        for o in kept:
-            for seg in o.segments:
-                errors.append(log_speed_stderr(o.own_activity, seg.co_tenants, beta, scale, cov) ** 2)
-        typical = math.sqrt(sum(errors) / len(errors))
-        confidence = clip01(1.0 - 4.0 * typical)
-        return InterferenceFit(self.gpu_model, beta, scale, cov, confidence, count, kept, s, outliers)
+        fitted = kept if s.task_terms else tuple(_anonymous(o) for o in kept)
+        terms = fit_terms(fitted, beta, scale, reject_at=s.reject_at, huber_delta=s.huber_delta)
+        confidence = terms.spread(0.0, 0.0, s.interval_level)[2]
+        return InterferenceFit(
+            self.gpu_model, beta, scale, cov, confidence, count, kept, s, outliers + terms.outliers, terms
+        )
 
     def speed(self, own: float, co_tenants: Sequence[float]) -> float:
         """Point prediction of speed relative to solo (cheap: no range)."""
         return speed(own, co_tenants, self.beta, self.activity_scale)
 
-    def predict(self, own: float, co_tenants: Sequence[float]) -> SpeedPrediction:
-        """Speed of a tenant with activity ``own`` beside ``co_tenants``, with range and confidence."""
-        point = self.speed(own, co_tenants)
-        if not co_tenants or sum(co_tenants) <= 0.0:
+    def predict(
+        self,
+        own: float,
+        co_tenants: Sequence[float],
+        task: str | None = None,
+        co_tasks: Sequence[str | None] = (),
+    ) -> SpeedPrediction:
+        """Speed of a tenant with activity ``own`` beside ``co_tenants``, with its prediction
+        interval and confidence.  ``task``/``co_tasks``: the task types, where known (their terms;
+        an unknown type gets the pooled fit and a wider interval)."""
+        contention = sum(co_tenants)
+        if not co_tenants or contention <= 0.0:
+            point = self.speed(own, co_tenants)
             return SpeedPrediction(point, point, point, 1.0 if self.learned else self.settings.prior_confidence)
-        if self.covariance is None:
-            s = self.settings
+        s = self.settings
+        if self.covariance is None or self.terms is None:
+            point = self.speed(own, co_tenants)
             low = speed(own, co_tenants, s.beta_upper, s.scale_upper)
             high = speed(own, co_tenants, s.beta_lower, s.scale_lower)
             return SpeedPrediction(point, low, high, s.prior_confidence)
-        se = log_speed_stderr(own, co_tenants, self.beta, self.activity_scale, self.covariance)
-        return SpeedPrediction(
-            point, point * math.exp(-2.0 * se), min(1.0, point * math.exp(2.0 * se)), clip01(1 - 4 * se)
-        )
+        beta, scale = self.beta, self.activity_scale
+        g = math.log1p(beta * scale * contention)
+        multiplier, variance = self.terms.multiplier(task, co_tasks, co_tenants)
+        point = math.exp(-math.log(max(1.0, scale * (own + contention))) - g * multiplier)
+        lo, hi, confidence = self.terms.spread(g, variance, s.interval_level)
+        return SpeedPrediction(point, point * math.exp(lo), point * math.exp(hi), confidence)  # of a try: noise too
+
+    def task_terms(self) -> dict[str, dict[str, float | int]]:
+        """Per task type: its sensitivity and pressure multipliers (1.0: the pooled fit) and how
+        many observations each rests on."""
+        if self.terms is None:
+            return {}
+        t = self.terms
+        out: dict[str, dict[str, float | int]] = {}
+        for name in sorted({*t.sensitivity, *t.pressure}):
+            u = t.sensitivity.get(name, Term(0.0, t.tau2_sensitivity, 0))
+            v = t.pressure.get(name, Term(0.0, t.tau2_pressure, 0))
+            out[name] = {
+                "sensitivity": 1.0 + u.value,
+                "pressure": 1.0 + v.value,
+                "n_own": u.count,
+                "n_partner": v.count,
+            }
+        return out
 
     # -- persistence ---------------------------------------------------------------------------
     def to_dict(self) -> dict[str, object]:
@@ -169,9 +208,16 @@ class InterferenceFit:
             "confidence": self.confidence,
             "count": self.count,
             "outliers": self.outliers,
-            "prior": {"beta": self.settings.prior_beta, "activity_scale": self.settings.prior_scale},
+            "prior": {"beta": self.settings.cold_beta, "activity_scale": self.settings.prior_scale},
+            "interval_level": self.settings.interval_level,
+            "tasks": self.task_terms(),
             "observations": [
-                [o.stretch, o.own_activity, [[seg.share, list(seg.co_tenants)] for seg in o.segments]]
+                [
+                    o.stretch,
+                    o.own_activity,
+                    [[seg.share, list(seg.co_tenants), list(seg.co_tasks)] for seg in o.segments],
+                    o.task,
+                ]
                 for o in self.observations
             ],
         }
@@ -185,19 +231,25 @@ class InterferenceFit:
         raw = data.get("observations", [])
         observations = []
         if isinstance(raw, list):
-            for item in raw:
-                stretch, own, segs = item
-                observations.append(
-                    CollocationObservation(
-                        float(stretch),
-                        float(own),
-                        tuple(Segment(float(share), tuple(float(a) for a in co)) for share, co in segs),
-                    )
-                )
+            for item in raw:  # [stretch, own, segments] (before task terms) or [..., task]
+                stretch, own, segs = item[:3]
+                task = str(item[3]) if len(item) > 3 else ""
+                segments = []
+                for seg in segs:
+                    names = tuple(str(n) for n in seg[2]) if len(seg) > 2 else ()
+                    segments.append(Segment(float(seg[0]), tuple(float(a) for a in seg[1]), names))
+                observations.append(CollocationObservation(float(stretch), float(own), tuple(segments), task))
         raw_count = data.get("count", len(observations))
         count = int(raw_count) if isinstance(raw_count, int | float | str) else len(observations)
         fit = cls.prior(model, settings).observe_all(observations)
         return replace(fit, count=max(count, len(fit.observations)))
+
+
+def _anonymous(obs: CollocationObservation) -> CollocationObservation:
+    """The observation without task names (the pooled fit's scatter only)."""
+    return CollocationObservation(
+        obs.stretch, obs.own_activity, tuple(Segment(s.share, s.co_tenants) for s in obs.segments)
+    )
 
 
 def gpu_model_key(spec_name: str) -> str:
@@ -235,6 +287,7 @@ class InterferenceModel:
 
 
 __all__ = [
+    "COLD_PRIOR_BETA",
     "DEFAULT_INTERFERENCE_SETTINGS",
     "PRIOR_BETA",
     "PRIOR_SCALE",

@@ -20,12 +20,20 @@ from carma_airflow.core.interference_form import (
     log_stretch,
 )
 
+# The cold prior's contention: speed 0.95 for two tenants of activity 0.5 each.  On measured pairs
+# of older GPUs (gavel_pairs.csv, mean speed 0.60) it is closer than "no interference"; on a newer
+# GPU (mean speed about 0.94) it is about as close, where 0.5 is twice as far (docs/model.md).
+COLD_PRIOR_BETA = 0.1
+
 
 @dataclass(frozen=True, slots=True)
 class InterferenceSettings:
     """How the interference coefficients are learned; every number a knob."""
 
-    prior_beta: float = PRIOR_BETA  # the sharing model's calibrated value
+    prior_beta: float = PRIOR_BETA  # the fit's anchor: the sharing model's calibration (k and beta trade off)
+    # what a GPU model with too few observations predicts: mild interference, unsure (COLD_PRIOR_BETA);
+    # the calibration (0.5) is twice as wrong as "no interference" on a newer GPU
+    cold_beta: float = COLD_PRIOR_BETA
     prior_scale: float = PRIOR_SCALE
     beta_lower: float = 0.0  # contention never speeds a task up ...
     beta_upper: float = 2.0  # ... nor triples its run time beside one full-GPU co-tenant
@@ -34,9 +42,13 @@ class InterferenceSettings:
     min_observations: int = 10  # informative observations before anything leaves the prior
     prior_weight: float = 1.0  # the prior counts as this many observations' worth of evidence
     reject_at: float = 4.0  # residuals beyond this many robust standard deviations: left out
-    window: int = 128  # only the most recent observations count
+    window: int = 512  # only the most recent observations count (per-task terms need a few per type)
     huber_delta: float = 0.10  # residuals (log stretch) beyond ~10 % count linearly: outliers
-    prior_confidence: float = 0.5  # how far the calibrated prior is trusted before observations
+    # the prior's confidence: the share of predictions within +-5 % it can promise (few: it is a guess)
+    prior_confidence: float = 0.1
+    one_sided_outliers: bool = True  # only tries slower than explained are left out (False: both sides)
+    task_terms: bool = True  # per-task sensitivity and pressure over the pooled fit (core/task_terms.py)
+    interval_level: float = 0.90  # SpeedPrediction.low/high: this central share of observations
 
     def clip(self, beta: float, scale: float) -> tuple[float, float]:
         return (
@@ -75,14 +87,18 @@ def robust_fit(
 
     Outliers of this kind are one-sided (a try that stalled on I/O or was preempted runs longer,
     never faster) and even a Huber loss leans toward them; beyond ``reject_at`` robust standard
-    deviations (at least ``3 * huber_delta``) an observation is left out of the second fit.
+    deviations (at least ``3 * huber_delta``) *slower* than the fit explains, an observation is
+    left out of the second fit (both sides with ``one_sided_outliers=False``, as before).
     Returns the coefficients, covariance and how many observations were left out.
     """
     beta, scale, cov = huber_fit(observations, s)
     residuals = [math.log(o.stretch) - log_stretch(o, beta, scale)[0] for o in observations]
     sigma = max(0.01, 1.4826 * median([abs(r) for r in residuals]))
     cut = max(s.reject_at * sigma, 3.0 * s.huber_delta)
-    kept = [o for o, r in zip(observations, residuals, strict=True) if abs(r) <= cut]
+    if s.one_sided_outliers:
+        kept = [o for o, r in zip(observations, residuals, strict=True) if r <= cut]
+    else:
+        kept = [o for o, r in zip(observations, residuals, strict=True) if abs(r) <= cut]
     if len(kept) == len(observations) or len(kept) < s.min_observations:
         return beta, scale, cov, 0
     beta, scale, cov = huber_fit(kept, s)
@@ -175,6 +191,7 @@ def clip01(x: float) -> float:
 
 
 __all__ = [
+    "COLD_PRIOR_BETA",
     "DEFAULT_INTERFERENCE_SETTINGS",
     "Covariance",
     "InterferenceSettings",

@@ -46,6 +46,7 @@ class Segment:
 
     share: float
     co_tenants: tuple[float, ...]
+    co_tasks: tuple[str, ...] = ()  # the co-tenants' task types, where known (same order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +60,20 @@ class CollocationObservation:
     stretch: float
     own_activity: float
     segments: tuple[Segment, ...]
+    task: str = ""  # the try's task type, where known: its own terms (core/task_terms.py)
 
     @classmethod
-    def steady(cls, stretch: float, own_activity: float, co_tenants: Sequence[float]) -> CollocationObservation:
+    def steady(
+        cls,
+        stretch: float,
+        own_activity: float,
+        co_tenants: Sequence[float],
+        *,
+        task: str = "",
+        co_tasks: Sequence[str] = (),
+    ) -> CollocationObservation:
         """A try that had the same co-tenants for its whole run."""
-        return cls(stretch, own_activity, (Segment(1.0, tuple(co_tenants)),))
+        return cls(stretch, own_activity, (Segment(1.0, tuple(co_tenants), tuple(co_tasks)),), task)
 
     @property
     def informative(self) -> bool:

@@ -183,9 +183,9 @@ def _learned_model() -> dict[str, object]:
 def test_model_with_nothing_learned_says_so_and_names_the_prior(env: dict[str, str]) -> None:
     out = carma(env, "model")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("nothing learned yet: every GPU model uses the prior (beta 0.50, activity scale k 1")
+    assert out.stdout.startswith("nothing learned yet: every GPU model uses the prior (beta 0.10, activity scale k 1")
     data = json.loads(carma(env, "model", "--json").stdout)
-    assert data["models"] == [] and data["prior"]["beta"] == 0.5 and data["written_at"] is None
+    assert data["models"] == [] and data["prior"]["beta"] == 0.1 and data["written_at"] is None
 
 
 def test_model_prints_each_gpu_models_fit(env: dict[str, str]) -> None:
@@ -197,10 +197,10 @@ def test_model_prints_each_gpu_models_fit(env: dict[str, str]) -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("learned interference (model:interference, written ")
     assert lines[1].startswith("a100-40gb: learned from 20 observations (20 kept, 0 outliers), confidence ")
-    assert lines[2].startswith("  beta ") and "range" in lines[2] and lines[2].endswith("prior 0.500")
+    assert lines[2].startswith("  beta ") and "range" in lines[2] and lines[2].endswith("prior 0.100")
     assert lines[3].startswith("  activity scale k ") and lines[3].endswith("prior 1.000")
-    assert lines[4] == "h100-80gb: still the prior (1 of 10 observations needed), confidence 0.50"
-    assert lines[-1] == "GPU models not listed use the prior: beta 0.50, activity scale k 1.00"
+    assert lines[4] == "h100-80gb: still the prior (1 of 10 observations needed), confidence 0.10"
+    assert lines[-1] == "GPU models not listed use the prior: beta 0.10, activity scale k 1.00"
     data = json.loads(carma(env, "model", "--json").stdout)
     a100 = data["models"][0]
     assert (a100["gpu_model"], a100["learned"], a100["count"]) == ("a100-40gb", True, 20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -11,8 +12,29 @@ from helpers import busy_gpu, idle_gpu, request, view
 from carma_airflow.core import DEFAULT_POLICY, GpuState, MetricWindow, Placer, TaskRequest, make_policy
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity, hinted_activity
 from carma_airflow.core.decision import Outcome, Reason
-from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceModel, speed
+from carma_airflow.core.interference import (
+    CollocationObservation,
+    InterferenceFit,
+    InterferenceModel,
+    slowdown,
+    speed,
+)
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
+
+
+def learned(beta: float = 0.5, scale: float = 1.0, noise: float = 0.03) -> InterferenceModel:
+    """A model whose A100 fit has learned ``beta`` from 200 tries (no task names: the pooled fit)."""
+    rng = random.Random(17)
+    tries = []
+    for _ in range(200):
+        own, co = rng.uniform(0.1, 0.8), tuple(rng.uniform(0.1, 0.8) for _ in range(rng.choice((1, 2))))
+        tries.append(
+            CollocationObservation.steady(slowdown(own, co, beta, scale) * math.exp(rng.gauss(0, noise)), own, co)
+        )
+    return InterferenceModel({"a100-40gb": InterferenceFit.prior("a100-40gb").observe_all(tries)})
+
+
+LEARNED = learned()
 
 
 def sure(a: float) -> ActivityEstimate:
@@ -50,7 +72,7 @@ def test_prefers_the_gpu_whose_summed_rate_rises_most() -> None:
     # GPU 0 has the most free memory but a heavy tenant; GPU 1 a light one
     heavy = with_tenants(busy_gpu(0, 30000), 0.9)
     light = with_tenants(busy_gpu(1, 20000), 0.25)
-    assert chosen_index(Predictive(), newcomer(sure(0.5)), heavy, light) == 1
+    assert chosen_index(Predictive(LEARNED), newcomer(sure(0.5)), heavy, light) == 1
     # most-free-memory, and the predictive policy without the newcomer's activity and with
     # most-free-memory as its fallback, take GPU 0
     assert Placer(make_policy("most-free-memory")).decide(newcomer(None), view(heavy, light)).gpu_uuids == ("GPU-0",)
@@ -60,22 +82,26 @@ def test_prefers_the_gpu_whose_summed_rate_rises_most() -> None:
 
 def test_gain_is_the_change_in_summed_speed() -> None:
     gpu = with_tenants(busy_gpu(0, 20000, tenants=2), 0.3, 0.6)
-    policy = Predictive()
+    policy = Predictive(LEARNED)
     facts = Placer(policy).facts(view(gpu))[0]
     a = policy.assess(facts, newcomer(sure(0.5)))
-    beta = 0.5  # the prior: the sharing model's
-    before = speed(0.3, [0.6], beta) + speed(0.6, [0.3], beta)
-    after = speed(0.3, [1.1], beta) + speed(0.6, [0.8], beta) + speed(0.5, [0.9], beta)
+    fit = LEARNED.fit_for("A100-40GB")
+    beta, k = fit.beta, fit.activity_scale
+    assert beta == pytest.approx(0.5, abs=0.05)
+    before = speed(0.3, [0.6], beta, k) + speed(0.6, [0.3], beta, k)
+    after = speed(0.3, [1.1], beta, k) + speed(0.6, [0.8], beta, k) + speed(0.5, [0.9], beta, k)
     assert a.rate_before == pytest.approx(before)
     assert a.rate_after == pytest.approx(after)
     assert a.gain == pytest.approx(after - before)
-    assert a.newcomer.speed == pytest.approx(speed(0.5, [0.9], beta))
+    assert a.newcomer.speed == pytest.approx(speed(0.5, [0.9], beta, k))
+    assert a.newcomer.low < a.newcomer.speed < a.newcomer.high
+    assert a.gain_low < a.gain  # every speed at the low end of its interval
     assert a.neighbour == "job0-0.6"
 
 
 def test_choice_maximises_gain_on_random_clusters() -> None:
     rng = random.Random(11)
-    policy = Predictive(settings=PredictiveSettings(min_gain=-10.0, max_slowdown=100.0))
+    policy = Predictive(LEARNED, PredictiveSettings(min_gain=-10.0, max_slowdown=100.0))
     for _ in range(200):
         gpus = []
         for i in range(8):
@@ -84,18 +110,17 @@ def test_choice_maximises_gain_on_random_clusters() -> None:
             gpus.append(with_tenants(g, *(round(rng.uniform(0.05, 0.9), 2) for _ in range(k))))
         req = newcomer(sure(round(rng.uniform(0.1, 0.9), 2)))
         facts = Placer(policy).facts(view(*gpus))
-        gains = {f.index: policy.assess(f, req).gain for f in facts}
+        gains = {f.index: policy.assess(f, req).gain_low for f in facts}
         pick = chosen_index(policy, req, *gpus)
-        # gains are compared in steps of gain_step / confidence (0.5: the prior's trust); memory
-        # decides within a step, so the pick is within one step of the best
-        step = PredictiveSettings().gain_step / InterferenceFit.prior("a100-40gb").confidence
-        assert gains[pick] >= max(gains.values()) - step
+        # the lower ends of the gains are compared in steps of gain_step; memory decides within a
+        # step, so the pick is within one step of the best
+        assert gains[pick] >= max(gains.values()) - PredictiveSettings().gain_step
 
 
 def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
     crowded = with_tenants(busy_gpu(0, 30000, tenants=2), 0.7, 0.7)  # a third heavy task lowers the sum
     roomy = with_tenants(busy_gpu(1, 9000), 0.3)
-    policy = Predictive()
+    policy = Predictive(LEARNED)
     req = newcomer(sure(0.7))
     facts = {f.index: f for f in Placer(policy).facts(view(crowded, roomy))}
     assert policy.assess(facts[0], req).gain < 0 < policy.assess(facts[1], req).gain
@@ -104,7 +129,7 @@ def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
     assert refusal is not None
     assert refusal.reason is Reason.INTERFERENCE
     assert "beside job0-0.7" in refusal.detail
-    assert "gain under" in refusal.detail or "slowdown limit" in refusal.detail
+    assert "gain may be under" in refusal.detail or "slowdown limit" in refusal.detail
     assert chosen_index(policy, req, crowded, roomy) == 1
     # nowhere else to go: the placer asks refuses() and the request waits, saying why
     d = Placer(policy).decide(req, view(crowded))
@@ -116,7 +141,7 @@ def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
 
 def test_newcomer_slowdown_limit() -> None:
     gpu = with_tenants(busy_gpu(0, 30000), 0.9)
-    policy = Predictive(settings=PredictiveSettings(min_gain=-10.0, max_slowdown=1.2))
+    policy = Predictive(LEARNED, PredictiveSettings(min_gain=-10.0, max_slowdown=1.2))
     facts = Placer(policy).facts(view(gpu))[0]
     a = policy.assess(facts, newcomer(sure(0.6)))
     assert a.newcomer.slowdown > 1.2
@@ -128,34 +153,48 @@ def test_newcomer_slowdown_limit() -> None:
 def test_says_how_sure_it_is() -> None:
     known = with_tenants(busy_gpu(0, 20000), 0.4)
     unknown = with_tenants(busy_gpu(1, 20000), None)
-    policy = Predictive()
+    policy = Predictive(learned(noise=0.005))  # tries within +-5 % of the fit: the activity decides
     facts = Placer(policy).facts(view(known, unknown))
     firm = policy.assess(facts[0], newcomer(sure(0.4)))
     vague = policy.assess(facts[1], newcomer(sure(0.4)))
     hinted = policy.assess(facts[0], newcomer(hinted_activity(0.4)))
     assert vague.confidence == 0.0 < hinted.confidence < firm.confidence
-    # with the fit at its prior, the prior's trust caps confidence
-    assert firm.confidence == pytest.approx(InterferenceFit.prior("a100-40gb").confidence)
+    # the newcomer's speed caps confidence: the share of tries within +-5 % of its prediction
+    assert firm.newcomer.confidence > 0.9
+    assert Predictive(learned(noise=0.1)).assess(facts[0], newcomer(sure(0.4))).confidence < 0.6  # 10 % scatter
+    assert Predictive().assess(facts[0], newcomer(sure(0.4))).confidence == InterferenceFit.prior("x").confidence
     text = policy.describe(facts[0], newcomer(sure(0.4)))
     assert text.startswith("predicted ") and "x slower beside job0-0.4" in text and "confidence" in text
     assert policy.describe(facts[0], newcomer(None)).startswith("model unsure")
 
 
-def test_an_unsure_fit_falls_back_to_the_fallback_order() -> None:
+def test_a_fit_at_its_cold_prior_falls_back_to_the_fallback_order() -> None:
     heavy = with_tenants(busy_gpu(0, 30000), 0.9)
     light = with_tenants(busy_gpu(1, 20000), 0.25)
-    rng = random.Random(5)
-    # stretches all over the place: the fit learns, but its range stays wide
-    noise = [CollocationObservation.steady(rng.uniform(0.6, 4.0), 0.5, (rng.uniform(0.1, 0.3),)) for _ in range(12)]
-    model = InterferenceModel({"a100-40gb": InterferenceFit.prior("a100-40gb").observe_all(noise)})
-    fit = model.fit_for("A100-40GB")
-    assert fit.learned and fit.confidence < PredictiveSettings().min_confidence
     req = newcomer(sure(0.5))
     magm = PredictiveSettings(fallback="most-free-memory")
-    assert chosen_index(Predictive(model, magm), req, heavy, light) == 0  # most free memory
-    assert chosen_index(Predictive(settings=magm), req, heavy, light) == 1  # the prior is trusted enough
-    facts = Placer(Predictive(model)).facts(view(heavy, light))
-    assert Predictive(model).refuses(facts[0], req) is None  # no refusals while unsure
+    assert chosen_index(Predictive(settings=magm), req, heavy, light) == 0  # cold prior: most free memory
+    assert chosen_index(Predictive(LEARNED, magm), req, heavy, light) == 1  # learned: the prediction
+    facts = Placer(Predictive()).facts(view(heavy, light))
+    crowded = with_tenants(busy_gpu(0, 30000, tenants=2), 0.9, 0.9)
+    assert Predictive().refuses(Placer(Predictive()).facts(view(crowded))[0], req) is None  # no refusals while unsure
+    assert Predictive().refuses(facts[0], req) is None
+
+
+def test_wide_intervals_refuse_what_the_point_would_take() -> None:
+    # the same point prediction, with tries scattered widely: the lower end of the gain is lower
+    gpu = with_tenants(busy_gpu(0, 30000), 0.3)
+    req = newcomer(sure(0.3))
+    tight_model, loose_model = learned(noise=0.02), learned(noise=0.35)
+    probe = Predictive(tight_model), Predictive(loose_model)
+    f = Placer(probe[0]).facts(view(gpu))[0]
+    a_tight, a_loose = probe[0].assess(f, req), probe[1].assess(f, req)
+    assert a_tight.gain == pytest.approx(a_loose.gain, abs=0.1)
+    assert a_tight.gain_low > a_loose.gain_low
+    settings = PredictiveSettings(min_gain=(a_tight.gain_low + a_loose.gain_low) / 2)
+    tight, loose = Predictive(tight_model, settings), Predictive(loose_model, settings)
+    assert tight.assess(f, req).pays and not loose.assess(f, req).pays
+    assert loose.refuses(f, req) is not None and tight.refuses(f, req) is None
 
 
 def test_unsure_it_orders_as_the_default_policy() -> None:
@@ -177,19 +216,20 @@ def test_unsure_it_orders_as_the_default_policy() -> None:
 
 def test_idle_gpus_still_come_first() -> None:
     light = with_tenants(busy_gpu(0, 30000), 0.05)
-    assert chosen_index(Predictive(), newcomer(sure(0.5)), light, idle_gpu(1)) == 1
+    assert chosen_index(Predictive(LEARNED), newcomer(sure(0.5)), light, idle_gpu(1)) == 1
 
 
 def test_memory_check_still_applies() -> None:
     light_but_full = with_tenants(busy_gpu(0, 5000), 0.1)
     heavy_roomy = with_tenants(busy_gpu(1, 30000), 0.6)  # busier, but collocating there still pays
-    assert chosen_index(Predictive(), newcomer(sure(0.5), mib=8000), light_but_full, heavy_roomy) == 1
+    anything_pays = Predictive(LEARNED, PredictiveSettings(min_gain=-10.0, max_slowdown=100.0))
+    assert chosen_index(anything_pays, newcomer(sure(0.5), mib=8000), light_but_full, heavy_roomy) == 1
 
 
 def test_tenants_placed_in_the_same_pass_count_at_the_prior() -> None:
     a = with_tenants(busy_gpu(0, 30000), 0.3)
     b = with_tenants(busy_gpu(1, 30000), 0.3)
     reqs = [request(f"r{i}", 4000, activity=sure(0.5)) for i in range(2)]
-    result = Placer(Predictive()).schedule(reqs, view(a, b))
+    result = Placer(Predictive(LEARNED)).schedule(reqs, view(a, b))
     # the first lands on one GPU; that GPU now has an extra tenant, so the second takes the other
     assert sorted(d.gpu_uuids[0] for d in result.placed) == ["GPU-0", "GPU-1"]

@@ -147,7 +147,7 @@ def test_store_url_password_never_shown(pg_url_with_password: str, now: datetime
 
 def test_page_shows_the_learned_interference_and_tenant_activity(store: Store, store_url: str, now: datetime) -> None:
     client = client_for(lambda: Store(store_url))
-    nothing = "Nothing learned yet: every GPU model uses the prior (beta 0.50, activity scale k 1.00)"
+    nothing = "Nothing learned yet: every GPU model uses the prior (beta 0.10, activity scale k 1.00)"
     assert nothing in text_of(client.get("/").text)
     model = InterferenceModel()
     for i in range(12):

@@ -7,13 +7,18 @@ the newcomer.  The *gain* is the change in their sum: an idle GPU gains 1.0 (the
 full speed); a GPU whose tenants would all slow down may gain little or lose.  The newcomer's
 own predicted slowdown is part of the gain and has its own limit.
 
-* Candidates are ordered by gain, compared in steps of ``gain_step / confidence`` (the less
-  sure the prediction, the coarser the comparison), most free memory first within a step.
-* Collocation "pays" when the gain is at least ``min_gain`` and the newcomer's predicted
-  slowdown at most ``max_slowdown``; GPUs where it does not pay sort after those where it does,
-  and :meth:`Predictive.refuses` says why, for a placer that lets a policy refuse a GPU.
-* Unsure (the newcomer's activity or the interference fit below ``min_confidence``): no
-  refusals, and the order of the default policy (``fallback="interference-aware"``: projected
+* Every speed is predicted with the task types' own terms where the fit has them (their
+  sensitivity and pressure, :mod:`carma_airflow.core.task_terms`) and with a prediction interval.
+  The *lower end* of the gain sums the lower ends of the tenants' and the newcomer's speeds (a
+  pessimistic bound: each at the low end of its 90 % interval).
+* Candidates are ordered by the lower end of the gain, in steps of ``gain_step``, most free
+  memory first within a step.
+* Collocation "pays" when the lower end of the gain is at least ``min_gain`` and the newcomer's
+  slowdown at the low end of its interval at most ``max_slowdown``; GPUs where it does not pay
+  sort after those where it does, and :meth:`Predictive.refuses` says why, for a placer that lets
+  a policy refuse a GPU.
+* Unsure (the newcomer's activity below ``min_confidence``, or the GPU model's fit still at its
+  cold prior): no refusals, and the order of the default policy (``fallback="interference-aware"``: projected
   SM activity in bands of ``fallback_band``, then tightest memory fit), so a wrong or empty
   model costs nothing against it; ``fallback="most-free-memory"`` is the paper's best policy's
   order instead (measured against each other in ``bench/learned_interference.py``).
@@ -41,13 +46,19 @@ from carma_airflow.core.policies.base import GpuFacts, Policy, Refusal
 from carma_airflow.core.task import TaskRequest
 
 
+def task_type(label: str) -> str:
+    """The task type a tenant's or request's label names: the label without a ``[...]`` suffix
+    (a job id or map index), as the interference terms are kept."""
+    return label.split("[", 1)[0]
+
+
 @dataclass(frozen=True, slots=True)
 class PredictiveSettings:
     """The policy's knobs."""
 
     min_gain: float = 0.25  # collocate only where the summed progress rate rises by this much
     max_slowdown: float = 2.5  # ... and the newcomer runs at most this much slower than alone
-    min_confidence: float = 0.3  # below: most-free-memory order, no refusals
+    min_confidence: float = 0.3  # the newcomer's activity below this: the fallback order, no refusals
     gain_step: float = 0.05  # gains closer than this (at full confidence) tie; memory decides
     max_tenants: int = 3
     fallback: str = "interference-aware"  # order while unsure: or "most-free-memory"
@@ -68,14 +79,15 @@ DEFAULT_PREDICTIVE_SETTINGS = PredictiveSettings()
 class Assessment:
     """What the policy predicts for one request on one GPU."""
 
-    gain: float  # summed progress rate after minus before
+    gain: float  # summed progress rate after minus before (point predictions)
     rate_before: float
     rate_after: float
     newcomer: SpeedPrediction
     neighbour: str | None  # label of the heaviest co-tenant, for reason texts
-    confidence: float  # the least sure of: newcomer, tenants, interference fit
-    sure: bool  # newcomer and fit both at least min_confidence: the prediction decides
+    confidence: float  # the least sure of: the activities, and the newcomer's speed (P within +-5 %)
+    sure: bool  # the newcomer's activity sure and the fit learned: the prediction decides
     pays: bool
+    gain_low: float = 0.0  # the gain with every speed at the low end of its interval
 
     def describe(self) -> str:
         """Reason text: "predicted 1.18x slower beside train_bert; summed rate 1.00 -> 1.62 ..."."""
@@ -84,8 +96,8 @@ class Assessment:
         else:
             head = f"predicted {self.newcomer.slowdown:.2f}x slower beside {self.neighbour}"
         return (
-            f"{head}; summed rate {self.rate_before:.2f} -> {self.rate_after:.2f} ({self.gain:+.2f}), "
-            f"confidence {self.confidence:.2f}"
+            f"{head}; summed rate {self.rate_before:.2f} -> {self.rate_after:.2f} ({self.gain:+.2f}, "
+            f"at worst {self.gain_low:+.2f}), confidence {self.confidence:.2f}"
         )
 
 
@@ -136,36 +148,44 @@ class Predictive(Policy):
         return tenants
 
     @staticmethod
-    def _rates(fit: InterferenceFit, acts: list[float], own: float) -> tuple[float, float, float]:
-        """Summed speed of the tenants before, after (newcomer included), and the newcomer's speed."""
-        beta, scale = fit.beta, fit.activity_scale
-        total = sum(acts)
-        before = after = 0.0
-        grown = total + own
-        for a in acts:  # the sharing rule inlined: the hot loop of a decision
-            before += 1.0 / (max(1.0, scale * total) * (1.0 + beta * scale * (total - a)))
-            after += 1.0 / (max(1.0, scale * grown) * (1.0 + beta * scale * (grown - a)))
-        mine = 1.0 / (max(1.0, scale * grown) * (1.0 + beta * scale * total))
-        return before, after + mine, mine
+    def _rates(
+        fit: InterferenceFit, tenants: list[tuple[str, float]], own: float, name: str
+    ) -> tuple[float, float, float, SpeedPrediction]:
+        """Summed speed of the tenants before, after (newcomer included; point and low end), and
+        the newcomer's predicted speed.  ``tenants``: (task type, activity)."""
+        acts = [a for _, a in tenants]
+        names = [n for n, _ in tenants]
+        before = after = low = 0.0
+        for i, (tname, a) in enumerate(tenants):
+            others = acts[:i] + acts[i + 1 :]
+            other_names = names[:i] + names[i + 1 :]
+            before += fit.predict(a, others, tname, other_names).speed
+            p = fit.predict(a, [*others, own], tname, [*other_names, name])
+            after += p.speed
+            low += p.low
+        mine = fit.predict(own, acts, name, names)
+        return before, after + mine.speed, low + mine.low, mine
 
-    def _pays(self, has_tenants: bool, gain: float, mine: float) -> bool:
+    def _pays(self, has_tenants: bool, gain_low: float, mine: SpeedPrediction) -> bool:
         s = self.settings
-        return not has_tenants or (gain >= s.min_gain and 1.0 / mine <= s.max_slowdown)
+        return not has_tenants or (gain_low >= s.min_gain and mine.low > 0 and 1.0 / mine.low <= s.max_slowdown)
+
+    def _sure(self, newcomer: ActivityEstimate | None, fit: InterferenceFit) -> bool:
+        return newcomer is not None and newcomer.confidence >= self.settings.min_confidence and fit.learned
 
     def assess(self, facts: GpuFacts, request: TaskRequest) -> Assessment:
         """Predicted effect of placing ``request`` on this GPU."""
         fit = self._fit(facts.state.spec.name)
         newcomer = request.activity or self._unknown
         tenants = self._tenant_activities(facts)
-        acts = [a.sm_activity for _, a in tenants]
-        before, after, _ = self._rates(fit, acts, newcomer.sm_activity)
-        mine = fit.predict(newcomer.sm_activity, acts)
+        typed = [(task_type(label), a.sm_activity) for label, a in tenants]
+        before, after, after_low, mine = self._rates(fit, typed, newcomer.sm_activity, task_type(request.label))
         confidence = min([newcomer.confidence, mine.confidence, *(a.confidence for _, a in tenants)])
-        sure = min(newcomer.confidence, fit.confidence) >= self.settings.min_confidence
+        sure = self._sure(request.activity, fit)
         gain = after - before
         neighbour = max(tenants, key=lambda t: t[1].sm_activity)[0] if tenants else None
-        pays = self._pays(bool(tenants), gain, mine.speed)
-        return Assessment(gain, before, after, mine, neighbour, confidence, sure, pays)
+        pays = self._pays(bool(tenants), after_low - before, mine)
+        return Assessment(gain, before, after, mine, neighbour, confidence, sure, pays, after_low - before)
 
     # -- the policy hooks ------------------------------------------------------------------
     def _fallback_key(self, facts: GpuFacts) -> tuple[float, ...]:
@@ -176,20 +196,17 @@ class Predictive(Policy):
         return (0.0, band, float(facts.usable_free_mib), float(facts.index))
 
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
-        free_first = -float(facts.usable_free_mib)
         newcomer = request.activity
-        min_confidence = self.settings.min_confidence
-        if newcomer is None or newcomer.confidence < min_confidence:
-            return self._fallback_key(facts)  # no prediction without the newcomer
         fit = self._fit(facts.state.spec.name)
-        sureness = min(newcomer.confidence, fit.confidence)
-        if sureness < min_confidence:
-            return self._fallback_key(facts)
-        acts = [a.sm_activity for _, a in self._tenant_activities(facts)]
-        before, after, mine = self._rates(fit, acts, newcomer.sm_activity)
-        gain = after - before
-        band = -float(math.floor(gain * sureness / self.settings.gain_step))  # steps of gain_step / sureness
-        return (0.0 if self._pays(bool(acts), gain, mine) else 1.0, band, free_first, float(facts.index))
+        if not self._sure(newcomer, fit):
+            return self._fallback_key(facts)  # no prediction without the newcomer or a learned fit
+        assert newcomer is not None
+        typed = [(task_type(label), a.sm_activity) for label, a in self._tenant_activities(facts)]
+        before, _, after_low, mine = self._rates(fit, typed, newcomer.sm_activity, task_type(request.label))
+        gain_low = after_low - before
+        band = -float(math.floor(gain_low / self.settings.gain_step))
+        pays = self._pays(bool(typed), gain_low, mine)
+        return (0.0 if pays else 1.0, band, -float(facts.usable_free_mib), float(facts.index))
 
     def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
         """Why collocating ``request`` here does not pay, or None (also None while unsure)."""
@@ -197,9 +214,9 @@ class Predictive(Policy):
         if not a.sure or a.pays:
             return None
         s = self.settings
-        if a.newcomer.slowdown > s.max_slowdown:
-            return Refusal(Reason.INTERFERENCE, f"{a.describe()}: over the {s.max_slowdown:.2f}x slowdown limit")
-        return Refusal(Reason.INTERFERENCE, f"{a.describe()}: gain under {s.min_gain:+.2f}")
+        if a.newcomer.low <= 0 or 1.0 / a.newcomer.low > s.max_slowdown:
+            return Refusal(Reason.INTERFERENCE, f"{a.describe()}: may pass the {s.max_slowdown:.2f}x slowdown limit")
+        return Refusal(Reason.INTERFERENCE, f"{a.describe()}: gain may be under {s.min_gain:+.2f}")
 
     def describe(self, facts: GpuFacts, request: TaskRequest) -> str:
         """Reason text for choosing this GPU (prediction, or that the model was unsure)."""
@@ -210,4 +227,4 @@ class Predictive(Policy):
         return f"model unsure (confidence {a.confidence:.2f}): {order}; {a.describe()}"
 
 
-__all__ = ["DEFAULT_PREDICTIVE_SETTINGS", "Assessment", "Predictive", "PredictiveSettings"]
+__all__ = ["DEFAULT_PREDICTIVE_SETTINGS", "Assessment", "Predictive", "PredictiveSettings", "task_type"]
