@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from carma_airflow.core.interference_form import CollocationObservation, speed
 
 MAX_MULTIPLIER = 8.0  # contention at most 8x the pooled fit's for one pair of task types
-TERM_BOUNDS = (-1.5, 6.0)  # one term's offset, before the multiplier's clip
+TERM_BOUNDS = (-1.0, 6.0)  # one term's offset: its own multiplier 1 + u within 0 .. 7
 WITHIN = math.log(1.05)  # what "confidence" counts: predictions within +-5 % of speed
 _SWEEPS = 40
 

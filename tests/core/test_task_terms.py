@@ -1,0 +1,111 @@
+"""Per-task interference terms: they find planted sensitivities and pressures, shrink toward the
+pooled fit, and their intervals cover what they promise on pairs they have not seen."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceSettings
+
+TYPES = [f"t{i}" for i in range(12)]
+
+
+def world(seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Planted log-speed effects: each type's sensitivity and pressure (multipliers of contention)."""
+    rng = random.Random(seed)
+    return {t: rng.uniform(0.3, 2.5) for t in TYPES}, {t: rng.uniform(0.3, 2.5) for t in TYPES}
+
+
+def pair_speed(
+    sens: dict[str, float], pres: dict[str, float], job: str, partner: str, noise: float, rng: random.Random
+) -> float:
+    return math.exp(-0.3 * sens[job] * pres[partner] + rng.gauss(0.0, noise))
+
+
+def tries(
+    pairs: list[tuple[str, str]], seed: int, noise: float = 0.05, named: bool = True
+) -> list[CollocationObservation]:
+    sens, pres = world(0)
+    rng = random.Random(seed)
+    out = []
+    for job, partner in pairs:
+        s = pair_speed(sens, pres, job, partner, noise, rng)
+        out.append(
+            CollocationObservation.steady(
+                1 / s, 0.5, (0.5,), task=job if named else "", co_tasks=(partner,) if named else ()
+            )
+        )
+    return out
+
+
+def split(seed: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    rng = random.Random(seed)
+    unordered = [(a, b) for i, a in enumerate(TYPES) for b in TYPES[i:]]
+    rng.shuffle(unordered)
+    held = unordered[: len(unordered) // 5]
+    train = [p for a, b in unordered[len(held) :] for p in ((a, b), (b, a))]
+    test = [p for a, b in held for p in ((a, b), (b, a))]
+    return train, test
+
+
+def test_terms_beat_the_pooled_fit_on_unseen_pairs_and_cover_what_they_promise() -> None:
+    train, test = split(1)
+    named = InterferenceFit.prior("x").observe_all(tries(train * 2, seed=2))
+    pooled = InterferenceFit.prior("x").observe_all(tries(train * 2, seed=2, named=False))
+    sens, pres = world(0)
+    truth = [math.exp(-0.3 * sens[j] * pres[p]) for j, p in test]
+    fresh = tries(test, seed=3)
+    err_named = sum(abs(named.predict(0.5, (0.5,), j, (p,)).speed - t) for (j, p), t in zip(test, truth, strict=True))
+    err_pooled = sum(abs(pooled.predict(0.5, (0.5,)).speed - t) for t in truth)
+    assert err_named < 0.5 * err_pooled
+    inside = sum(
+        named.predict(0.5, (0.5,), j, (p,)).low <= 1 / o.stretch <= named.predict(0.5, (0.5,), j, (p,)).high
+        for (j, p), o in zip(test, fresh, strict=True)
+    )
+    assert 0.8 <= inside / len(test) <= 0.98
+    terms = named.task_terms()
+    most_sensitive = max(sens, key=lambda t: sens[t])
+    least_sensitive = min(sens, key=lambda t: sens[t])
+    assert terms[most_sensitive]["sensitivity"] > terms[least_sensitive]["sensitivity"]
+    heaviest = max(pres, key=lambda t: pres[t])
+    lightest = min(pres, key=lambda t: pres[t])
+    assert terms[heaviest]["pressure"] > terms[lightest]["pressure"]
+
+
+def test_a_rare_type_stays_near_the_pooled_fit_and_an_unseen_one_gets_it_with_a_wider_interval() -> None:
+    train, _ = split(4)
+    data = tries(train, seed=5)
+    # one observation of a new type "rare" that is very sensitive
+    _, pres = world(0)
+    heavy = max(pres, key=lambda t: pres[t])
+    data.append(CollocationObservation.steady(3.6, 0.5, (0.5,), task="rare", co_tasks=(heavy,)))
+    fit = InterferenceFit.prior("x").observe_all(data)
+    pooled = fit.predict(0.5, (0.5,), "never-seen", ("also-never-seen",))
+    unseen_beside_t0 = fit.predict(0.5, (0.5,), "never-seen", (heavy,))
+    rare = fit.predict(0.5, (0.5,), "rare", (heavy,))
+    seen_once_fully = 1 / 3.6
+    assert rare.speed > seen_once_fully  # shrunk toward the pooled fit, not all the way to its one try
+    assert rare.speed < unseen_beside_t0.speed  # but moved toward it
+    known = fit.predict(0.5, (0.5,), "t1", ("t2",))
+    assert pooled.high - pooled.low > known.high - known.low
+    assert pooled.confidence <= known.confidence
+
+
+def test_terms_round_trip_through_the_store_format() -> None:
+    train, _ = split(6)
+    fit = InterferenceFit.prior("a100").observe_all(tries(train, seed=7))
+    again = InterferenceFit.from_dict(fit.to_dict())
+    assert again.task_terms() == fit.task_terms()
+    assert again.predict(0.5, (0.5,), "t3", ("t4",)) == fit.predict(0.5, (0.5,), "t3", ("t4",))
+    # a document written before task terms (3-element observations, 2-element segments) still reads
+    old = {**fit.to_dict(), "observations": [[o.stretch, o.own_activity, [[1.0, [0.5]]]] for o in fit.observations]}
+    legacy = InterferenceFit.from_dict(old)
+    assert legacy.learned and legacy.task_terms() == {}
+
+
+def test_without_terms_setting_the_fit_is_pooled() -> None:
+    train, _ = split(8)
+    fit = InterferenceFit.prior("x", InterferenceSettings(task_terms=False)).observe_all(tries(train, seed=9))
+    assert fit.task_terms() == {}
+    assert fit.predict(0.5, (0.5,), "t1", ("t2",)).speed == fit.predict(0.5, (0.5,), "t3", ("t4",)).speed
