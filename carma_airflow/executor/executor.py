@@ -21,6 +21,7 @@ is issued anew at launch.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from carma_airflow.monitor.base import GpuSource
     from carma_airflow.store.store import Store
 
+_log = logging.getLogger("carma_airflow.executor")  # the flow's logger: the scheduler log, SIGUSR2 dumps
 END_CALLBACKS_S = 5.0  # end(): how long running callbacks get to finish
 END_WRITES_S = 5.0  # end(): how long the store writer gets to flush
 
@@ -244,10 +246,9 @@ class CarmaExecutor(BaseExecutor):
 
     def sync(self) -> None:
         self.callbacks.poll(self._report_callback)
-        if self.flow is None:
-            if self.standby.due(time.monotonic()):
-                self._start_or_wait()
+        if self.flow is None and not (self.standby.due(time.monotonic()) and self._start_or_wait()):
             return
+        assert self.flow is not None
         self._sync_running()
         self.flow.sync()
         self._sync_running()
@@ -281,16 +282,16 @@ class CarmaExecutor(BaseExecutor):
         super().debug_dump()  # type: ignore[no-untyped-call]
         if self.flow is None:
             held = len(self.standby.held)
-            self.log.info("CarmaExecutor not started: %s (%d GPU tries held)", self.standby.reason, held)
+            _log.info("CarmaExecutor not started: %s (%d GPU tries held)", self.standby.reason, held)
             return
-        self.log.info(
+        _log.info(
             "CarmaExecutor GPUs and their tenants:\n\t%s",
             "\n\t".join(
                 f"{uuid}: " + (", ".join(f"{t.label} {t.accounted_mib} MiB" for t in tenants) or "free")
                 for uuid, tenants in sorted(self.flow.tenants.items())
             ),
         )
-        self.log.info(
+        _log.info(
             "CarmaExecutor waiting tries (%d):\n\t%s",
             len(self.flow.waiting),
             "\n\t".join(f"{t.rkey}: {t.last_summary or 'not decided yet'}" for t in self.flow.waiting.values()),

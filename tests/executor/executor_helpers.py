@@ -58,6 +58,10 @@ def _executor_config(config: dict[str, Any] | None, author_retries: int | None) 
 def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
     """Runs in the per-task process: record env, behave as told, leave the try's result."""
     out_dir = Path(os.environ["CARMA_TEST_OUT"])
+    if getattr(workload, "type", None) == "ExecuteCallback":  # an executor callback: CPU only
+        seen = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "data": workload.callback.data}
+        (out_dir / f"callback-{workload.callback.id}.json").write_text(json.dumps(seen))
+        return int(workload.callback.data.get("exit", 0))
     task_id = workload.ti.task_id
     behaviour = json.loads(os.environ.get("CARMA_TEST_BEHAVIOUR", "{}")).get(task_id, {})
     env = {
@@ -101,6 +105,20 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
     write_result(result)
     time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report
     return 0
+
+
+def make_callback(path: str = "callbacks.notify", *, exit_code: int = 0) -> Any:
+    """An ``ExecuteCallback`` as the scheduler builds it for a missed deadline's ``SyncCallback``."""
+    from uuid import uuid4
+
+    from airflow.executors.workloads import ExecuteCallback
+    from airflow.executors.workloads.base import BundleInfo
+    from airflow.executors.workloads.callback import CallbackDTO
+
+    dto = CallbackDTO(id=str(uuid4()), fetch_method="import_path", data={"path": path, "kwargs": {}, "exit": exit_code})
+    return ExecuteCallback(
+        callback=dto, dag_rel_path=Path("dag.py"), token="t", log_path=None, bundle_info=BundleInfo(name="dags")
+    )
 
 
 def out_dir() -> Path:
