@@ -22,6 +22,9 @@ class SimConfig:
     sharing: SharingModel = field(default_factory=SharingModel)  # the truth: its beta
     recovery_settings: RecoverySettings = field(default_factory=RecoverySettings)
     activity_scale: float = 1.0  # the truth: real demand = this x the catalogue (reported) activity
+    # the truth's form: "sharing" (the sharing model's rule), "types[:SEED]" (per task type
+    # sensitivity and pressure, drawn) or "pairs:PATH[:GPU[:SEED]]" (a measured pair table); sim/truth.py
+    truth: str = "sharing"
     telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
     progress_reports: bool = True  # tries report their progress: interference seen within one try
     seed: int = 0  # of the telemetry noise

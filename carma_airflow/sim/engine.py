@@ -49,6 +49,7 @@ from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge, TrySegment
 from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory, memory_estimator
 from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
+from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival
 
 ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
@@ -115,6 +116,8 @@ class Simulation:
         heapq.heappush(self.events, (t, next(self.seq), kind, payload))
 
     def run(self, arrivals: list[Arrival]) -> SimResult:
+        if self.cfg.truth not in ("", "sharing"):
+            self.board.truth = make_truth(self.cfg.truth, self.cfg.sharing, [a.task.name for a in arrivals])
         if self.cfg.warm_runs:
             self.peaks = warm_peaks(self.cfg, arrivals)
         for a in arrivals:

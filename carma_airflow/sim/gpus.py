@@ -2,8 +2,8 @@
 allocates when its ramp ends (where a CUDA OOM happens).
 
 The event loop (:mod:`carma_airflow.sim.engine`) decides *when* things happen; this module says
-what a GPU is at that instant.  Rates come from the truth (``SimConfig.sharing`` and the runs'
-true profiles, see :func:`true_profile`); telemetry is computed from the reported profiles.
+what a GPU is at that instant.  Rates come from the truth (:mod:`carma_airflow.sim.truth`: by default
+``SimConfig.sharing`` over the runs' true profiles); telemetry is computed from the reported profiles.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.learning import TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals
+from carma_airflow.sim.truth import SharingTruth, Truth
 from carma_airflow.sim.workload import Arrival
 
 
@@ -74,6 +75,7 @@ class SimGpus:
 
     def __init__(self, specs: Sequence[GpuSpec], model: SharingModel, risk: RiskSettings) -> None:
         self.model = model
+        self.truth: Truth = SharingTruth(model)  # what slows tenants down (sim/truth.py)
         self.risk = risk
         self.window = risk.window
         self.gpus = [SimGpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(specs)]
@@ -147,7 +149,8 @@ class SimGpus:
         for g in closure:
             if not g.runs:
                 continue
-            for r, s in zip(g.runs, self.model.slowdowns([r.profile for r in g.runs]), strict=True):
+            slow = self.truth.slowdowns([r.profile for r in g.runs], [r.arrival.task.name for r in g.runs])
+            for r, s in zip(g.runs, slow, strict=True):
                 worst[id(r)] = max(worst.get(id(r), 1.0), s)
         moved = []
         for g in changed:

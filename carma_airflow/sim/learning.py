@@ -176,7 +176,7 @@ class Knowledge:
         if own is None:
             return
         if self.progress:
-            self._from_progress(own.sm_activity, segments, gpu_model)
+            self._from_progress(task.name, own.sm_activity, segments, gpu_model)
             return
         solo = self._solo_runs.get(task.name)
         if not solo:
@@ -186,11 +186,11 @@ class Knowledge:
             acts = self._learned(s.with_types)
             if acts is None:
                 return  # a co-tenant nobody knows: the observation would be a guess
-            parts.append(Segment(s.seconds / duration, acts))
-        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(parts))
+            parts.append(Segment(s.seconds / duration, acts, s.with_types))
+        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(parts), task.name)
         self._pending.setdefault(gpu_model, []).append(obs)
 
-    def _from_progress(self, own: float, segments: list[TrySegment], gpu_model: str) -> None:
+    def _from_progress(self, name: str, own: float, segments: list[TrySegment], gpu_model: str) -> None:
         """Speed while alone against speed in each shared segment, from the try's own progress."""
         solo = [s for s in segments if not s.with_types and s.seconds >= self.sample_s]
         seconds = sum(s.seconds for s in solo)
@@ -204,7 +204,8 @@ class Knowledge:
             if acts is None:
                 continue
             stretch = solo_rate / (s.work / s.seconds)
-            self._pending.setdefault(gpu_model, []).append(CollocationObservation.steady(stretch, own, acts))
+            obs = CollocationObservation.steady(stretch, own, acts, task=name, co_tasks=s.with_types)
+            self._pending.setdefault(gpu_model, []).append(obs)
 
     def _learned(self, types: tuple[str, ...]) -> tuple[float, ...] | None:
         out = []
