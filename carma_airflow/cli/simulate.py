@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from carma_airflow.cli import app, fail, one_line_errors
-from carma_airflow.core.errors import WorkloadError
+from carma_airflow.core.errors import ConfigError, WorkloadError
 from carma_airflow.core.estimators import DEFAULT_ESTIMATOR, make_estimator
 from carma_airflow.core.gpu import parse_gpu_list
 from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_names
@@ -59,6 +59,34 @@ ScaleOpt = Annotated[
         help="the simulated truth: real SM demand = S x the activity the monitor reports (default 1.0)",
     ),
 ]
+
+GrowthOpt = Annotated[
+    str,
+    typer.Option(
+        "--memory-growth",
+        help="the simulated truth: each job's true peak exceeds the catalogue's by up to this share (e.g. 0.3), "
+        "late in its run (seeded)",
+    ),
+]
+IsolationOpt = Annotated[
+    str,
+    typer.Option(
+        "--isolation",
+        help="none (unfenced: the try that allocates next crashes, whoever grew) or caps (each try held to its "
+        "GPU less its co-tenants' reservations: only the try past its cap crashes)",
+    ),
+]
+
+
+def _with_fencing(cfg: SimConfig, growth: str, isolation: str) -> SimConfig:
+    from carma_airflow.sim.fencing import SimIsolation
+
+    g = _truth_number("--memory-growth", growth, 0.0)
+    try:
+        mode = SimIsolation.parse(isolation)
+    except ConfigError as exc:
+        fail(str(exc))
+    return replace(cfg, memory_growth=g, isolation=mode.value)
 
 
 def _truth_number(option: str, text: str | None, default: float) -> float:
@@ -129,10 +157,13 @@ def simulate_cmd(
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
     warm_runs: WarmOpt = "0",
+    memory_growth: GrowthOpt = "0",
+    isolation: IsolationOpt = "none",
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
     cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale)
+    cfg = _with_fencing(cfg, memory_growth, isolation)
     cfg = _with_warm_runs(cfg, warm_runs)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     result = simulate(cfg, arrivals)
@@ -163,6 +194,8 @@ def compare_cmd(
     seed: SeedOpt = 0,
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
+    memory_growth: GrowthOpt = "0",
+    isolation: IsolationOpt = "none",
     as_json: JsonOpt = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG: per-GPU timelines and a bar chart")] = None,
 ) -> None:
@@ -173,6 +206,7 @@ def compare_cmd(
     for name in names:
         make_policy(name)
     cfg = _with_truth(_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale)
+    cfg = _with_fencing(cfg, memory_growth, isolation)
     if plot is not None:
         _check_plot_path(plot)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)

@@ -9,12 +9,15 @@ The rule (docs/isolation.md says why):
   default the placer's own headroom: the placer never places a newcomer where less than that
   is free above its estimate, so memory up to the promise was never offered to anyone else).
 * A try's **cap** on a GPU is what nobody else was promised there: the GPU's memory less the
-  reserve and less its co-tenants' promises (or what they hold, when they hold more).  A try
-  alone on its GPU is capped at the whole card, so a harmless underestimate stays harmless; a
-  mechanism that can tighten the cap as tenants arrive (the simulated ledger) does so; one that
-  is set once when the process starts (framework, MPS, driver) is set to the promise, the only
-  cap that protects tenants not placed yet (``CapRule.PROMISE``) unless the try runs alone
-  (exclusive: the whole GPU).
+  reserve and less its co-tenants' promises (or what they hold, when they hold more).  A
+  mechanism that re-reads the co-tenants on every allocation (the simulated ledger, "live")
+  caps a try at exactly that: alone on its GPU it may use the whole card, so a harmless
+  underestimate stays harmless, and the cap tightens as tenants arrive.  Live promises carry no
+  margin (the reservations, which the placer never lets add up to more than the GPU), so a try
+  within its reservation always gets it.  A mechanism set once when the process starts
+  (framework, MPS, driver) is set to the promise, the only cap that protects tenants not placed
+  yet (``CapRule.PROMISE``), or to the GPU less the co-tenants present (``CapRule.PROTECTIVE``),
+  and to the whole GPU for an exclusive try.
 * An allocation past the cap fails *in the try that asked* ("past its cap"), while the memory
   its co-tenants were promised stays theirs.
 """

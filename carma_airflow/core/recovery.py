@@ -149,6 +149,10 @@ class RecoverySettings:
     growth: float = 1.25  # the crashed try stopped at what was free; the real peak is higher
     exclusive_last: bool = True  # the last allowed try gets an idle GPU to itself
     round_mib: int = 256
+    # the most a retry may ask for (the largest GPU less reserve and headroom): a retry that
+    # would ask more asks that much with a GPU to itself (its cap is then the whole GPU), rather
+    # than never fitting; None: unbounded
+    max_request_mib: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +224,9 @@ def plan_recovery(
     grown = math.ceil(grown / settings.round_mib) * settings.round_mib
     last = oom_retries_done + 1 == settings.max_oom_retries
     exclusive = settings.exclusive_last and last
+    bound = settings.max_request_mib
+    if bound is not None and grown > bound >= request.memory.mib:  # bounded by the GPU
+        grown, exclusive = bound, True
     memory = MemoryNeed(grown, f"recovery (reached {format_mib(reached)} before OOM)")
     nxt = replace(
         request,

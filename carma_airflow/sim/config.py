@@ -32,6 +32,9 @@ class SimConfig:
     # earlier replays of the same trace whose ended tries' peaks the store holds when this run
     # starts (a DAG that runs every day); only with a history estimator, memory only
     warm_runs: int = 0
+    # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
+    memory_growth: float = 0.0
+    isolation: str = "none"  # none | caps: who crashes when tenants' memory exceeds a GPU
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:

@@ -44,6 +44,7 @@ from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
+from carma_airflow.sim.fencing import Refusal, SimIsolation, bounded_recovery
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge, TrySegment
@@ -52,7 +53,7 @@ from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
 from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival
 
-ARRIVE, RAMP, FINISH, WAKE = 0, 1, 2, 3
+ARRIVE, RAMP, FINISH, WAKE, GROW = 0, 1, 2, 3, 4
 
 
 class Simulation:
@@ -69,13 +70,15 @@ class Simulation:
             self.placer,
             self.queue,
             reservations=Reservations(seen_after_s=None),
-            recovery=config.recovery_settings,
+            recovery=bounded_recovery(config),
             retry_mode=RetryMode(config.recovery_mode()),
         )
         self.estimator = memory_estimator(config)
         self.peaks = peaks.copy() if peaks is not None else LearnedPeaks()  # learned memory (sim/memory.py)
         self.model = config.sharing
-        self.board = SimGpus(config.gpus, config.sharing, config.settings.risk)
+        isolation = SimIsolation.parse(config.isolation)
+        self.board = SimGpus(config.gpus, config.sharing, config.settings.risk, isolation, config.settings.lock_s)
+        self.board.growth, self.board.seed = config.memory_growth, config.seed
         self.gpus = self.board.gpus
         self.by_uuid = self.board.by_uuid
         self.events: list[tuple[float, int, int, object]] = []
@@ -84,6 +87,7 @@ class Simulation:
         self.req_arrival: dict[str, Arrival] = {}
         self.timeline: list[TimelineEntry] = []
         self.oom_crashes = 0
+        self.victims = 0  # OOM crashes of tries that asked for no more than their promise (sim/fencing.py)
         self.retries = 0
         self.passes = 0
         self.now = 0.0
@@ -148,6 +152,8 @@ class Simulation:
             return False
         if kind == RAMP:
             self._ramp(run)
+        elif kind == GROW:
+            self._grow(run)
         elif version == run.version and run.ramped:
             self._finish(run)
         else:
@@ -264,12 +270,22 @@ class Simulation:
     def _ramp(self, run: SimRun) -> None:
         if not run.alive:
             return
-        reached = self.board.ramp(run, self.now)
-        if reached is not None:
-            self._crash(run, reached)
+        refused = self.board.ramp(run, self.now)
+        if refused is not None:
+            self._crash(run, refused)
             return
         self.cycle.observe(run.request.key, run.held)
         self._push(self.now + max(0.0, run.remaining) / run.rate, FINISH, (run, run.version))
+        later = self.board.growth_in(run)
+        if later is not None:
+            self._push(self.now + later, GROW, (run, -1))
+
+    def _grow(self, run: SimRun) -> None:
+        """The try's true peak exceeds the catalogue's (``--memory-growth``, sim/fencing.py)."""
+        while run.alive and (refused := self.board.allocate(run, self.board.growth_mib(run), self.now)):
+            self._crash(*self.board.who_crashes(run, refused, self.now))  # unfenced: maybe a co-tenant
+        if run.alive:
+            self.cycle.observe(run.request.key, run.held)
 
     def _remove(self, run: SimRun) -> None:
         self._rerate(*self.board.take_off(run, self.now))
@@ -287,9 +303,10 @@ class Simulation:
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "success")
         )
 
-    def _crash(self, run: SimRun, reached: int) -> None:
+    def _crash(self, run: SimRun, refused: Refusal) -> None:
         self._remove(run)
         self.oom_crashes += 1
+        self.victims += refused.victim
         job = self.jobs[run.arrival.job_id]
         job.ooms += 1
         self.timeline.append(
@@ -300,9 +317,11 @@ class Simulation:
         # the OOM tries itself) and queues it
         plan = self.cycle.recover(
             run.request.key,
-            Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
+            Failure(FailureKind.CAP_OOM, "simulated, past its cap")
+            if refused.past_cap
+            else Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
             now=self.now,
-            peak_mib=reached,
+            peak_mib=refused.reached_mib,
         )
         if isinstance(plan, GiveUp):
             self._lose(run.arrival.job_id)
@@ -341,6 +360,7 @@ class Simulation:
             timeline=self.timeline,
             makespan_s=makespan,
             oom_crashes=self.oom_crashes,
+            victims=self.victims,
             retries=self.retries,
             passes=self.passes,
             never_fits=self.never_fits,

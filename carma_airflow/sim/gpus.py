@@ -16,6 +16,7 @@ from carma_airflow.core.gpu import GpuSpec, GpuState
 from carma_airflow.core.risk import MetricWindow, RiskSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.sim.fencing import Refusal, SimIsolation, allocate, growth_of, next_allocator, promised, worst
 from carma_airflow.sim.learning import TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals
 from carma_airflow.sim.truth import SharingTruth, Truth
@@ -73,9 +74,20 @@ def scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
 class SimGpus:
     """The simulated GPUs under one sharing model (the truth), with the monitor's window."""
 
-    def __init__(self, specs: Sequence[GpuSpec], model: SharingModel, risk: RiskSettings) -> None:
+    def __init__(
+        self,
+        specs: Sequence[GpuSpec],
+        model: SharingModel,
+        risk: RiskSettings,
+        isolation: SimIsolation = SimIsolation.NONE,
+        lock_s: float = 30.0,
+    ) -> None:
         self.model = model
         self.truth: Truth = SharingTruth(model)  # what slows tenants down (sim/truth.py)
+        self.isolation = isolation  # who crashes when memory runs out (sim/fencing.py)
+        self.lock_s = lock_s  # how long the placer counts a try at its reservation (sim/fencing.promised)
+        self.growth = 0.0  # the truth: true peaks exceed the catalogue's by up to this share
+        self.seed = 0
         self.risk = risk
         self.window = risk.window
         self.gpus = [SimGpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(specs)]
@@ -186,19 +198,61 @@ class SimGpus:
             g.runs.append(run)
         return gpus
 
-    def ramp(self, run: SimRun, now: float) -> int | None:
+    def ramp(self, run: SimRun, now: float) -> Refusal | None:
         """The try allocates its peak at the end of its ramp.  None: it got it (the GPUs hold
-        it from now); else a CUDA OOM, and what the try reached (the least free memory)."""
+        it from now); else a CUDA OOM, with what the try reached (sim/fencing.py)."""
+        refused = self.allocate(run, run.arrival.task.peak_mib, now)
+        run.ramped = refused is None
+        return refused
+
+    # -- memory growth (sim/fencing.py) -----------------------------------------------------
+    def growth_in(self, run: SimRun) -> float | None:
+        """Seconds from now (its ramp) until the try grows, at its current rate; None: it does not."""
+        growth = growth_of(run.arrival.job_id, self.growth, self.seed)
+        if growth is None or growth.extra_mib(run.arrival.task.peak_mib) <= 0:
+            return None
+        done = run.arrival.task.solo_s - run.remaining  # solo work done by now
+        return max(0.0, growth.at * run.arrival.task.solo_s - done) / run.rate
+
+    def growth_mib(self, run: SimRun) -> int:
+        growth = growth_of(run.arrival.job_id, self.growth, self.seed)
+        return 0 if growth is None else growth.extra_mib(run.arrival.task.peak_mib)
+
+    def who_crashes(self, run: SimRun, refused: Refusal, now: float) -> tuple[SimRun, Refusal]:
+        """The try whose allocation fails when ``run`` is refused: itself when fenced (past its
+        cap); unfenced, whoever allocates next, a co-tenant as often as the grower itself."""
+        if refused.past_cap:
+            return run, refused
+        crowd = [o for i in run.gpus for o in self.gpus[i].runs if o is not run and o.ramped]
+        hit = next_allocator(crowd, run.arrival.job_id, now, self.seed)
+        if hit is None:
+            return run, refused
+        return hit, Refusal(hit.held, False, hit.held <= max(self.promised(hit, now), hit.request.memory.mib))
+
+    def promised(self, run: SimRun, now: float) -> int:
+        return promised(run.request.memory.mib, run.held, run.ramped, now - run.start, self.lock_s)
+
+    def allocate(self, run: SimRun, mib: int, now: float) -> Refusal | None:
+        """The try asks ``mib`` more on each of its GPUs: all of it, or a refusal (a CUDA OOM)."""
         gpus = [self.gpus[i] for i in run.gpus]
-        peak = run.arrival.task.peak_mib
-        free = min(g.spec.memory_mib - g.used for g in gpus)
         self.advance(self.closure(gpus), now)
-        if self.model.oom_at_ramp(peak, free):
-            return max(0, free)
-        run.ramped = True
-        run.held = peak
+        refused = worst(
+            allocate(
+                self.isolation,
+                total_mib=g.spec.memory_mib,
+                used_mib=g.used,
+                held_mib=run.held,
+                asked_mib=mib,
+                promise_mib=self.promised(run, now),
+                others=[(self.promised(o, now), o.held) for o in g.runs if o is not run],
+            )
+            for g in gpus
+        )
+        if refused is not None:
+            return refused
+        run.held += mib
         for g in gpus:
-            g.used += peak
+            g.used += mib
         self.mark(gpus, now)
         return None
 

@@ -45,6 +45,7 @@ def build_result(
     retries: int,
     passes: int,
     never_fits: Sequence[NeverFit],
+    victims: int = 0,
 ) -> SimResult:
     records = tuple(
         TaskRecord(
@@ -77,6 +78,7 @@ def build_result(
         integrals=tuple(g.integ for g in gpus),
         makespan_s=makespan_s,
         oom_crashes=oom_crashes,
+        victims=victims,
         retries=retries,
         passes=passes,
         never_fits=tuple(never_fits),

@@ -83,6 +83,7 @@ class SimResult:
     retries: int
     passes: int
     never_fits: tuple[NeverFit, ...] = ()
+    victims: int = 0  # OOM crashes of tries that asked for no more than their promise (sim/fencing.py)
 
     def frame(self) -> pd.DataFrame:
         """One row per task."""
@@ -106,6 +107,7 @@ class SimResult:
             "completed": len(done),
             "lost": int((df["outcome"] != "success").sum()),
             "oom_crashes": self.oom_crashes,
+            "victims": self.victims,
             "retries": self.retries,
             "makespan_s": round(self.makespan_s, 1),
             "mean_wait_s": round(float(done["wait_s"].mean()), 1) if len(done) else 0.0,

@@ -120,7 +120,9 @@ def fence_for(
     promises, caps = [], []
     for total in totals:
         size = total if total > 0 else unknown
-        promise = promise_mib(reservation_mib, margin_mib, size)
+        # a live cap lets a try use whatever nobody reserved, so it needs no margin: promises are
+        # the reservations, which the placer never lets add up to more than the GPU
+        promise = promise_mib(reservation_mib, 0 if resolved.live else margin_mib, size)
         promises.append(promise)
         ceiling = start_cap_mib(
             rule,

@@ -50,3 +50,20 @@ def test_fence_fractions_and_words() -> None:
     assert "unfenced" in Fence(IsolationMode.NONE, (0,), (0,), (40960,)).describe()
     with pytest.raises(ValueError):
         Fence(IsolationMode.FRAMEWORK, (1,), (1, 2), (3,))
+
+
+def test_a_cap_oom_retry_grows_to_what_it_asked_bounded_by_the_gpu() -> None:
+    from carma_airflow.core.recovery import Failure, FailureKind, RecoverySettings, plan_recovery
+    from carma_airflow.core.task import MemoryNeed, TaskRequest
+
+    request = TaskRequest("t#1", "t", MemoryNeed(8192, "declared"))
+    failure = Failure(FailureKind.CAP_OOM, "past its cap")
+    plan = plan_recovery(request, failure, oom_retries_done=0, peak_mib=30720, crashed_gpus=("g",), now=0.0)
+    assert not isinstance(plan, str) and hasattr(plan, "request")
+    assert plan.request.memory.mib == 38400 and not plan.request.exclusive  # type: ignore[union-attr]
+    assert "past its cap" in plan.reason  # type: ignore[union-attr]
+    bounded = RecoverySettings(max_request_mib=38400 - 1024)
+    plan = plan_recovery(
+        request, failure, oom_retries_done=0, peak_mib=30720, crashed_gpus=("g",), now=0.0, settings=bounded
+    )
+    assert plan.request.memory.mib == 37376 and plan.request.exclusive  # type: ignore[union-attr]

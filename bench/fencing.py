@@ -1,0 +1,108 @@
+"""Fenced collocation in the simulator: who crashes when true peaks outgrow the catalogue.
+
+For the paper's traces (t1, t2) and a 12-trace synthetic sweep at the paper's load (the same
+draw as bench/paper_table.py), 4xA100-40GB, each policy/estimator row runs with
+``--memory-growth G`` twice: unfenced (``isolation=none``: the try that allocates next crashes)
+and fenced (``caps``: each try held to its GPU less its co-tenants' reservations).  Prints OOM
+crashes, victims (OOMs of tries that asked for no more than their reservation) and lost tasks,
+and the fenced/unfenced ratios of makespan and mean JCT.
+
+    .venv/bin/python bench/fencing.py [--growth 0.3] [--seeds 12] [--json out/fencing.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from carma_airflow.core import parse_gpu_list
+from carma_airflow.sim import SimConfig, load_catalog, load_trace, packaged, simulate, synthetic_trace
+
+GPUS = "4xA100-40GB"
+ROWS = (
+    ("interference-aware", "gpumemnet", "backfill"),
+    ("interference-aware", "oracle", "backfill"),
+    ("most-free-memory", "oracle", "fifo"),
+    ("most-free-memory", "gpumemnet", "fifo"),
+)
+
+
+def workloads(seeds: int) -> dict[str, list[Any]]:
+    catalog = load_catalog(packaged("task_catalog.csv"))
+    out: dict[str, list[Any]] = {
+        "t1": load_trace(str(packaged("trace_t1.csv")), catalog),
+        "t2": load_trace(str(packaged("trace_t2.csv")), catalog),
+    }
+    for seed in range(seeds):
+        out[f"sweep{seed}"] = synthetic_trace(catalog, 60, gpus=4, load=2.0, seed=seed)
+    return out
+
+
+def measure(growth: float, seeds: int) -> list[dict[str, Any]]:
+    base = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), memory_growth=growth)
+    rows = []
+    for name, arrivals in workloads(seeds).items():
+        for policy, estimator, queue in ROWS:
+            cfg = replace(base, policy=policy, estimator=estimator, queue=queue)
+            got = {iso: simulate(replace(cfg, isolation=iso), arrivals).summary() for iso in ("none", "caps")}
+            row: dict[str, Any] = {"trace": name, "policy": policy, "estimator": estimator, "queue": queue}
+            for iso, s in got.items():
+                for key in ("oom_crashes", "victims", "lost", "makespan_s", "mean_jct_s"):
+                    row[f"{key}_{iso}"] = s[key]
+            row["makespan_ratio"] = round(got["caps"]["makespan_s"] / got["none"]["makespan_s"], 4)
+            row["jct_ratio"] = round(got["caps"]["mean_jct_s"] / got["none"]["mean_jct_s"], 4)
+            rows.append(row)
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(f"{'trace':<8} {'policy/estimator/queue':<40} OOM none/caps  victims none/caps  lost none/caps  makespan JCT")
+    for r in rows:
+        if r["trace"].startswith("sweep"):
+            continue
+        who = f"{r['policy']}/{r['estimator']}/{r['queue']}"
+        print(
+            f"{r['trace']:<8} {who:<40} {r['oom_crashes_none']:>5}/{r['oom_crashes_caps']:<5}    "
+            f"{r['victims_none']:>5}/{r['victims_caps']:<5}        {r['lost_none']:>3}/{r['lost_caps']:<3}      "
+            f"{r['makespan_ratio']:.3f}    {r['jct_ratio']:.3f}"
+        )
+    sweep = [r for r in rows if r["trace"].startswith("sweep")]
+    for policy, estimator, queue in ROWS:
+        mine = [r for r in sweep if (r["policy"], r["estimator"], r["queue"]) == (policy, estimator, queue)]
+        if not mine:
+            continue
+
+        def total(key: str, rs: list[dict[str, Any]] = mine) -> int:
+            return sum(int(r[key]) for r in rs)
+
+        mean_m = sum(r["makespan_ratio"] for r in mine) / len(mine)
+        mean_j = sum(r["jct_ratio"] for r in mine) / len(mine)
+        worst_m = max(r["makespan_ratio"] for r in mine)
+        worst_j = max(r["jct_ratio"] for r in mine)
+        print(
+            f"sweep({len(mine)}) {policy}/{estimator}/{queue}: "
+            f"OOM {total('oom_crashes_none')}/{total('oom_crashes_caps')}, "
+            f"victims {total('victims_none')}/{total('victims_caps')}, lost {total('lost_none')}/{total('lost_caps')}; "
+            f"makespan ratio mean {mean_m:.3f} (worst {worst_m:.3f}), JCT ratio mean {mean_j:.3f} (worst {worst_j:.3f})"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--growth", type=float, default=0.3)
+    parser.add_argument("--seeds", type=int, default=12)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rows = measure(args.growth, args.seeds)
+    report(rows)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
