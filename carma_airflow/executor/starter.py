@@ -3,6 +3,7 @@ fresh token, and the launcher of the host it goes to."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,15 @@ class Launch:
     decision: Decision
     host: str
     handle: TaskHandle
+
+
+def placement_note(attempt: Try, decision: Decision, now: float) -> str:
+    """What the try's own log says of its placement (the listener prints it): where it runs, and,
+    if it waited, for how long and the last reason it was given."""
+    waited = now - attempt.taken_at if attempt.taken_at else 0.0
+    if waited < 1.0 or not attempt.last_summary:
+        return decision.summary
+    return f"{decision.summary}; waited {waited:.0f} s for it, last {attempt.last_summary}"
 
 
 class TryStarter:
@@ -102,7 +112,7 @@ class TryStarter:
         env = gpu_task_env(
             decision.gpu_uuids,
             result_path=str(result_path),
-            placement=decision.summary,
+            placement=placement_note(attempt, decision, time.time()),
             prior_ooms=attempt.prior_ooms,
             guards=self.settings.framework_guards,
             sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,

@@ -118,3 +118,6 @@ def test_the_waiting_reason_reaches_airflows_audit_log(executor_factory) -> None
     assert "exclusive" in events[0].extra
     run_until(ex, lambda: not ex.active and not ex.waiting, timeout=20)
     assert ex.event_buffer[b.key][0] == TaskInstanceState.SUCCESS
+    note = seen_env("b")["CARMA_PLACEMENT"]  # what the listener prints at the top of the try's own log
+    assert "waited" in note and "exclusive" in note, note
+    assert "waited" not in seen_env("a")["CARMA_PLACEMENT"]
