@@ -144,7 +144,7 @@ class InterferenceFit:
         terms = fit_terms(fitted, beta, scale, reject_at=s.reject_at, huber_delta=s.huber_delta)
         confidence = terms.spread(0.0, 0.0, s.interval_level)[2]
         return InterferenceFit(
-            self.gpu_model, beta, scale, cov, confidence, count, kept, s, outliers + terms.outliers, terms
+            self.gpu_model, beta, scale, cov, confidence, count, kept, s, max(outliers, terms.outliers), terms
         )
 
     def speed(self, own: float, co_tenants: Sequence[float]) -> float:

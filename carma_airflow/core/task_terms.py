@@ -103,6 +103,7 @@ class TaskTerms:
     residuals: tuple[float, ...]  # log speed observed - predicted, leave-one-out, sorted
     typical_variance: float  # mean variance of the terms over the observations fitted
     outliers: int = 0
+    scatter: float = 0.0  # variance of the residuals (kept: a prediction must not recount it)
 
     @classmethod
     def empty(cls) -> TaskTerms:
@@ -131,7 +132,7 @@ class TaskTerms:
         res = self.residuals
         if not res:
             return 0.0, 0.0, 0.0
-        spread2 = _variance(res)
+        spread2 = self.scatter
         extra = max(0.0, g * g * (term_variance - self.typical_variance))
         widen = math.sqrt(1.0 + extra / spread2) if spread2 > 0.0 else 1.0
         lo = _quantile(res, (1.0 - level) / 2.0) * widen
@@ -234,7 +235,7 @@ def fit_terms(
     else:
         outliers = 0
     sens, pres, tau_u, tau_v, loo, _, _, typical = terms
-    return TaskTerms(sens, pres, tau_u, tau_v, tuple(sorted(loo)), typical, outliers)
+    return TaskTerms(sens, pres, tau_u, tau_v, tuple(sorted(loo)), typical, outliers, _variance(loo))
 
 
 _Fitted = tuple[dict[str, Term], dict[str, Term], float, float, list[float], float, float, float]
