@@ -6,6 +6,7 @@
 #   bench/gpu/run.sh --mode airflow   # Airflow 3.3 + CarmaExecutor (installs bench/gpu/wheels offline)
 #   bench/gpu/run.sh --dry-run        # simulated GPUs, carma's synthetic workload (CI runs this)
 #   bench/gpu/run.sh --out DIR        # figures.json, timeline.png, summary.txt (default out/gpu-kit)
+#   bench/gpu/run.sh fence [--dry-run]  # fenced collocation: two processes, one grows past its cap
 #
 # Runs the kit's tasks with the exclusive policy, then with interference-aware, and prints the
 # figures.  Without an NVIDIA GPU (and without --dry-run) it says so in one line and exits 0.
@@ -15,9 +16,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 mode=auto
 dry=0
+cmd=run
 args=()
 while (($#)); do
   case "$1" in
+    fence) cmd=fence; shift ;;
     --mode) mode="$2"; shift 2 ;;
     --mode=*) mode="${1#--mode=}"; shift ;;
     --dry-run) dry=1; args+=("$1"); shift ;;
@@ -68,6 +71,15 @@ install_airflow() {
     "apache-airflow==3.3.2" "pydantic>=2.6" "sqlalchemy>=2.0" "alembic>=1.13" &&
     "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation -e "$ROOT"
 }
+
+if [[ $cmd == fence ]]; then  # no Airflow, no figures: gpukit/fence_check.py
+  set +e
+  "$PY" -m gpukit fence $([[ $dry == 1 ]] && echo --dry-run)
+  rc=$?
+  set -e
+  echo "[kit] fence check finished (exit $rc)"
+  exit $rc
+fi
 
 if [[ $mode == auto ]]; then
   if [[ $dry == 1 ]]; then mode=light

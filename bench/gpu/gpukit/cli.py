@@ -20,7 +20,7 @@ OURS = "interference-aware"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpukit", description="carma's real-GPU validation kit")
-    p.add_argument("command", nargs="?", default="run", choices=("run", "check"))
+    p.add_argument("command", nargs="?", default="run", choices=("run", "check", "fence"))
     p.add_argument("--dry-run", action="store_true", help="simulated GPUs and carma's synthetic workload")
     p.add_argument("--mode", choices=("light", "airflow"), default="light")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "fence" and args.dry_run:  # fenced collocation (gpukit/fence_check.py)
+        from gpukit.fence_check import main as fence_main
+
+        return fence_main(dry_run=True)
     if args.command == "check" or not args.dry_run:
         from gpukit.gpu_check import no_gpu_reason
 
@@ -43,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         if reason:
             print(reason)
             return 0
+        if args.command == "fence":
+            from gpukit.fence_check import main as fence_main
+
+            return fence_main(dry_run=False)
     out = Path(args.out).resolve()
     if out.exists():
         shutil.rmtree(out)
