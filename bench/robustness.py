@@ -11,8 +11,11 @@ For each candidate (interference-aware, the default; predictive) and each (truth
 prints mean JCT and makespan as ratios to most-free-memory's, and counts a check met where
 mean JCT <= 0.85x, makespan <= 1.0x and no task lost (the sweep: ratios of the means).
 
-    .venv/bin/python bench/robustness.py [--seeds 12] [--pairs PATH] [--candidates interference-aware,predictive]
-        [--json out.json]
+    .venv/bin/python bench/robustness.py [--seeds 12] [--pairs PATH] [--min-observations 10]
+        [--candidates interference-aware,predictive,predictive+override] [--json out.json]
+
+``predictive+override``: the prediction may override the paper's risk rule where the fit is
+learned and the lower end of the gain pays (``PredictiveSettings.override_risk``).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from carma_airflow.core import parse_gpu_list  # noqa: E402
+from carma_airflow.core.interference import InterferenceModel, InterferenceSettings  # noqa: E402
+from carma_airflow.core.policies.predictive import PredictiveSettings  # noqa: E402
 from carma_airflow.core.sharing import SharingModel  # noqa: E402
 from carma_airflow.sim import SimConfig, Simulation, load_catalog, load_trace, packaged, synthetic_trace  # noqa: E402
 from carma_airflow.sim.workload import Arrival  # noqa: E402
@@ -55,10 +60,27 @@ def workloads(seeds: int) -> dict[str, list[Arrival]]:
     return out
 
 
-def run(policy: str, beta: float, scale: float, truth: str, arrivals: list[Arrival]) -> tuple[float, float, int]:
-    cfg = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), policy=policy, estimator=ESTIMATOR, queue="backfill")
+MIN_OBSERVATIONS = InterferenceSettings().min_observations
+
+
+def run(
+    policy: str,
+    beta: float,
+    scale: float,
+    truth: str,
+    arrivals: list[Arrival],
+    min_observations: int = MIN_OBSERVATIONS,
+) -> tuple[float, float, int]:
+    """``policy``: a policy name, or ``predictive+override`` (the prediction may override the risk rule)."""
+    name, _, variant = policy.partition("+")
+    cfg = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), policy=name, estimator=ESTIMATOR, queue="backfill")
     cfg = replace(cfg, sharing=SharingModel(beta=beta), activity_scale=scale, truth=truth)
-    r = Simulation(cfg).run(arrivals)
+    if name == "predictive":
+        cfg = replace(cfg, predictive=PredictiveSettings(override_risk=variant == "override"))
+    sim = Simulation(cfg)
+    if InterferenceSettings().min_observations != MIN_OBSERVATIONS:
+        sim.know.interference = InterferenceModel(settings=InterferenceSettings(min_observations=MIN_OBSERVATIONS))
+    r = sim.run(arrivals)
     done = [t for t in r.tasks if t.outcome == "success" and t.end_s is not None]
     jct = statistics.fmean(t.end_s - t.submit_s for t in done) if done else float("inf")  # type: ignore[operator]
     return jct, r.makespan_s, len(r.tasks) - len(done)
@@ -69,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--pairs", default=str(DEFAULT_PAIRS))
     ap.add_argument("--candidates", default="interference-aware,predictive")
+    ap.add_argument("--min-observations", type=int, default=MIN_OBSERVATIONS, help="before a fit leaves its prior")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
@@ -82,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     for label, beta, scale, truth in truths(Path(args.pairs)):
         per: dict[str, dict[str, tuple[float, float, int]]] = {}
         for policy in [BASELINE, *candidates]:
-            per[policy] = {name: run(policy, beta, scale, truth, arr) for name, arr in loads.items()}
+            per[policy] = {
+                name: run(policy, beta, scale, truth, arr, args.min_observations) for name, arr in loads.items()
+            }
         base = per[BASELINE]
         results[label] = {}
         for policy in candidates:

@@ -233,3 +233,17 @@ def test_tenants_placed_in_the_same_pass_count_at_the_prior() -> None:
     result = Placer(Predictive(LEARNED)).schedule(reqs, view(a, b))
     # the first lands on one GPU; that GPU now has an extra tenant, so the second takes the other
     assert sorted(d.gpu_uuids[0] for d in result.placed) == ["GPU-0", "GPU-1"]
+
+
+def test_the_prediction_may_override_the_risk_rule_only_when_learned_and_it_pays() -> None:
+    # the GPU's counters say high-risk (SM activity 0.85, occupancy 0.5), its one tenant is light
+    risky = with_tenants(busy_gpu(0, 30000, window=MetricWindow.constant(0.85, 0.5, 0.2)), 0.2)
+    req = newcomer(sure(0.3))
+    assert Placer(Predictive(LEARNED)).decide(req, view(risky)).rejected[0].reason is Reason.RISK
+    override = PredictiveSettings(override_risk=True)
+    assert Placer(Predictive(LEARNED, override)).decide(req, view(risky)).placed
+    unsure = Placer(Predictive(settings=override)).decide(req, view(risky))  # cold prior: the rule holds
+    assert not unsure.placed and unsure.rejected[0].reason is Reason.RISK
+    assert "model unsure" in unsure.rejected[0].detail
+    strict = PredictiveSettings(override_risk=True, min_gain=5.0)  # learned, but the gain does not pay
+    assert Placer(Predictive(LEARNED, strict)).decide(req, view(risky)).rejected[0].reason is Reason.RISK

@@ -22,7 +22,10 @@ own predicted slowdown is part of the gain and has its own limit.
   SM activity in bands of ``fallback_band``, then tightest memory fit), so a wrong or empty
   model costs nothing against it; ``fallback="most-free-memory"`` is the paper's best policy's
   order instead (measured against each other in ``bench/learned_interference.py``).
-* The paper's rules stay: idle GPUs first, the memory checks and the risk rule of the placer,
+* The paper's risk rule stays the rule while the model is unsure; with ``override_risk`` a
+  collocation whose lower end of the gain pays may go to a GPU the rule calls high-risk (the
+  rule then lives in :meth:`Predictive.refuses`, with its own reason).
+* The paper's rules stay: idle GPUs first, the memory checks and (by default) the risk rule,
   reserved memory of unseen tenants counted (no lock), at most ``max_tenants`` per GPU.
 
 Tenants placed earlier in the same pass carry no activity in the placer's facts (only their
@@ -63,6 +66,9 @@ class PredictiveSettings:
     max_tenants: int = 3
     fallback: str = "interference-aware"  # order while unsure: or "most-free-memory"
     fallback_band: float = 0.25  # interference-aware's activity band
+    # the paper's risk rule refuses a busy GPU; True: where the fit is learned and the lower end of
+    # the gain pays, the prediction overrides it (while unsure the rule stays); measured both
+    override_risk: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in _FALLBACKS:
@@ -125,6 +131,7 @@ class Predictive(Policy):
         self._unknown = unknown_activity(activity)
         self._fits: dict[str, InterferenceFit] = {}  # per spec name, for the model held now
         self._fits_of: InterferenceModel = self.model
+        self.checks_risk = not settings.override_risk  # overridden: refuses() applies the rule
 
     def use_model(self, model: InterferenceModel) -> None:
         """Decide with a newer learned model from now on (the driver calls it as tries end)."""
@@ -211,9 +218,15 @@ class Predictive(Policy):
     def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
         """Why collocating ``request`` here does not pay, or None (also None while unsure)."""
         a = self.assess(facts, request)
+        s = self.settings
+        if s.override_risk and facts.high_risk and facts.tenants and not (a.sure and a.pays):
+            return Refusal(
+                Reason.RISK,
+                f"SM activity {facts.smact:.2f}, occupancy {facts.smocc:.2f}, DRAM {facts.drama:.2f}"
+                + ("" if a.sure else " (model unsure: the risk rule holds)"),
+            )
         if not a.sure or a.pays:
             return None
-        s = self.settings
         if a.newcomer.low <= 0 or 1.0 / a.newcomer.low > s.max_slowdown:
             return Refusal(Reason.INTERFERENCE, f"{a.describe()}: may pass the {s.max_slowdown:.2f}x slowdown limit")
         return Refusal(Reason.INTERFERENCE, f"{a.describe()}: gain may be under {s.min_gain:+.2f}")
