@@ -49,6 +49,7 @@ def test_fenced_grower_gets_the_oom_and_its_neighbour_finishes(one_gpu_stack: Ca
     run = stack.trigger("carma_fencing")
     assert stack.wait_run("carma_fencing", run, timeout=300) == "success", stack.tail("scheduler")
     states = stack.task_states("carma_fencing", run)
+    print(f"fenced: {states}")
     assert states["neighbour"] == ("success", 1)
     state, tries = states["grower"]
     assert state == "success" and 2 <= tries <= 3  # within its 2 OOM retries
@@ -63,6 +64,7 @@ def test_unfenced_growth_crashes_the_neighbour(one_gpu_stack: Callable[..., Airf
     run = stack.trigger("carma_fencing")
     assert stack.wait_run("carma_fencing", run, timeout=300) == "success", stack.tail("scheduler")
     states = stack.task_states("carma_fencing", run)
+    print(f"unfenced: {states}")
     assert states["grower"] == ("success", 1)  # the one that grew ran through
     assert states["neighbour"][1] >= 2  # the one that kept to its 12 GiB crashed and needed another try
     first = _log(stack, "neighbour", 1)
