@@ -29,7 +29,8 @@ from carma_airflow.executor.learned import Learned, use_model
 from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.parts import Parts
-from carma_airflow.executor.restart import closed_at_restart, orphan_of, reattach
+from carma_airflow.executor.peers import Peers
+from carma_airflow.executor.restart import adopt_from_store, reconcile
 from carma_airflow.executor.starter import Launch, TryStarter
 from carma_airflow.executor.takeback import SUPERSEDED_GRACE_S, TakeBack
 from carma_airflow.executor.telemetry import Attribution
@@ -71,7 +72,8 @@ class TryFlow(TakeBack):
         self.budget: int | None = None  # how many more tries may start now ([core] parallelism); None: any
         self.tries = TryBook()
         self.learned = Learned()
-        self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery)
+        self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
+        self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
         self.faults = FaultWatch(settings.fault_kill_seconds)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
@@ -88,6 +90,7 @@ class TryFlow(TakeBack):
         except CarmaError as exc:  # the store is down: place from what is declared
             log.warning("carma store unreachable at start (%s): no learned memory until it is back", exc)
         use_model(self.placer.policy, self.learned.model)
+        self.peers.start()
         self._reconcile()
 
     # -- hand-over -----------------------------------------------------------------------------
@@ -104,7 +107,7 @@ class TryFlow(TakeBack):
 
     def adopt(self, ti: Any) -> bool:
         """Take over a try of a dead scheduler whose process still runs here."""
-        orphan = self.tries.orphan(request_key(ti.key))
+        orphan = self.tries.orphan(request_key(ti.key)) or adopt_from_store(self, ti)  # a peer died later
         if orphan is None or orphan.handle is None or orphan.handle.poll() is not None:
             return False  # ended meanwhile: the next sync closes it
         orphan.ti, orphan.key = ti, ti.key
@@ -236,7 +239,7 @@ class TryFlow(TakeBack):
         if self.budget is not None and self.budget <= 0:
             return  # [core] parallelism: as many tries run as may; they wait, with their last reason
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
-        result = self.cycle.run(now, self._gpus(now), waiting_decisions=why)
+        result = self.peers.run_pass(self.cycle, now, self._gpus(now), why)  # peers' reservations counted
         placed = result.placed
         if self.budget is not None and len(placed) > self.budget:
             for extra in placed[self.budget :]:  # placed past the slots left: back in the queue
@@ -331,28 +334,8 @@ class TryFlow(TakeBack):
             self.report(attempt.key, ended.ok)
 
     def _reconcile(self) -> None:
-        """After a restart: tries an earlier executor on this host left behind (restart.py)."""
-        try:
-            left = self.store.running()
-        except CarmaError:
-            log.exception("carma store unreachable at start: no reconciliation of earlier tries")
-            return
-        now = time.time()
-        for rec in left:
-            handle = None
-            if rec.outcome == TryOutcome.RUNNING:
-                handle = reattach(rec, self.settings.host, self.starter.result_file(rec.ti_id or ""), self.launcher)
-            if handle is None:
-                self._write(closed_at_restart(rec, now))
-                continue
-            orphan = self.tries.add(orphan_of(rec, handle, now))
-            ended = handle.poll()
-            if ended is not None:
-                self._finish(orphan, ended)
-                continue
-            assert orphan.request is not None
-            self.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
-            log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
+        """After a restart: tries whose owner is gone (this host's earlier executor, a dead peer; restart.py)."""
+        reconcile(self)
 
     @property
     def _pending_writes(self) -> int:

@@ -1,5 +1,9 @@
 """After a restart: the tries an earlier executor on this host left in the store.
 
+Only tries whose owner is gone are taken (:func:`reconcile`): a live peer scheduler's tries are
+its own.  A peer that dies later leaves its tries to Airflow's adoption, which reads the store at
+that moment (:func:`adopt_from_store`).
+
 A try whose process still runs keeps its GPUs reserved (an ORPHAN until the scheduler hands it
 over through ``try_adopt_task_instances``, or until it ends); one whose process is gone is
 ended from its result file; one that never started is closed (the scheduler queues its task
@@ -8,15 +12,25 @@ again).  Pure bookkeeping: the executor reads the store once at start and passes
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.launch import PidHandle, TaskHandle
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import MarkEnded
+from carma_airflow.keys import request_key
 from carma_airflow.store.records import PlacementRecord, TryOutcome
+
+if TYPE_CHECKING:
+    from carma_airflow.executor.flow import TryFlow
+
+log = logging.getLogger("carma_airflow.executor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,4 +82,76 @@ def closed_at_restart(rec: PlacementRecord, now: float) -> MarkEnded:
     return MarkEnded(rec.key, now, TryOutcome.FAILED, None, "not running when the executor restarted; requeued")
 
 
-__all__ = ["StoredTi", "closed_at_restart", "orphan_of", "reattach", "request_of"]
+def reconcile(flow: TryFlow) -> None:
+    """At start: the tries whose owner is gone (this host's earlier executor, a dead peer), read once.
+
+    One whose process runs keeps its GPUs reserved as an ORPHAN and becomes this executor's;
+    one that ended is concluded; one that never started is closed.  A live peer's are left alone.
+    """
+    try:
+        left = flow.store.running()
+    except CarmaError:
+        log.exception("carma store unreachable at start: no reconciliation of earlier tries")
+        return
+    now = time.time()
+    peers = flow.peers
+    claimed, closed = [], []
+    for rec in left:
+        if not peers.owner_gone(rec.owner, now):
+            continue  # a live peer placed it: its own
+        handle = None
+        if rec.outcome == TryOutcome.RUNNING:
+            handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)
+        if handle is None:
+            flow._write(closed_at_restart(rec, now))
+            closed.append(rec.key)
+            continue
+        orphan = flow.tries.add(orphan_of(rec, handle, now))
+        claimed.append(rec.key)
+        ended = handle.poll()
+        if ended is not None:
+            flow._finish(orphan, ended)
+            continue
+        assert orphan.request is not None
+        flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
+        log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
+    try:
+        flow.store.claim_tries(claimed, peers.me)
+        flow.store.drop_reservations(closed + claimed)  # ours now: published again when shared
+    except CarmaError as exc:
+        log.warning("carma store unreachable: reconciled tries not claimed (%s)", exc)
+
+
+def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
+    """A try Airflow hands over (its scheduler is gone) that this executor did not reconcile at
+    start: a peer that died later.  Read from the store now; None when its process is not here."""
+    rkey = request_key(ti.key)
+    peers = flow.peers
+    try:
+        rec = flow.store.placement(rkey)
+    except CarmaError as exc:
+        log.warning("carma store unreachable: %s not adopted (%s)", ti.key, exc)
+        return None
+    if rec is None or rec.outcome != TryOutcome.RUNNING:
+        return None
+    now = time.time()
+    if not peers.owner_gone(rec.owner, now):
+        log.warning("Airflow hands over %s of CarmaExecutor %s, which still beats; adopting it", ti.key, rec.owner)
+    handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)
+    peers.ledger.forget_foreign(rkey)
+    if handle is None or handle.poll() is not None:
+        with contextlib.suppress(CarmaError):  # reset by Airflow: what its owner published stops counting
+            flow.store.drop_reservations([rkey])
+        return None
+    orphan = flow.tries.add(orphan_of(rec, handle, now))
+    assert orphan.request is not None
+    flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
+    try:
+        flow.store.claim_tries([rkey], peers.me)
+    except CarmaError as exc:
+        log.warning("carma store unreachable: adopted %s still shows its old owner (%s)", ti.key, exc)
+    peers.publish_adopted(rkey)
+    return orphan
+
+
+__all__ = ["StoredTi", "adopt_from_store", "closed_at_restart", "orphan_of", "reattach", "reconcile", "request_of"]

@@ -99,6 +99,7 @@ class PlacementRecord:
     pid_start: int | None = None  # that process's start time (clock ticks since boot): guards PID reuse
     ti_id: str | None = None  # Airflow's task-instance UUID
     id: int | None = None
+    owner: str | None = None  # the executor that placed (or adopted) it; None: written before 0006
 
     @classmethod
     def from_decision(

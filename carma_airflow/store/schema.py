@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
@@ -132,6 +133,7 @@ class PlacementRow(Base):
     pid: Mapped[int | None] = mapped_column(Integer)  # the try's process (restart reconciliation)
     pid_start: Mapped[int | None] = mapped_column(BigInteger)  # its start time, clock ticks since boot
     ti_id: Mapped[str | None] = mapped_column(String(64))  # Airflow's task-instance UUID
+    owner: Mapped[str | None] = mapped_column(String(HOST_LEN))  # the executor that placed it (0006)
 
 
 class OomEventRow(Base):
@@ -244,6 +246,43 @@ class DispatchRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     ended_at: Mapped[datetime | None]
     reason: Mapped[str | None] = mapped_column(Text)
+
+
+# -- several schedulers (0006) ------------------------------------------------------------
+
+
+class ExecutorRow(Base):
+    """One CarmaExecutor (one per scheduler): its heartbeat, and whether it places in shared mode.
+
+    ``shared``: its reservations are all in ``carma_reservation`` and it places only under the
+    store's lock; a peer waits for that before placing next to it.
+    """
+
+    __tablename__ = "carma_executor"
+
+    id: Mapped[str] = mapped_column(String(HOST_LEN), primary_key=True)
+    host: Mapped[str] = mapped_column(String(HOST_LEN))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
+    stopped_at: Mapped[datetime | None]
+    shared: Mapped[bool] = mapped_column(Boolean)
+
+
+class ReservationRow(Base):
+    """GPU memory one try holds, published by the executor that placed (or adopted) it."""
+
+    __tablename__ = "carma_reservation"
+    __table_args__ = (Index(None, "owner"),)
+
+    key: Mapped[str] = mapped_column(String(KEY_LEN), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(HOST_LEN))
+    label: Mapped[str] = mapped_column(String(KEY_LEN))
+    gpu_uuids: Mapped[list[str]] = mapped_column(JSON)
+    mib: Mapped[int] = mapped_column(Integer)
+    since: Mapped[float] = mapped_column(Float)  # seconds since the epoch (the ledger's clock)
+    exclusive: Mapped[bool] = mapped_column(Boolean)
+    activity: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 metadata = Base.metadata

@@ -12,7 +12,8 @@ or PostgreSQL):
 - :mod:`~carma_airflow.store.tries`: placements (tries) and OOM events;
 - :mod:`~carma_airflow.store.history`: learned memory peaks and SM activity;
 - :mod:`~carma_airflow.store.snapshots`: an executor's live view for the UI;
-- :mod:`~carma_airflow.store.hosts`: GPU hosts and dispatches (multi-host).
+- :mod:`~carma_airflow.store.hosts`: GPU hosts and dispatches (multi-host);
+- :mod:`~carma_airflow.store.peers`: executors' heartbeats and shared reservations (several schedulers).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from carma_airflow.store.engine import MIGRATIONS_DIR, SUPPORTED_BACKENDS, Moment
 from carma_airflow.store.history import HistoryStore
 from carma_airflow.store.hosts import HostStore
+from carma_airflow.store.peers import PeerStore
 from carma_airflow.store.samples import SampleStore
 from carma_airflow.store.snapshots import SnapshotStore
 from carma_airflow.store.tries import TryStore
@@ -27,7 +29,7 @@ from carma_airflow.store.tries import TryStore
 __all__ = ["MIGRATIONS_DIR", "SUPPORTED_BACKENDS", "Moment", "Store"]
 
 
-class Store(SampleStore, TryStore, HistoryStore, SnapshotStore, HostStore):
+class Store(SampleStore, TryStore, HistoryStore, SnapshotStore, HostStore, PeerStore):
     """The bookkeeping store at one database URL (SQLite or PostgreSQL).
 
     Nothing connects until the first call.  Call :meth:`migrate` once (it is cheap when the

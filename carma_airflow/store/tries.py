@@ -9,7 +9,7 @@ from sqlalchemy import case, select, update
 from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
 from carma_airflow.store.errors import RecordError
 from carma_airflow.store.records import ACTIVE_OUTCOMES, OomRecord, PlacementRecord, TryOutcome
-from carma_airflow.store.schema import OomEventRow, PlacementRow
+from carma_airflow.store.schema import OomEventRow, PlacementRow, ReservationRow
 
 
 def _placement_record(row: PlacementRow) -> PlacementRecord:
@@ -37,6 +37,7 @@ def _placement_record(row: PlacementRow) -> PlacementRecord:
         pid_start=row.pid_start,
         ti_id=row.ti_id,
         id=row.id,
+        owner=row.owner,
     )
 
 
@@ -92,13 +93,22 @@ def _outcome(value: TryOutcome | str) -> TryOutcome:
 
 
 class TryStore(StoreBase):
-    """The store's calls on tries and OOM events (part of :class:`~carma_airflow.store.store.Store`)."""
+    """The store's calls on tries and OOM events (part of :class:`~carma_airflow.store.store.Store`).
+
+    ``owner``: the executor this store writes for (its id in ``carma_executor``); every try it
+    upserts is recorded as that executor's.  None (a CLI, a task process): owners stay as stored.
+    """
+
+    owner: str | None = None
 
     # -- placements ---------------------------------------------------------------------
 
     def upsert_placement(self, rec: PlacementRecord) -> int:
         """Insert the try, or replace every field of the stored try with the same key; returns its id."""
-        stmt = self._upsert(PlacementRow, "key", _placement_values(rec))
+        values = _placement_values(rec)
+        if rec.owner or self.owner:
+            values["owner"] = rec.owner or self.owner
+        stmt = self._upsert(PlacementRow, "key", values)
         with self._session(write=True) as session:
             session.execute(stmt, execution_options={"synchronize_session": False})
             row_id = session.scalar(select(PlacementRow.id).where(PlacementRow.key == rec.key))
@@ -145,6 +155,22 @@ class TryStore(StoreBase):
     def mark_launched(self, key: str, pid: int, pid_start: int | None) -> bool:
         """The try's process is ``pid`` (started at ``pid_start`` ticks since boot).  False if no such key."""
         return self._update(update(PlacementRow).where(PlacementRow.key == key).values(pid=pid, pid_start=pid_start))
+
+    def claim_tries(self, keys: list[str], owner: str) -> int:
+        """Executor ``owner`` takes over these tries (it adopted them): their placements and
+        published reservations become its own.  Returns how many placements changed hands."""
+        if not keys:
+            return 0
+        with self._session(write=True) as session:
+            moved = session.execute(
+                update(PlacementRow).where(PlacementRow.key.in_(keys)).values(owner=owner),
+                execution_options={"synchronize_session": False},
+            )
+            session.execute(
+                update(ReservationRow).where(ReservationRow.key.in_(keys)).values(owner=owner),
+                execution_options={"synchronize_session": False},
+            )
+            return int(getattr(moved, "rowcount", 0) or 0)
 
     def placement(self, key: str) -> PlacementRecord | None:
         """The try with this key, or None."""

@@ -142,6 +142,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     assert first.writer is not None and first.writer.flush()  # the launches were recorded
     # the executor dies: nothing of it runs any more, its task processes do
     first.monitor.stop()
+    first.flow.peers.close()  # its row in the store says it stopped (a killed one: its beat goes stale)
     first.tries.forget_all()
     first.running.clear()
 

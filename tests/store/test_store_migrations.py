@@ -129,7 +129,7 @@ def test_upgrade_from_0004_adds_the_activity_history_and_keeps_the_rest(db_url: 
     store.add_peak("d", "t", 6000, 1_900_000_000.0, "r1", -1)
     store.put_snapshot("executor:h", 1_900_000_000.0, {"version": 1})
     store.migrate()
-    assert store.revision() == HEAD == "0005"
+    assert store.revision() == HEAD
     assert store.peaks("d", "t") == [6000] and list(store.snapshots("executor:")) == ["executor:h"]
     assert store.activities("d", "t") == []
     store.add_activity("d", "t", 0.42, "process", 1_900_000_001.0, "r2", -1)
@@ -145,6 +145,15 @@ def test_downgrade_from_0005_to_0004_drops_only_the_activity_history(store: Stor
     assert store.revision() == "0004" and store.peaks("d", "t") == [6000]
     store.migrate()
     assert store.activities("d", "t") == []
+
+
+def test_downgrade_from_0006_to_0005_drops_only_the_peer_tables(store: Store, any_url: str) -> None:
+    store.add_peak("d", "t", 6000, 1_900_000_000.0)
+    _downgrade(any_url, "0005")
+    assert not {"carma_executor", "carma_reservation"} & set(_tables(any_url))
+    assert store.revision() == "0005" and store.peaks("d", "t") == [6000]
+    store.migrate()
+    assert store.executors() == [] and store.revision() == HEAD
 
 
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:

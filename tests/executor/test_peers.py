@@ -1,0 +1,120 @@
+"""Two CarmaExecutors (two schedulers) on one store and one GPU: no double booking, refusal on
+SQLite, reconciliation only of tries whose owner is gone, adoption of a peer that died later."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from executor_helpers import make_workload, run_until, submit
+
+from carma_airflow.executor.peers import Peers
+from carma_airflow.keys import request_key
+
+pytestmark = pytest.mark.db
+
+PG_ADMIN_URL = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+GIB16 = {"memory": "16GiB"}
+LONG = {name: {"seconds": 8} for name in ("a1", "a2", "b1", "b2")}
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    name = f"carma_peers_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def _peers(ex) -> Peers:
+    return ex.flow.peers  # type: ignore[no-any-return]
+
+
+def _close(*executors) -> None:
+    for ex in executors:
+        run_until(ex, lambda ex=ex: not ex.active, timeout=30)
+        _peers(ex).close()
+
+
+def _booked_mib(*executors) -> int:
+    """What every executor's own tries hold on the one GPU (a peer's, laid over, counted once)."""
+    return sum(r.mib for ex in executors for r in _peers(ex).ledger.mine())
+
+
+@pytest.mark.postgres
+def test_two_executors_on_postgres_never_book_the_same_memory(executor_factory, pg_url: str) -> None:
+    opts = {"store_url": pg_url, "peer_timeout_seconds": "3"}
+    a = executor_factory(gpus="1xA100-40GB", behaviour=LONG, **opts)
+    b = executor_factory(gpus="1xA100-40GB", behaviour=LONG, **opts)
+    a1, a2 = make_workload("a1", config=GIB16), make_workload("a2", config=GIB16)
+    b1, b2 = make_workload("b1", config=GIB16), make_workload("b2", config=GIB16)
+    submit(a, a1, a2)
+    submit(b, b1, b2)
+    deadline = time.time() + 6
+    while time.time() < deadline:  # both pass again and again while the first two run: nothing more fits
+        a.sync()
+        b.sync()
+        assert _booked_mib(a, b) <= 40960 - 512, "two schedulers placed on the same free memory"
+        time.sleep(0.05)
+    assert len(a.active) + len(b.active) == 2 and _peers(a).shared and _peers(b).shared
+    waiting = b if b.waiting else a
+    assert any(r.key in _peers(waiting).ledger.foreign for r in _peers(waiting).ledger)  # the peer's, counted
+    run_until(b, lambda: (b.sync() or a.sync() or True) and not (a.waiting or b.waiting), timeout=30)
+    run_until(a, lambda: (b.sync() or True) and not (a.active or b.active), timeout=30)
+    deadline = time.time() + 5
+    while a.store.shared_reservations() and time.time() < deadline:  # released: gone at the next beat
+        time.sleep(0.1)
+    assert a.store.shared_reservations() == []
+    _close(a, b)
+
+
+def test_a_second_executor_on_sqlite_places_nothing_and_says_why(executor_factory) -> None:
+    opts = {"peer_timeout_seconds": "3"}
+    a = executor_factory(gpus="2xA100-40GB", **opts)
+    b = executor_factory(gpus="2xA100-40GB", **opts)
+    assert _peers(a).refusal is None and _peers(b).refusal is not None
+    t = make_workload("b1", config=GIB16)
+    submit(b, t)
+    assert t.key in b.waiting and not b.active
+    assert "SQLite serves one scheduler only" in b.waiting[t.key].last_summary
+    assert b.writer.flush()
+    assert "use PostgreSQL" in b.store.latest_for("dag", "b1")[0].summary
+    _peers(a).close()  # the first one stops: the second places from its next beat on
+    run_until(b, lambda: t.key in b.active, timeout=10)
+    _close(b)
+
+
+@pytest.mark.postgres
+def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_that_died_later(
+    executor_factory, pg_url: str
+) -> None:
+    opts = {"store_url": pg_url, "peer_timeout_seconds": "3"}
+    behaviour = {"a1": {"seconds": 8}}
+    a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
+    a1 = make_workload("a1", config=GIB16)
+    submit(a, a1)
+    run_until(a, lambda: a1.key in a.active, timeout=10)
+    assert a.writer.flush() and a.store.placement(request_key(a1.key)).owner == _peers(a).me
+    b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
+    assert not b.orphans  # a live peer's try is not a left-over
+    # a dies now, after b started: Airflow hands its try over
+    a.monitor.stop()
+    _peers(a).close()
+    a.tries.forget_all()
+    a.running.clear()
+    assert b.try_adopt_task_instances([a1.ti]) == []
+    assert a1.key in b.active
+    assert b.store.placement(request_key(a1.key)).owner == _peers(b).me
+    run_until(b, lambda: not b.active, timeout=30)
+    assert b.get_event_buffer()[a1.key][0] == "success"
+    _close(b)
