@@ -12,7 +12,7 @@ prints mean JCT and makespan as ratios to most-free-memory's, and counts a check
 mean JCT <= 0.85x, makespan <= 1.0x and no task lost (the sweep: ratios of the means).
 
     .venv/bin/python bench/robustness.py [--seeds 12] [--pairs PATH] [--min-observations 10]
-        [--candidates interference-aware,predictive,predictive+override] [--json out.json]
+        [--tasks 60] [--candidates interference-aware,predictive,predictive+override] [--json out.json]
 
 ``predictive+override``: the prediction may override the paper's risk rule where the fit is
 learned and the lower end of the gain pays (``PredictiveSettings.override_risk``).
@@ -52,11 +52,11 @@ def truths(pairs: Path) -> list[tuple[str, float, float, str]]:
     return out
 
 
-def workloads(seeds: int) -> dict[str, list[Arrival]]:
+def workloads(seeds: int, tasks: int = 60) -> dict[str, list[Arrival]]:
     catalog = load_catalog(packaged("task_catalog.csv"))
     out = {t: load_trace(packaged(f"trace_{t}.csv"), catalog) for t in ("t1", "t2")}
     for seed in range(seeds):
-        out[f"s{seed}"] = synthetic_trace(catalog, 60, gpus=4, load=2.0, seed=seed)
+        out[f"s{seed}"] = synthetic_trace(catalog, tasks, gpus=4, load=2.0, seed=seed)
     return out
 
 
@@ -91,11 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--pairs", default=str(DEFAULT_PAIRS))
     ap.add_argument("--candidates", default="interference-aware,predictive")
+    ap.add_argument("--tasks", type=int, default=60, help="tasks per synthetic trace of the sweep")
     ap.add_argument("--min-observations", type=int, default=MIN_OBSERVATIONS, help="before a fit leaves its prior")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()]
-    loads = workloads(args.seeds)
+    loads = workloads(args.seeds, args.tasks)
     sweep = [k for k in loads if k.startswith("s")]
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     met = dict.fromkeys(candidates, 0)
