@@ -24,6 +24,7 @@ from carma_airflow.sim.config import SimConfig
 from carma_airflow.sim.engine import simulate
 from carma_airflow.sim.memory import MAX_WARM_RUNS, learns_memory
 from carma_airflow.sim.metrics import SimResult
+from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival, load_catalog, load_trace, packaged, synthetic_trace
 
 TraceOpt = Annotated[
@@ -57,6 +58,14 @@ ScaleOpt = Annotated[
     typer.Option(
         "--activity-scale",
         help="the simulated truth: real SM demand = S x the activity the monitor reports (default 1.0)",
+    ),
+]
+FormOpt = Annotated[
+    str,
+    typer.Option(
+        "--truth",
+        help="the simulated truth's form: sharing (the sharing model), types[:SEED] (per task type sensitivity "
+        "and pressure, drawn), pairs:PATH[:GPU[:SEED]] (a measured pair table mapped onto the task types)",
     ),
 ]
 
@@ -115,10 +124,14 @@ def _with_warm_runs(cfg: SimConfig, text: str) -> SimConfig:
     return replace(cfg, warm_runs=runs)
 
 
-def _with_truth(cfg: SimConfig, beta: str | None, scale: str) -> SimConfig:
+def _with_truth(cfg: SimConfig, beta: str | None, scale: str, form: str = "sharing") -> SimConfig:
     b = _truth_number("--interference-beta", beta, cfg.sharing.beta)
     s = _truth_number("--activity-scale", scale, 1.0)
-    return replace(cfg, sharing=replace(cfg.sharing, beta=b), activity_scale=s)
+    try:
+        make_truth(form, cfg.sharing, [])  # checks the spelling and reads a pair table once
+    except (ValueError, OSError) as exc:
+        fail(f"--truth: {exc}")
+    return replace(cfg, sharing=replace(cfg.sharing, beta=b), activity_scale=s, truth=form)
 
 
 def _workload(trace: str, catalog: str, gpus: int, seed: int) -> list[Arrival]:
@@ -156,13 +169,14 @@ def simulate_cmd(
     seed: SeedOpt = 0,
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
+    truth: FormOpt = "sharing",
     warm_runs: WarmOpt = "0",
     memory_growth: GrowthOpt = "0",
     isolation: IsolationOpt = "none",
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
-    cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale)
+    cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale, truth)
     cfg = _with_fencing(cfg, memory_growth, isolation)
     cfg = _with_warm_runs(cfg, warm_runs)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
@@ -194,6 +208,7 @@ def compare_cmd(
     seed: SeedOpt = 0,
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
+    truth: FormOpt = "sharing",
     memory_growth: GrowthOpt = "0",
     isolation: IsolationOpt = "none",
     as_json: JsonOpt = False,
@@ -205,7 +220,7 @@ def compare_cmd(
         fail("--policies is empty; give e.g. magm,interference-aware")
     for name in names:
         make_policy(name)
-    cfg = _with_truth(_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale)
+    cfg = _with_truth(_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale, truth)
     cfg = _with_fencing(cfg, memory_growth, isolation)
     if plot is not None:
         _check_plot_path(plot)

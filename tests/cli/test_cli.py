@@ -123,6 +123,9 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["simulate", "--estimator", "history", "--warm-runs", "-1"], "--warm-runs must be a whole number"),
         (["simulate", "--estimator", "history", "--warm-runs", "two"], "--warm-runs must be a whole number"),
         (["simulate", "--warm-runs", "1"], "--warm-runs needs an estimator that learns memory"),
+        (["simulate", "--truth", "gaussian"], "--truth: truth 'gaussian': one of sharing"),
+        (["compare", "--truth", "types:x"], "--truth: truth 'types:x'"),
+        (["simulate", "--truth", "pairs:/no/such/pairs.csv"], "--truth: "),
     ],
 )
 def test_bad_input_gives_one_line_error_and_nonzero_exit(args: list[str], fragment: str) -> None:
@@ -146,6 +149,9 @@ def test_the_simulated_truth_is_an_option() -> None:
     assert slowdown("--activity-scale", "0.6") < today
     code, out, _ = run("compare", "--policies", "magm", "--interference-beta", "0.8", "--json")
     assert code == 0 and len(json.loads(out)) == 2
+    assert slowdown("--truth", "sharing") == today
+    assert slowdown("--truth", "types:1") != today  # per task type sensitivity and pressure
+    assert slowdown("--truth", "types:1") == slowdown("--truth", "types:1")  # seeded
 
 
 def test_warm_runs_fill_the_learned_memory_first() -> None:
