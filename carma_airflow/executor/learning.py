@@ -99,7 +99,8 @@ def learn_from_success(
     if solo is None or gpu_model is None:
         return writes  # no baseline yet: the stretch of this try is not known
     own = learned.activity(ti.dag_id, ti.task_id).sm_activity
-    observation = CollocationObservation(run_s / solo, own, seen.segments)
+    # the task type (its label without the map index) gets its own sensitivity (core/task_terms.py)
+    observation = CollocationObservation(run_s / solo, own, seen.segments, f"{ti.dag_id}.{ti.task_id}")
     if not observation.informative:
         return writes
     learned.model = learned.model.observe(gpu_model, observation)
