@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from carma_airflow.core.errors import CarmaError
-from carma_airflow.core.fencing import PAST_CAP, protective_cap_mib
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.sharing import ActivityProfile
+from carma_airflow.monitor.ledger_oom import SimulatedCudaOOM, cap_of, cuda_oom, format_size
 
 LEDGER_VERSION = 1
 PEAK_KEEP_S = 3600.0  # a peak stays readable this long after its process released or died
@@ -36,34 +36,6 @@ _Data = dict[str, Any]
 
 class LedgerError(CarmaError):
     """The simulated GPU ledger is missing, corrupt, or was asked about a GPU it does not have."""
-
-
-class SimulatedCudaOOM(RuntimeError):  # noqa: N818 - the name failure classification knows
-    """A simulated GPU had less free memory than a process asked for.
-
-    The message follows PyTorch's ``torch.OutOfMemoryError`` ("CUDA out of memory. Tried to
-    allocate ..."), so failure classification treats it as the real thing.  A process that hit
-    its own cap reads as PyTorch's capped allocator does ("... allowed;") and says "past its cap".
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        uuid: str = "",
-        tried_mib: int = 0,
-        free_mib: int = 0,
-        total_mib: int = 0,
-        held_mib: int = 0,
-        cap_mib: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.cap_mib = cap_mib  # set when the process hit its own cap, not a full GPU
-        self.uuid = uuid
-        self.tried_mib = tried_mib
-        self.free_mib = free_mib
-        self.total_mib = total_mib
-        self.held_mib = held_mib
 
 
 class LedgerGpu(NamedTuple):
@@ -102,18 +74,6 @@ class LedgerState:
 def sim_uuid(index: int, prefix: str = "GPU-SIM-") -> str:
     """UUID of the simulated GPU with this index on its host."""
     return f"{prefix}{index:04d}"
-
-
-def format_size(mib: float) -> str:
-    """A size as PyTorch's OOM message writes it (``170.00 MiB``, ``40.00 GiB``, ``0 bytes``)."""
-    size = mib * 1024.0 * 1024.0
-    if size <= 1024:
-        return f"{size:.0f} bytes"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.2f} KiB"
-    if size < 1024**3:
-        return f"{mib:.2f} MiB"
-    return f"{mib / 1024:.2f} GiB"
 
 
 def pid_alive(pid: int) -> bool:
@@ -248,15 +208,17 @@ class Ledger:
             free = total - used
             mine = next((a for a in data["allocations"] if a["uuid"] == uuid and a["pid"] == pid), None)
             held = int(mine["mib"]) if mine is not None else 0
-            limit = self._cap_of(data, uuid, pid, total, cap_mib, live_cap) if promise_mib is not None else None
+            limit = (
+                cap_of(data["allocations"], uuid, pid, total, cap_mib, live_cap) if promise_mib is not None else None
+            )
             if limit is not None and held + mib > limit:
                 if changed:
                     self._write(data)
-                raise self._oom(gpu, uuid, ordinal, mib, free, total, held, cap=(limit, promise_mib or 0))
+                raise cuda_oom(gpu, uuid, ordinal, mib, free, total, held, self.path, cap=(limit, promise_mib or 0))
             if free < mib:
                 if changed:
                     self._write(data)
-                raise self._oom(gpu, uuid, ordinal, mib, free, total, held)
+                raise cuda_oom(gpu, uuid, ordinal, mib, free, total, held, self.path)
             now = self._clock()
             prof = [profile.sm_activity, profile.sm_occupancy, profile.dram_activity]
             if mine is None:
@@ -347,51 +309,6 @@ class Ledger:
         known = ", ".join(g["uuid"] for g in data["gpus"]) or "none"
         raise LedgerError(f"no simulated GPU {uuid!r} in ledger {self.path}; it has {known}")
 
-    def _oom(
-        self,
-        gpu: dict[str, Any],
-        uuid: str,
-        ordinal: int | None,
-        mib: int,
-        free: int,
-        total: int,
-        held: int,
-        cap: tuple[int, int] | None = None,
-    ) -> SimulatedCudaOOM:
-        number = gpu["index"] if ordinal is None else ordinal
-        fence = ""
-        if cap is not None:  # (limit, promise): as PyTorch's capped allocator words it, and why
-            fence = (
-                f"{format_size(cap[0])} allowed; {PAST_CAP} of {format_size(cap[0])} (placed with "
-                f"{format_size(cap[1])}; the rest of the GPU is promised to its co-tenants). "
-            )
-        return SimulatedCudaOOM(
-            f"CUDA out of memory. Tried to allocate {format_size(mib)}. GPU {number} has a total capacity "
-            f"of {format_size(total)} of which {format_size(max(0, free))} is free. Including non-PyTorch "
-            f"memory, this process has {format_size(held)} memory in use. {fence}"
-            f"(simulated GPU {uuid}, {gpu['spec']['name']}, ledger {self.path})",
-            uuid=uuid,
-            tried_mib=mib,
-            free_mib=max(0, free),
-            total_mib=total,
-            held_mib=held,
-            cap_mib=None if cap is None else cap[0],
-        )
-
-    @staticmethod
-    def _cap_of(data: _Data, uuid: str, pid: int, total: int, cap_mib: int | None, live: bool) -> int:
-        """What ``pid`` may hold on ``uuid``: its fixed cap, and (live) no more than what its
-        fenced co-tenants were not promised (core.fencing.protective_cap_mib)."""
-        limit = total if cap_mib is None else int(cap_mib)
-        if live:
-            others = [
-                (int(a.get("promise", 0)), int(a["mib"]))
-                for a in data["allocations"]
-                if a["uuid"] == uuid and a["pid"] != pid
-            ]
-            limit = min(limit, protective_cap_mib(total, 0, others))
-        return limit
-
     def _drop_dead(self, data: _Data) -> bool:
         """Remove allocations of dead processes, marking their peaks released.  True if any."""
         dead = {int(a["pid"]) for a in data["allocations"] if not pid_alive(int(a["pid"]))}
@@ -429,3 +346,18 @@ class Ledger:
             for a in data["allocations"]
         )
         return LedgerState(str(data["host"]), self._decode_gpus(data), allocations, dict(data["faults"]))
+
+
+__all__ = [
+    "LEDGER_VERSION",
+    "PEAK_KEEP_S",
+    "Allocation",
+    "Ledger",
+    "LedgerError",
+    "LedgerGpu",
+    "LedgerState",
+    "SimulatedCudaOOM",
+    "format_size",
+    "pid_alive",
+    "sim_uuid",
+]
