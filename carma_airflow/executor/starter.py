@@ -3,6 +3,7 @@ fresh token, and the launcher of the host it goes to."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from carma_airflow.core.decision import Decision
-from carma_airflow.core.errors import UnknownGpuSpecError
+from carma_airflow.core.errors import ConfigError, UnknownGpuSpecError
 from carma_airflow.core.fencing import CapRule, Fence, IsolationMode
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import author_retry_left
@@ -25,6 +26,8 @@ from carma_airflow.taskrun.killguard import retry_on_kill_env
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
+
+log = logging.getLogger("carma_airflow.executor")
 
 
 def kill_env(ti: Any, prior_ooms: int) -> dict[str, str]:
@@ -67,6 +70,16 @@ class TryStarter:
         self.co_tenants: Callable[[str, str], Sequence[int]] | None = None
         self._host: HostIsolation | None = None
         self._resolved: dict[IsolationMode, Resolved] = {}
+        self.log_isolation()
+
+    def log_isolation(self) -> None:
+        """Say in the executor's start log which mode holds this host's tries (docs/isolation.md)."""
+        try:
+            said = self.isolation(IsolationMode.parse(self.settings.isolation)).describe()
+        except ConfigError as exc:  # every GPU try is refused with this message until it is fixed
+            log.error("GPU tries cannot start: %s", exc)
+            return
+        log.info("CarmaExecutor %s", said)
 
     def isolation(self, requested: IsolationMode) -> Resolved:
         """The mode in force for ``requested`` on this host (detected once); ConfigError if absent."""
