@@ -100,7 +100,7 @@ class Backfill(QueueDiscipline):
         def key(r: TaskRequest) -> tuple[object, ...]:
             # whole aging points, so that equal priorities stay equal long enough for
             # ``tie_break`` to order them; monotone in submitted_at for one class (class_of)
-            eff = r.priority + math.floor(max(0.0, now - r.submitted_at) / aging_s)
+            eff: float = r.priority + math.floor(max(0.0, now - r.submitted_at) / aging_s)
             if r.recovered:
                 eff += boost
             return (-eff, -r.tie_break, r.submitted_at, r.key)

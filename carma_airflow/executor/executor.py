@@ -67,6 +67,7 @@ class CarmaExecutor(BaseExecutor):
         self.standby = Standby()
         self.callbacks = CallbackRunner(self._callback_launcher, Path(), "")
         self._own_launcher: LauncherProcess | None = None
+        self._pinned_events: list[Any] = []
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,6 +171,17 @@ class CarmaExecutor(BaseExecutor):
 
     def _report_callback(self, key: Any, ok: bool) -> None:
         self.change_state(key, CallbackState.SUCCESS if ok else CallbackState.FAILED)
+
+    def log_task_event(self, *, event: str, extra: str, ti_key: Any) -> None:
+        """Airflow's, keeping each queued event alive until the scheduler has saved it.
+
+        Airflow 3.3.2 saves the queue with ``bulk_save_objects`` over a generator that pops each
+        ``Log`` (``_process_task_event_logs``); with ``preserve_order=False`` SQLAlchemy 2.1 keeps
+        only the objects' states, which hold them weakly, so an event nobody else references is
+        collected first and saved as an empty row (``NOT NULL constraint failed: log.event``).
+        """
+        super().log_task_event(event=event, extra=extra, ti_key=ti_key)
+        self._pinned_events = list(self._task_event_logs)  # the saved ones drop out at the next event
 
     def _tell(self, key: Any, why: str) -> None:
         """Why a try waits, in Airflow's audit log of the task instance (the UI's Audit Log tab)."""

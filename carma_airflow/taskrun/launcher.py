@@ -70,13 +70,16 @@ def _try_process(command_fd: int) -> None:  # pragma: no cover - the child
         command = json.loads(data)
         os.environ.update(command["env"])
         workload = _workload(command["workload"])
-        result = _try_runner()(
+        _try_runner()(
             workload,
             server=command.get("server"),
             proctitle=command.get("proctitle"),
             subprocess_logs_to_stdout=True,
         )
-        code = result if isinstance(result, int) else 0
+        # as LocalExecutor reports it: the workload ran (the task told the Execution API its own
+        # state, a clear included); only a workload that could not run is a failure.  Reporting
+        # the supervisor's exit code instead turned a try cleared while it ran into a retry.
+        code = 0
     except BaseException as exc:  # the try fails; the launcher lives on
         print(f"carma launcher: try could not run: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     finally:

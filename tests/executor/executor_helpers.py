@@ -61,7 +61,9 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
     if getattr(workload, "type", None) == "ExecuteCallback":  # an executor callback: CPU only
         seen = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "data": workload.callback.data}
         (out_dir / f"callback-{workload.callback.id}.json").write_text(json.dumps(seen))
-        return int(workload.callback.data.get("exit", 0))
+        if workload.callback.data.get("exit", 0):  # as Airflow's callback supervisor does
+            raise RuntimeError(f"Callback subprocess exited with code {workload.callback.data['exit']}")
+        return 0
     task_id = workload.ti.task_id
     behaviour = json.loads(os.environ.get("CARMA_TEST_BEHAVIOUR", "{}")).get(task_id, {})
     env = {
