@@ -156,8 +156,12 @@ class AirflowStack:
         raise AssertionError("api-server did not become healthy:\n" + self.tail("api-server"))
 
     def start_component(self, name: str) -> None:
-        """Start (or start again, after a crash) one Airflow process; its log is appended to."""
-        args = list(self.COMPONENTS[name])
+        """Start (or start again, after a crash) one Airflow process; its log is appended to.
+
+        ``<component>-<n>`` (``scheduler-2``) starts one more of a component under its own name
+        and log: several schedulers on one metadata database, as Airflow's high availability runs.
+        """
+        args = list(self.COMPONENTS.get(name) or self.COMPONENTS[name.rsplit("-", 1)[0]])
         if name == "api-server":
             args += ["--host", HOST, "--port", str(self.port)]
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115  (the process keeps it)
@@ -207,7 +211,8 @@ class AirflowStack:
     def stop(self) -> None:
         """Stop every process this stack started: each component's process group (also those of
         components started again after a crash), then the task processes in their own sessions."""
-        for name in ("scheduler", "dag-processor", "api-server"):
+        schedulers = sorted(n for n in self.procs if n.startswith("scheduler"))
+        for name in (*schedulers, "dag-processor", "api-server"):
             proc = self.procs.get(name)
             if proc is None:
                 continue

@@ -146,6 +146,8 @@ class Peers:
         gone = [r.id for r in rows if r.id != self.me and now - r.heartbeat_at.timestamp() > FORGET_AFTER_S]
         if gone:
             self._forget(gone)
+        if any(r.id != self.me and not self.alive(r, now) for r in rows):
+            self._reap(now)
         if not self.exclusive and not self.shared and (self.peers_alive or self.mode == "several"):
             self._switch_to_shared()
 
@@ -184,6 +186,29 @@ class Peers:
             return
         log.info("Forgot CarmaExecutors gone for over %.0f s: %s", FORGET_AFTER_S, ", ".join(ids))
 
+    def _reap(self, now: float) -> None:
+        """Reservations of gone executors whose try is over (its process on this host has ended,
+        it never started, or its end is recorded) stop counting: the peers' passes drop them."""
+        try:
+            others = [r for r in self.store.shared_reservations() if r.owner != self.me]
+            over = []
+            for res in others:
+                if not self.owner_gone(res.owner, now):
+                    continue
+                rec = self.store.placement(res.key)
+                if rec is None or rec.outcome.finished:
+                    over.append(res.key)
+                elif rec.pid is None:
+                    if now - res.since > 4 * self.timeout_s:  # placed, never launched: its owner died between
+                        over.append(res.key)
+                elif rec.host in (self.host, None) and not _pid_exists(rec.pid):
+                    over.append(res.key)
+            if over:
+                self.store.drop_reservations(over)
+                log.info("Reservations of gone CarmaExecutors released (their tries ended): %s", ", ".join(over))
+        except CarmaError as exc:
+            log.debug("carma store unreachable while reaping gone executors' reservations: %s", exc)
+
     def owner_gone(self, owner: str | None, now: float) -> bool:
         """Whether the executor ``owner`` is gone (None: a try written before owners were kept)."""
         if owner is None or owner == self.me:
@@ -206,7 +231,7 @@ class Peers:
                 return _all_wait(cycle, now, gpus, self.refusal)
             return cycle.run(now, gpus, waiting_decisions=why)
         with self._lock:
-            if not self.shared and not self.peers_alive and self.mode != "several":
+            if not (self.shared or self.peers_alive or self.ledger.foreign or self.mode == "several"):
                 return cycle.run(now, gpus, waiting_decisions=why)  # single: no store I/O
         return self._shared_pass(cycle, now, gpus, why)
 

@@ -132,9 +132,11 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     except CarmaError as exc:
         log.warning("carma store unreachable: %s not adopted (%s)", ti.key, exc)
         return None
+    now = time.time()
+    if rec is not None and rec.outcome == TryOutcome.WAITING and peers.owner_gone(rec.owner, now):
+        flow._write(closed_at_restart(rec, now))  # it waited in a dead executor: Airflow resets it
     if rec is None or rec.outcome != TryOutcome.RUNNING:
         return None
-    now = time.time()
     if not peers.owner_gone(rec.owner, now):
         log.warning("Airflow hands over %s of CarmaExecutor %s, which still beats; adopting it", ti.key, rec.owner)
     handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)

@@ -1,0 +1,33 @@
+"""End-to-end DAG: two schedulers share one simulated GPU (tests/e2e/test_schedulers.py).
+
+One try of 16 GiB per run; the test triggers eight runs, a moment apart, so that both schedulers
+queue some (one scheduler loop queues every scheduled task it sees).  Two fit on the 40 GB GPU
+at a time.  Each ramps its memory up over 10 s, as training start-up does, so a GPU booked twice
+(two schedulers placing on the same free memory before either try has allocated) ends in a CUDA
+OOM during the ramp.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import dag, task
+
+from carma_airflow import gpu_task
+
+PEAK_MIB = 16384
+
+
+@dag(dag_id="carma_ha", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_runs=16)
+def ha() -> None:
+    @task(**gpu_task(memory="16GiB"), retries=0)
+    def train() -> dict[str, object]:
+        from carma_airflow.testing import simulated_training
+
+        out = simulated_training(peak_mib=PEAK_MIB, seconds=8.0, ramp_s=10.0)
+        return {"gpus": out["gpus"], "peak_mib": out["peak_mib"]}
+
+    train()
+
+
+ha()

@@ -1,0 +1,118 @@
+"""Two Airflow schedulers (high availability) on PostgreSQL share one simulated 40 GB GPU.
+
+Eight tries of 16 GiB whose memory ramps over 10 s: two fit at a time.  Each scheduler's
+CarmaExecutor must count the other's reservations, so no GPU is booked twice: no CUDA OOM, at
+most two tries on the GPU at any moment, every task succeeds on its first try and no try runs
+twice; the same when one scheduler is SIGKILLed mid-run and the other adopts its tries.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+
+import pytest
+
+from carma_airflow.devstack import AirflowStack
+from carma_airflow.store import PlacementRecord, Store
+
+pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.postgres]
+
+RUNS = 8
+HA = {
+    "simulated_gpus": "1xA100-40GB",
+    "peer_timeout_seconds": "8",
+    "snapshot_period": "0.5",
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "5",
+    # above the seconds a loaded 2-core machine may stall a scheduler's heartbeat at start-up
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "15",
+}
+ON_POSTGRES = pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+
+
+def _most_at_once(tries: list[PlacementRecord]) -> int:
+    """The most tries that ran on the GPU at one moment (from their start and end)."""
+    edges: list[tuple[datetime, int]] = []
+    for p in tries:
+        if p.started_at is not None:
+            edges += [(p.started_at, 1), (p.ended_at or datetime.max.replace(tzinfo=p.started_at.tzinfo), -1)]
+    most = now = 0
+    for _, step in sorted(edges, key=lambda e: (e[0], e[1])):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def _start_second(stack: AirflowStack) -> None:
+    """scheduler-2 next to the first, both executors up and sharing before the run is triggered."""
+    stack.start_component("scheduler-2")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if all("shares its GPU reservations" in stack.tail(n, 400_000) for n in ("scheduler", "scheduler-2")):
+            return
+        time.sleep(1)
+    raise AssertionError("the two executors did not meet:\n" + stack.tail("scheduler-2"))
+
+
+def _trigger(stack: AirflowStack) -> list[str]:
+    """Eight runs a moment apart: each scheduler's loop queues what it finds, so both get some."""
+    runs = []
+    for _ in range(RUNS):
+        runs.append(stack.trigger("carma_ha"))
+        time.sleep(0.7)
+    return runs
+
+
+def _check(stack: AirflowStack, store: Store, runs: list[str], log: str) -> list[PlacementRecord]:
+    for run in runs:
+        assert stack.wait_run("carma_ha", run, timeout=420) == "success", log[-8000:]
+    tries = store.placements(dag_id="carma_ha")
+    ran = [p for p in tries if p.started_at is not None]
+    summary = sorted((p.run_id[-15:], p.try_number, p.outcome.value, p.owner) for p in tries)
+    print("tries:", summary, "most at once:", _most_at_once(ran))
+    assert store.ooms(dag_id="carma_ha") == [], summary
+    assert sorted(p.run_id for p in ran) == sorted(runs), f"a try ran twice or not at all: {summary}"
+    assert _most_at_once(ran) <= 2, f"the 40 GB GPU was booked for more than two 16 GiB tries: {summary}"
+    return tries
+
+
+@ON_POSTGRES
+def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> None:
+    stack = airflow_stack(**HA)
+    _start_second(stack)
+    store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
+    runs = _trigger(stack)
+    tries = _check(stack, store, runs, stack.tail("scheduler", 20_000) + stack.tail("scheduler-2", 20_000))
+    states = [stack.task_states("carma_ha", run) for run in runs]
+    assert states == [{"train": ("success", 1)}] * RUNS, states  # each on its first try
+    assert stack.query("select count(*) from task_instance_history where dag_id = 'carma_ha'")[0][0] == 0
+    owners = {p.owner for p in tries}
+    assert len(owners) == 2, f"one scheduler placed every try: {owners}"  # both took part
+    store.close()
+
+
+@ON_POSTGRES
+def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack) -> None:
+    stack = airflow_stack(**HA)
+    _start_second(stack)
+    store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
+    runs = _trigger(stack)
+    victim = stack.procs["scheduler-2"].pid
+    deadline = time.time() + 180
+    while time.time() < deadline:  # kill it while a try it placed runs
+        mine = [p for p in store.placements(dag_id="carma_ha") if p.owner and f":{victim}:" in p.owner]
+        if any(p.outcome == "running" and p.pid for p in mine):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("scheduler-2 placed nothing:\n" + stack.tail("scheduler-2"))
+    os.kill(victim, signal.SIGKILL)  # its executor dies with it, its task processes do not
+    _check(stack, store, runs, stack.tail("scheduler", 40_000))
+    states = [stack.task_states("carma_ha", run) for run in runs]
+    print("states:", states)
+    assert all(s["train"][0] == "success" for s in states), states
+    # a try that only waited in the killed executor is reset by Airflow (try 2); none that ran
+    assert "Adopted" in stack.tail("scheduler", 400_000)
+    store.close()
