@@ -123,7 +123,7 @@ def gpus_cmd(
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    table = Table(title=f"GPUs on {settings.host} ({settings.gpu_backend})")
+    table = Table(title=f"GPUs on {settings.host} ({settings.gpu_backend}; {_isolation_line(settings)})")
     for col in ("GPU", "model", "memory", "SM act", "SM occ", "DRAM", "risk", "tenants"):
         table.add_column(col)
     for r in rows:
@@ -138,6 +138,18 @@ def gpus_cmd(
             ", ".join(_with_activity(t, a) for t, a in zip(r["tenants"], r["tenant_activity"], strict=True)) or "-",
         )
     _table_console(wide).print(table)
+
+
+def _isolation_line(settings: Any) -> str:
+    """The memory fence in force on this host (docs/isolation.md), or why there is none."""
+    from carma_airflow.core.errors import ConfigError
+    from carma_airflow.core.fencing import IsolationMode
+    from carma_airflow.taskrun.isolation import host_isolation, resolve
+
+    try:
+        return resolve(IsolationMode.parse(settings.isolation), host_isolation(settings.gpu_backend)).describe()
+    except ConfigError as exc:
+        return f"isolation {settings.isolation} unavailable: {exc}"
 
 
 def _tenant_activities(snapshots: dict[str, tuple[datetime, dict[str, Any]]]) -> dict[str, float]:
@@ -221,6 +233,7 @@ def why_cmd(
         typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
         for line in r.reasons[:10]:
             typer.echo(f"  {line}")
+    typer.echo(f"  memory fence on this host: {_isolation_line(_settings())} (a task's executor_config isolation wins)")
 
 
 @app.command("demo")
