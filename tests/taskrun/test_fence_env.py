@@ -99,3 +99,14 @@ def test_a_malformed_cap_is_not_enforced() -> None:
     )
     env = env_of(IsolationMode.FRAMEWORK)
     assert fence_from_env(env, 2) is None  # two GPUs visible, one cap: not this try's
+
+
+def test_the_cli_line_names_the_mode_or_why_it_is_missing() -> None:
+    from types import SimpleNamespace
+
+    from carma_airflow.cli.ops import _isolation_line
+
+    assert "unfenced" in _isolation_line(SimpleNamespace(isolation="none", gpu_backend="simulated"))
+    assert "live caps" in _isolation_line(SimpleNamespace(isolation="auto", gpu_backend="simulated"))
+    line = _isolation_line(SimpleNamespace(isolation="mps", gpu_backend="nvml"))
+    assert "unavailable" in line and "nvidia-cuda-mps-control -d" in line
