@@ -69,6 +69,10 @@ _GPU_FAULT = re.compile(
             r"cudaErrorECCUncorrectable",
             r"CUDA_ERROR_ECC_UNCORRECTABLE",
             r"\bXid\b",
+            # under MPS a fatal fault of one client ends every client of that server (docs/isolation.md)
+            r"CUDA_ERROR_MPS_(?:CONNECTION_FAILED|RPC_FAILURE|SERVER_NOT_READY|CLIENT_TERMINATED)",
+            r"cudaErrorMps(?:ConnectionFailed|RpcFailure|ServerNotReady|ClientTerminated)",
+            r"MPS client (?:failed|terminated)",
         ]
     ),
     re.IGNORECASE,

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
+from carma_airflow.core.fencing import PAST_CAP
 from carma_airflow.core.recovery import FailureKind, author_retry_left, classify_failure, oom_advice, oom_retry_left
 from carma_airflow.taskrun.outcome import PRIOR_OOMS_ENV, remember_failure
 
@@ -31,10 +32,12 @@ class CudaOomRetryPolicy(RetryPolicy):
         prior_ooms = int(os.environ.get(PRIOR_OOMS_ENV, "0") or 0)
         if failure.is_oom:
             if oom_retry_left(prior_ooms, self.oom_retries):
+                where = "with a larger cap" if failure.past_cap else "on a GPU with more free memory"
+                what = f"CUDA out of memory {PAST_CAP}" if failure.past_cap else "CUDA out of memory"
                 return RetryDecision.retry(
                     delay=timedelta(seconds=self.oom_delay_s),
-                    reason=f"CUDA out of memory ({failure.evidence}); CARMA retries it on a GPU with more free "
-                    f"memory (OOM retry {prior_ooms + 1} of {self.oom_retries})",
+                    reason=f"{what} ({failure.evidence}); CARMA retries it {where} "
+                    f"(OOM retry {prior_ooms + 1} of {self.oom_retries})",
                 )
             from carma_airflow.taskrun.listener import peak_mib_of_this_process
 

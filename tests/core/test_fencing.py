@@ -67,3 +67,15 @@ def test_a_cap_oom_retry_grows_to_what_it_asked_bounded_by_the_gpu() -> None:
         request, failure, oom_retries_done=0, peak_mib=30720, crashed_gpus=("g",), now=0.0, settings=bounded
     )
     assert plan.request.memory.mib == 37376 and plan.request.exclusive  # type: ignore[union-attr]
+
+
+def test_an_mps_servers_fault_is_a_gpu_fault_for_every_client() -> None:
+    from carma_airflow.core.recovery import FailureKind, classify_failure
+
+    for text in (
+        "CUDA error: CUDA_ERROR_MPS_RPC_FAILURE",
+        "RuntimeError: CUDA error: cudaErrorMpsClientTerminated",
+        "MPS client terminated by the server",
+    ):
+        assert classify_failure("RuntimeError", text).kind is FailureKind.GPU_FAULT, text
+    assert classify_failure("RuntimeError", "CUDA_ERROR_MPS_SERVER_NOT_READY").kind is FailureKind.GPU_FAULT
