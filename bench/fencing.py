@@ -3,9 +3,10 @@
 For the paper's traces (t1, t2) and a 12-trace synthetic sweep at the paper's load (the same
 draw as bench/paper_table.py), 4xA100-40GB, each policy/estimator row runs with
 ``--memory-growth G`` twice: unfenced (``isolation=none``: the try that allocates next crashes)
-and fenced (``caps``: each try held to its GPU less its co-tenants' reservations).  Prints OOM
-crashes, victims (OOMs of tries that asked for no more than their reservation) and lost tasks,
-and the fenced/unfenced ratios of makespan and mean JCT.
+fenced live (``caps``: each try held to its GPU less its co-tenants' reservations) and fenced
+at start (``fixed``: reservation + headroom, as framework/MPS caps are).  Prints OOM crashes,
+victims (OOMs of tries that asked for no more than their promise) and lost tasks, and the
+fenced/unfenced ratios of makespan and mean JCT.
 
     .venv/bin/python bench/fencing.py [--growth 0.3] [--seeds 12] [--json out/fencing.json]
 """
@@ -47,13 +48,14 @@ def measure(growth: float, seeds: int) -> list[dict[str, Any]]:
     for name, arrivals in workloads(seeds).items():
         for policy, estimator, queue in ROWS:
             cfg = replace(base, policy=policy, estimator=estimator, queue=queue)
-            got = {iso: simulate(replace(cfg, isolation=iso), arrivals).summary() for iso in ("none", "caps")}
+            got = {iso: simulate(replace(cfg, isolation=iso), arrivals).summary() for iso in ("none", "caps", "fixed")}
             row: dict[str, Any] = {"trace": name, "policy": policy, "estimator": estimator, "queue": queue}
             for iso, s in got.items():
                 for key in ("oom_crashes", "victims", "lost", "makespan_s", "mean_jct_s"):
                     row[f"{key}_{iso}"] = s[key]
-            row["makespan_ratio"] = round(got["caps"]["makespan_s"] / got["none"]["makespan_s"], 4)
-            row["jct_ratio"] = round(got["caps"]["mean_jct_s"] / got["none"]["mean_jct_s"], 4)
+            for iso, suffix in (("caps", ""), ("fixed", "_fixed")):
+                row[f"makespan_ratio{suffix}"] = round(got[iso]["makespan_s"] / got["none"]["makespan_s"], 4)
+                row[f"jct_ratio{suffix}"] = round(got[iso]["mean_jct_s"] / got["none"]["mean_jct_s"], 4)
             rows.append(row)
     return rows
 
@@ -78,6 +80,12 @@ def report(rows: list[dict[str, Any]]) -> None:
         def total(key: str, rs: list[dict[str, Any]] = mine) -> int:
             return sum(int(r[key]) for r in rs)
 
+        fixed_m = sum(r["makespan_ratio_fixed"] for r in mine) / len(mine)
+        fixed_j = sum(r["jct_ratio_fixed"] for r in mine) / len(mine)
+        fixed = (
+            f"fixed caps: OOM {total('oom_crashes_fixed')}, victims {total('victims_fixed')}, lost "
+            f"{total('lost_fixed')}, makespan ratio mean {fixed_m:.3f}, JCT ratio mean {fixed_j:.3f}"
+        )
         mean_m = sum(r["makespan_ratio"] for r in mine) / len(mine)
         mean_j = sum(r["jct_ratio"] for r in mine) / len(mine)
         worst_m = max(r["makespan_ratio"] for r in mine)
@@ -88,6 +96,7 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"victims {total('victims_none')}/{total('victims_caps')}, lost {total('lost_none')}/{total('lost_caps')}; "
             f"makespan ratio mean {mean_m:.3f} (worst {worst_m:.3f}), JCT ratio mean {mean_j:.3f} (worst {worst_j:.3f})"
         )
+        print(f"          {fixed}")
 
 
 def main() -> int:

@@ -81,8 +81,9 @@ IsolationOpt = Annotated[
     str,
     typer.Option(
         "--isolation",
-        help="none (unfenced: the try that allocates next crashes, whoever grew) or caps (each try held to its "
-        "GPU less its co-tenants' reservations: only the try past its cap crashes)",
+        help="none (unfenced: the try that allocates next crashes, whoever grew), caps (each try held to its "
+        "GPU less its co-tenants' reservations: only the try past its cap crashes) or fixed (a cap set at the "
+        "try's start: its reservation + headroom)",
     ),
 ]
 

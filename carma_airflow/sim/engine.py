@@ -79,6 +79,7 @@ class Simulation:
         isolation = SimIsolation.parse(config.isolation)
         self.board = SimGpus(config.gpus, config.sharing, config.settings.risk, isolation, config.settings.lock_s)
         self.board.growth, self.board.seed = config.memory_growth, config.seed
+        self.board.margin_mib = config.settings.headroom_mib
         self.gpus = self.board.gpus
         self.by_uuid = self.board.by_uuid
         self.events: list[tuple[float, int, int, object]] = []

@@ -11,7 +11,9 @@ Two truths the placer never reads:
   *victim*.  (A try's first allocation, at the end of its ramp, fails in that try, as before.)  Fenced (the simulated
   ledger's live rule, core/fencing.py), a try may hold no more than its GPU less what its
   co-tenants were promised (or hold, when they hold more): only a try past its cap crashes, and
-  one within its promise always gets it.
+  one within its promise always gets it.  ``fixed`` plays a cap set once when the process
+  starts (framework, MPS): its reservation plus the margin, the whole GPU when exclusive, so an
+  underestimate crashes even where nobody was promised the memory.
 
 A try's *promise* is its reservation as the placer counts it (core/facts.py): the whole
 reservation until it has allocated and its lock window (``lock_s``) has passed, then what it
@@ -40,14 +42,15 @@ GROWTH_START, GROWTH_END = 0.5, 0.9  # when a job grows, as a share of its solo 
 
 class SimIsolation(enum.Enum):
     NONE = "none"
-    CAPS = "caps"
+    CAPS = "caps"  # live: the GPU less the co-tenants' promises, re-read on every allocation
+    FIXED = "fixed"  # set once at the start: reservation + margin (the whole GPU when exclusive)
 
     @classmethod
     def parse(cls, text: str) -> SimIsolation:
         try:
             return cls(text.strip().lower())
         except ValueError:
-            raise ConfigError(f"--isolation {text!r}: use none or caps") from None
+            raise ConfigError(f"--isolation {text!r}: use none, caps or fixed") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +98,21 @@ def allocate(
     asked_mib: int,
     promise_mib: int,
     others: Iterable[tuple[int, int]],
+    fixed_cap_mib: int | None = None,
 ) -> Refusal | None:
     """Whether a try holding ``held_mib`` on a GPU gets ``asked_mib`` more (None) or crashes.
 
     ``promise_mib``: what the try was promised (:func:`promised`); ``others``: each co-tenant's
-    ``(promise_mib, held_mib)`` on that GPU.
+    ``(promise_mib, held_mib)`` on that GPU; ``fixed_cap_mib``: its cap under ``FIXED``.
     """
     victim = held_mib + asked_mib <= promise_mib
+    cap = None
     if isolation is SimIsolation.CAPS:
         cap = protective_cap_mib(total_mib, 0, others)
-        if held_mib + asked_mib > cap:
-            return Refusal(held_mib + asked_mib, True, victim)
+    elif isolation is SimIsolation.FIXED:
+        cap = fixed_cap_mib
+    if cap is not None and held_mib + asked_mib > cap:
+        return Refusal(held_mib + asked_mib, True, victim)
     free = total_mib - used_mib
     if asked_mib > free:
         return Refusal(held_mib + max(0, free), False, victim)

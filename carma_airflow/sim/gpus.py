@@ -87,6 +87,7 @@ class SimGpus:
         self.isolation = isolation  # who crashes when memory runs out (sim/fencing.py)
         self.lock_s = lock_s  # how long the placer counts a try at its reservation (sim/fencing.promised)
         self.growth = 0.0  # the truth: true peaks exceed the catalogue's by up to this share
+        self.margin_mib = 2048  # a fixed cap's room above the reservation (SimIsolation.FIXED)
         self.seed = 0
         self.risk = risk
         self.window = risk.window
@@ -245,6 +246,9 @@ class SimGpus:
                 asked_mib=mib,
                 promise_mib=self.promised(run, now),
                 others=[(self.promised(o, now), o.held) for o in g.runs if o is not run],
+                fixed_cap_mib=g.spec.memory_mib
+                if run.request.needs_idle_gpu
+                else min(g.spec.memory_mib, run.request.memory.mib + self.margin_mib),
             )
             for g in gpus
         )

@@ -58,7 +58,7 @@ def test_next_allocator_is_a_co_tenant_or_the_grower() -> None:
 
 def test_isolation_names() -> None:
     assert SimIsolation.parse("CAPS") is SimIsolation.CAPS
-    with pytest.raises(ConfigError, match="none or caps"):
+    with pytest.raises(ConfigError, match="none, caps or fixed"):
         SimIsolation.parse("mps")
 
 
@@ -97,4 +97,4 @@ def test_bad_growth_is_one_error_line() -> None:
     out = CliRunner().invoke(app, ["simulate", "--memory-growth", "-1"])
     assert out.exit_code == 2 and "--memory-growth" in out.output
     out = CliRunner().invoke(app, ["simulate", "--isolation", "mps"])
-    assert out.exit_code == 2 and "none or caps" in out.output
+    assert out.exit_code == 2 and "none, caps or fixed" in out.output
