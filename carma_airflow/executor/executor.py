@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from carma_airflow.store.store import Store
 
 _log = logging.getLogger("carma_airflow.executor")  # the flow's logger: the scheduler log, SIGUSR2 dumps
+QUEUED_TIMEOUT_ADVICE_S = 3600.0  # below this, the start log says how waiting meets task_queued_timeout
 END_CALLBACKS_S = 5.0  # end(): how long running callbacks get to finish
 END_WRITES_S = 5.0  # end(): how long the store writer gets to flush
 
@@ -90,6 +91,14 @@ class CarmaExecutor(BaseExecutor):
                 self._tell(key, self.standby.waiting_reason)
             return False
         self.standby.started()
+        timeout_s = float(self.conf.get("scheduler", "task_queued_timeout", fallback="600") or 600)
+        if timeout_s < QUEUED_TIMEOUT_ADVICE_S:
+            self.log.warning(
+                "[scheduler] task_queued_timeout = %.0f s: a GPU try that waits longer is revoked and queued again, "
+                "and failed after [scheduler] num_stuck_in_queued_retries; set it above the longest GPU wait you "
+                "accept (docs/deployment.md)",
+                timeout_s,
+            )
         for key, workload in self.standby.take_held():
             self._take(key, workload)
         return True
