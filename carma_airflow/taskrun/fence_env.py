@@ -30,6 +30,7 @@ LIVE_ENV = "CARMA_MEMORY_CAP_LIVE"
 TOTAL_ENV = "CARMA_GPU_TOTAL_MIB"
 JAX_FRACTION_ENVS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+UNKNOWN_SIZE_MIB = 1 << 30  # the size of a GPU the executor does not know (its mechanism bounds it)
 
 
 def _join(values: tuple[int, ...]) -> str:
@@ -54,7 +55,8 @@ def fence_env(fence: Fence) -> dict[str, str]:
         # one process-wide fraction: the tightest of its GPUs (JAX has no per-device form)
         fraction = f"{min(fence.fractions()):.4f}"
         env.update(dict.fromkeys(JAX_FRACTION_ENVS, fraction))
-    if fence.mode is IsolationMode.MPS:
+    whole = [t > 0 and c >= t for c, t in zip(fence.cap_mib, fence.total_mib, strict=True)]
+    if fence.mode is IsolationMode.MPS and not any(whole) and max(fence.cap_mib) < UNKNOWN_SIZE_MIB:
         env[MPS_LIMIT_ENV] = ",".join(f"{i}={cap}M" for i, cap in enumerate(fence.cap_mib))
     return env
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import CapRule, Fence, IsolationMode, promise_mib, start_cap_mib
+from carma_airflow.taskrun.fence_env import UNKNOWN_SIZE_MIB
 
 MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # NVIDIA's documented default
@@ -116,7 +117,7 @@ def fence_for(
     others = tuple(co_tenant_promises)
     if resolved.mode is IsolationMode.NONE:
         return Fence(IsolationMode.NONE, (0,) * len(totals), (0,) * len(totals), totals)
-    unknown = 1 << 30  # a GPU whose size the executor does not know: the mechanism bounds it
+    unknown = UNKNOWN_SIZE_MIB  # a GPU whose size the executor does not know: the mechanism bounds it
     promises, caps = [], []
     for total in totals:
         size = total if total > 0 else unknown

@@ -44,6 +44,12 @@ def test_exclusive_try_is_capped_at_its_gpu_and_jax_left_alone() -> None:
     env = env_of(IsolationMode.FRAMEWORK, exclusive=True)
     assert env["CARMA_MEMORY_CAP_MIB"] == "40960"
     assert "XLA_CLIENT_MEM_FRACTION" not in env
+    mps = HostIsolation("nvml", mps_daemon=True)
+    for totals in ([40960], [0]):  # no MPS limit for a try with its GPU to itself, known size or not
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env_of(
+            IsolationMode.MPS, mps, exclusive=True, totals_mib=totals
+        )
+    assert env_of(IsolationMode.MPS, mps, totals_mib=[0])["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
 
 
 def test_unknown_gpu_size_keeps_the_cap_and_skips_the_fraction() -> None:
