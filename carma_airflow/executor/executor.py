@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from airflow.executors.base_executor import BaseExecutor
 from airflow.utils.state import CallbackState, TaskInstanceState
 
 from carma_airflow.core.gpu import Tenant
+from carma_airflow.executor import metrics
 from carma_airflow.executor.callbacks import CallbackRunner
 from carma_airflow.executor.flow import TryFlow
 from carma_airflow.executor.launch import KILL_GRACE_S, Launcher, LauncherProcess
@@ -245,7 +246,7 @@ class CarmaExecutor(BaseExecutor):
             self._take(workload.key, workload)
         if self.flow is not None:
             self._sync_running()
-            self.flow.schedule()
+            self._guarded("scheduling pass", self.flow.schedule)
             self._sync_running()
 
     def _take(self, key: Any, workload: Any) -> None:
@@ -271,8 +272,17 @@ class CarmaExecutor(BaseExecutor):
             return
         assert self.flow is not None
         self._sync_running()
-        self.flow.sync()
+        self._guarded("heartbeat", self.flow.sync)
         self._sync_running()
+
+    def _guarded(self, what: str, step: Callable[[], None]) -> None:
+        """A step of the flow that fails is logged and tried again at the next heartbeat: an
+        executor's exception would end the scheduler loop, and every other executor with it."""
+        try:
+            step()
+        except Exception:
+            _log.exception("CarmaExecutor: the %s failed; GPU tries wait, the scheduler runs on", what)
+            metrics.executor_error(what)
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         """Take over tries of a dead scheduler whose processes still run here; the rest are reset."""

@@ -42,6 +42,7 @@ NEVER_FITS = f"{PREFIX}.never_fits"
 RECOVERY = f"{PREFIX}.recovery"
 DECISION_TIME = f"{PREFIX}.decision_time"
 GPU = f"{PREFIX}.gpu"
+EXECUTOR_ERRORS = f"{PREFIX}.executor_errors"
 
 RecoveryOutcome = Literal["retried", "gave_up", "recovered"]
 RECOVERY_OUTCOMES: tuple[RecoveryOutcome, ...] = ("retried", "gave_up", "recovered")
@@ -72,6 +73,7 @@ ALL_METRICS: dict[str, str] = {
     NEVER_FITS: "c",
     **{f"{RECOVERY}.{outcome}": "c" for outcome in RECOVERY_OUTCOMES},
     DECISION_TIME: "ms",
+    EXECUTOR_ERRORS: "c",
     **{f"{GPU}.<gpu>.{name}": "g" for name in GPU_FIELDS},
 }
 
@@ -165,6 +167,11 @@ def never_fits(dag_id: str | None = None, task_id: str | None = None) -> None:
     stats.incr(NEVER_FITS, tags=_tags(dag_id=dag_id, task_id=task_id))
 
 
+def executor_error(step: str) -> None:
+    """A step of the executor failed and was logged; the scheduler ran on (executor.py)."""
+    stats.incr(EXECUTOR_ERRORS, tags=_tags(step=step))
+
+
 def decision_time(ms: float) -> None:
     """Time one scheduling pass took (view, queue order, placer), in milliseconds."""
     stats.timing(DECISION_TIME, timedelta(milliseconds=max(0.0, ms)))
@@ -174,6 +181,7 @@ __all__ = [
     "ALL_METRICS",
     "RecoveryOutcome",
     "decision_time",
+    "executor_error",
     "gpu_gauges",
     "gpu_key",
     "never_fits",

@@ -121,3 +121,25 @@ def test_the_waiting_reason_reaches_airflows_audit_log(executor_factory) -> None
     note = seen_env("b")["CARMA_PLACEMENT"]  # what the listener prints at the top of the try's own log
     assert "waited" in note and "exclusive" in note, note
     assert "waited" not in seen_env("a")["CARMA_PLACEMENT"]
+
+
+def test_a_heartbeat_that_raises_is_logged_and_the_scheduler_runs_on(executor_factory, caplog) -> None:
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"t": {"seconds": 0.2}})
+    flow = ex.flow
+    real = flow.monitor
+
+    class FellOffTheBus:  # the NVML boundary failing after a good start
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
+
+        def latest(self) -> object:
+            raise RuntimeError("NVML: GPU has fallen off the bus")
+
+    flow.monitor = FellOffTheBus()
+    with caplog.at_level(logging.ERROR):
+        ex.sync()  # would end the scheduler loop if it raised
+    assert "the heartbeat failed" in caplog.text and "fallen off the bus" in caplog.text
+    flow.monitor = real
+    w = make_workload("t", config={"memory": "1GiB"})
+    submit(ex, w)
+    run_until(ex, lambda: w.key in ex.event_buffer)  # it recovers at the next heartbeat
