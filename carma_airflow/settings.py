@@ -176,9 +176,10 @@ OPTIONS: tuple[Option, ...] = (
         "isolation_cap",
         "string",
         "promise",
-        "Where a cap fixed at a try's start sits: promise (its memory plus the margin: protects tenants "
-        "placed later) or protective (the GPU less the co-tenants present when it starts). A try with the "
-        "GPU to itself is capped at the whole GPU either way.",
+        "Where a framework or MPS cap sits: promise (its memory plus the margin, set at its start: protects "
+        "tenants placed later), protective (the GPU less the co-tenants present when it starts) or live "
+        "(protective, then re-set for PyTorch as co-tenants come and go). A try with the GPU to itself is "
+        "capped at the whole GPU either way.",
         "protective",
     ),
     Option(

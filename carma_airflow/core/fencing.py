@@ -56,6 +56,7 @@ class CapRule(enum.Enum):
 
     PROMISE = "promise"  # reservation + margin: protects tenants that arrive later
     PROTECTIVE = "protective"  # the GPU less the co-tenants present at placement
+    LIVE = "live"  # protective at the start, then re-set as co-tenants change (PyTorch; taskrun/live_cap.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,7 @@ def start_cap_mib(
     promise (a cap below what the placer promised would be a bug, not a fence)."""
     if exclusive:
         return total_mib
-    if rule is CapRule.PROTECTIVE:
+    if rule in (CapRule.PROTECTIVE, CapRule.LIVE):
         return max(promise, protective_cap_mib(total_mib, reserve_mib, ((p, 0) for p in co_tenant_promises)))
     return promise
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +23,7 @@ from carma_airflow.executor.tries import Try
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.isolation import HostIsolation, Resolved, fence_for, host_isolation, resolve
 from carma_airflow.taskrun.killguard import retry_on_kill_env
+from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, live_caps, read_caps, write_caps
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -70,6 +71,8 @@ class TryStarter:
         self.co_tenants: Callable[[str, str], Sequence[int]] | None = None
         self._host: HostIsolation | None = None
         self._resolved: dict[IsolationMode, Resolved] = {}
+        # isolation_cap = live: request key -> (its GPUs, their sizes, its reservation, its cap file)
+        self._followed: dict[str, tuple[tuple[str, ...], tuple[int, ...], int, Path]] = {}
         self.log_isolation()
 
     def log_isolation(self) -> None:
@@ -97,11 +100,10 @@ class TryStarter:
         reservation = request.memory.mib if request is not None else 0
         rule = CapRule(self.settings.isolation_cap)
         others: list[int] = []
-        if rule is CapRule.PROTECTIVE and self.co_tenants is not None:
+        if rule is not CapRule.PROMISE and self.co_tenants is not None:
             uuid = decision.gpu_uuids[0] if decision.gpu_uuids else ""
-            margin = self.settings.isolation_margin_mib
-            others = [r + margin for r in self.co_tenants(uuid, attempt.rkey)]
-        elif rule is CapRule.PROTECTIVE:
+            others = self._promises_beside(uuid, attempt.rkey)
+        elif rule is not CapRule.PROMISE:  # nobody told us the co-tenants: the safe cap
             rule = CapRule.PROMISE
         return fence_for(
             resolved,
@@ -113,6 +115,42 @@ class TryStarter:
             reserve_mib=self.settings.reserve_mib,
             co_tenant_promises=others,
         )
+
+    def _promises_beside(self, uuid: str, key: str) -> list[int]:
+        assert self.co_tenants is not None
+        return [r + self.settings.isolation_margin_mib for r in self.co_tenants(uuid, key)]
+
+    def _follow(self, attempt: Try, decision: Decision, fence: Fence) -> dict[str, str]:
+        """``isolation_cap = live``: the try's cap file, which :meth:`refresh_caps` keeps current."""
+        request = attempt.request
+        if (
+            CapRule(self.settings.isolation_cap) is not CapRule.LIVE
+            or self.co_tenants is None
+            or fence.mode is not IsolationMode.FRAMEWORK
+            or fence.live
+            or request is None
+            or request.needs_idle_gpu
+            or not all(t > 0 for t in fence.total_mib)
+        ):
+            return {}
+        path = Path(self.settings.state_dir) / "caps" / f"{attempt.ti.id}.cap"
+        write_caps(path, fence.cap_mib)
+        self._followed[attempt.rkey] = (decision.gpu_uuids, fence.total_mib, request.memory.mib, path)
+        return {CAP_FILE_ENV: str(path)}
+
+    def refresh_caps(self, running: Iterable[str]) -> None:
+        """Re-set the cap of each running ``live`` try to its GPU less its co-tenants now (call it
+        once a loop with the request keys of the running tries); ended tries' files go."""
+        keep = set(running)
+        for key, (uuids, totals, reservation, path) in list(self._followed.items()):
+            if key not in keep or self.co_tenants is None:
+                path.unlink(missing_ok=True)
+                del self._followed[key]
+                continue
+            others = [self._promises_beside(u, key) for u in uuids]
+            caps = live_caps(totals, reservation, self.settings.reserve_mib, others)
+            if read_caps(path) != caps:
+                write_caps(path, caps)
 
     def result_file(self, ti_id: str) -> Path:
         """Where the try of task instance ``ti_id`` leaves its result (taskrun/outcome.py)."""
@@ -129,8 +167,9 @@ class TryStarter:
             prior_ooms=attempt.prior_ooms,
             guards=self.settings.framework_guards,
             sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,
-            fence=self.fence(attempt, decision),
+            fence=(fence := self.fence(attempt, decision)),
         )
+        env.update(self._follow(attempt, decision, fence))
         env.update(kill_env(attempt.ti, attempt.prior_ooms))
         return check_task_env(env)
 

@@ -29,27 +29,45 @@ from types import ModuleType
 from typing import Any
 
 from carma_airflow.taskrun.fence_env import TryFence, fence_from_env
+from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, CapFollower
 
 _MIB = 1024 * 1024
 Apply = Callable[[ModuleType, TryFence], str]
 
 
-def cap_torch(torch: Any, fence: TryFence) -> str:
-    """Cap PyTorch's caching allocator on each visible device (at CUDA's lazy init if possible)."""
+def cap_torch(torch: Any, fence: TryFence, cap_file: str | None = None) -> str:
+    """Cap PyTorch's caching allocator on each visible device (at CUDA's lazy init if possible);
+    with ``cap_file`` (taskrun/live_cap.py) the cap follows the file as co-tenants change."""
+    current = list(fence.cap_mib)
 
     def apply() -> None:
-        for device, cap in enumerate(fence.cap_mib):
+        for device, cap in enumerate(current):
             if device >= torch.cuda.device_count():
                 break
             total = torch.cuda.get_device_properties(device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap * _MIB / total), device)
 
+    follows = ""
+    if cap_file:
+
+        def follow(caps: tuple[int, ...]) -> None:
+            current[:] = caps[: len(current)]
+            if torch.cuda.is_initialized():
+                apply()
+            _print(f"PyTorch cap now {', '.join(f'{c} MiB' for c in current)} per GPU (co-tenants changed)")
+
+        CapFollower(cap_file, follow).start()
+        follows = ", following its co-tenants"
     lazy = getattr(torch.cuda, "_lazy_call", None)
     if callable(lazy) and not torch.cuda.is_initialized():
         lazy(apply)
-        return f"PyTorch capped at {_caps(fence)} at its CUDA start"
+        return f"PyTorch capped at {_caps(fence)} at its CUDA start{follows}"
     apply()
-    return f"PyTorch capped at {_caps(fence)}"
+    return f"PyTorch capped at {_caps(fence)}{follows}"
+
+
+def _cap_torch_here(torch: Any, fence: TryFence) -> str:
+    return cap_torch(torch, fence, os.environ.get(CAP_FILE_ENV) or None)
 
 
 def cap_tensorflow(tf: Any, fence: TryFence) -> str:
@@ -63,7 +81,7 @@ def cap_tensorflow(tf: Any, fence: TryFence) -> str:
     return f"TensorFlow capped at {_caps(fence)}"
 
 
-HOOKS: dict[str, Apply] = {"torch": cap_torch, "tensorflow": cap_tensorflow}
+HOOKS: dict[str, Apply] = {"torch": _cap_torch_here, "tensorflow": cap_tensorflow}
 
 
 def _caps(fence: TryFence) -> str:

@@ -19,8 +19,9 @@ class _Props:
     total_memory = 40960 * 1024 * 1024
 class cuda:
     _queued = []
+    _init = False
     @staticmethod
-    def is_initialized(): return False
+    def is_initialized(): return cuda._init
     @staticmethod
     def _lazy_call(fn): cuda._queued.append(fn)
     @staticmethod
@@ -31,6 +32,7 @@ class cuda:
     def set_per_process_memory_fraction(fraction, device): calls.append([fraction, device])
     @staticmethod
     def init():  # what CUDA's lazy initialisation runs
+        cuda._init = True
         for fn in cuda._queued: fn()
 """
 FAKE_TF = """
@@ -167,3 +169,34 @@ def test_the_hook_module_imports_only_the_standard_library_and_core() -> None:
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert all("airflow." not in line or "carma_airflow" in line for line in imports)
     assert not any(name in json.dumps(imports) for name in ("torch", "tensorflow", "jax"))
+
+
+def test_a_live_cap_follows_the_executors_cap_file(tmp_path: Path) -> None:
+    cap_file = tmp_path / "caps" / "try.cap"
+    cap_file.parent.mkdir()
+    cap_file.write_text("10240,20480")
+    result = run(
+        tmp_path,
+        f"""
+        import time
+        from carma_airflow.taskrun.live_cap import write_caps
+        line = install_framework_caps()
+        import torch
+        torch.cuda.init()
+        write_caps({str(cap_file)!r}, [8192, 8192])  # a co-tenant arrived
+        deadline = time.time() + 10
+        while len(torch.calls) < 4 and time.time() < deadline:
+            time.sleep(0.1)
+        print(json.dumps({{"line": line, "calls": torch.calls}}))
+        """,
+        {**CAPPED, "CARMA_MEMORY_CAP_FILE": str(cap_file)},
+    )
+    assert "capped at 10240 MiB, 20480 MiB" in str(result["line"])
+    assert result["calls"] == [[0.25, 0], [0.5, 1], [0.2, 0], [0.2, 1]]  # at CUDA start, then tightened
+
+
+def test_live_caps_leave_each_try_the_gpu_less_its_co_tenants() -> None:
+    from carma_airflow.taskrun.live_cap import live_caps
+
+    assert live_caps([40960], 8192, 512, [[12288]]) == (40960 - 512 - 12288,)
+    assert live_caps([40960, 40960], 8192, 0, [[], [40000]]) == (40960, 8192)  # never below its reservation

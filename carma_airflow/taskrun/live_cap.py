@@ -1,0 +1,86 @@
+"""A try's PyTorch cap that follows its co-tenants (``[carma] isolation_cap = live``).
+
+PyTorch's ``set_per_process_memory_fraction`` may be called again at any time, so a framework
+cap need not stay where it was set at the try's start.  The executor keeps one small file per
+fenced try (``CARMA_MEMORY_CAP_FILE``: the cap per GPU in MiB, ``"26624,26624"``) and rewrites
+it as tenants arrive and leave (:func:`live_caps`, :func:`write_caps`); a daemon thread in the
+try (:class:`CapFollower`) re-reads it once a second and sets the fraction again.  A tightened
+cap frees nothing the try holds: the placer only places a newcomer in memory that is free, so
+the new cap is above what the try held when the newcomer was placed.
+
+Standard library and core only (it runs in the try's process).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from carma_airflow.core.fencing import protective_cap_mib
+
+CAP_FILE_ENV = "CARMA_MEMORY_CAP_FILE"
+PERIOD_S = 1.0
+
+
+def read_caps(path: str | os.PathLike[str]) -> tuple[int, ...] | None:
+    try:
+        text = Path(path).read_text().strip()
+        caps = tuple(int(part) for part in text.split(","))
+    except (OSError, ValueError):
+        return None
+    return caps if caps and all(c > 0 for c in caps) else None
+
+
+def write_caps(path: str | os.PathLike[str], caps: Sequence[int]) -> None:
+    """Replace the try's cap file atomically (a reader never sees half a line)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".cap-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(",".join(str(int(c)) for c in caps))
+    os.replace(tmp, target)
+
+
+def live_caps(
+    totals_mib: Sequence[int], reservation_mib: int, reserve_mib: int, others_by_gpu: Iterable[Iterable[int]]
+) -> tuple[int, ...]:
+    """A running try's cap on each of its GPUs now: the GPU less the reserve and its co-tenants'
+    reservations, never below its own reservation."""
+    return tuple(
+        max(reservation_mib, protective_cap_mib(total, reserve_mib, ((r, 0) for r in others)))
+        for total, others in zip(totals_mib, others_by_gpu, strict=True)
+    )
+
+
+class CapFollower(threading.Thread):
+    """Calls ``apply(caps)`` each time the cap file says something new (a daemon thread)."""
+
+    def __init__(self, path: str, apply: Callable[[tuple[int, ...]], None], period_s: float = PERIOD_S) -> None:
+        super().__init__(name="carma-cap-follower", daemon=True)
+        self.path = path
+        self.apply = apply
+        self.period_s = period_s
+        self.stopped = threading.Event()
+        self.last: tuple[int, ...] | None = read_caps(path)
+
+    def check(self) -> bool:
+        """Apply the file's caps if they changed; True when they did."""
+        caps = read_caps(self.path)
+        if caps is None or caps == self.last:
+            return False
+        self.last = caps
+        self.apply(caps)
+        return True
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period_s):
+            try:
+                self.check()
+            except Exception:  # a cap that cannot be set now is tried again at the next change
+                continue
+
+
+__all__ = ["CAP_FILE_ENV", "CapFollower", "live_caps", "read_caps", "write_caps"]
