@@ -31,6 +31,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.cycle import CycleResult, SchedulingCycle
@@ -40,6 +41,8 @@ from carma_airflow.core.gpu import GpuState
 from carma_airflow.executor.shared_ledger import SharedLedger, record_of
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.peers import ExecutorRecord, ReservationPass
+from carma_airflow.store.records import PlacementRecord, TryOutcome
+from carma_airflow.taskrun.outcome import read_result
 
 if TYPE_CHECKING:
     from carma_airflow.store.store import Store
@@ -60,6 +63,7 @@ class Peers:
     def __init__(self, settings: CarmaSettings, store: Store) -> None:
         self.store = store
         self.host = settings.host
+        self.state_dir = settings.state_dir
         self.mode = settings.schedulers
         self.timeout_s = settings.peer_timeout_seconds
         self.me = f"{settings.host}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -203,11 +207,26 @@ class Peers:
                         over.append(res.key)
                 elif rec.host in (self.host, None) and not _pid_exists(rec.pid):
                     over.append(res.key)
+                    self._conclude(rec, now)
             if over:
                 self.store.drop_reservations(over)
                 log.info("Reservations of gone CarmaExecutors released (their tries ended): %s", ", ".join(over))
         except CarmaError as exc:
             log.debug("carma store unreachable while reaping gone executors' reservations: %s", exc)
+
+    def _conclude(self, rec: PlacementRecord, now: float) -> None:
+        """A gone executor's try whose process ended before any executor adopted it: its end,
+        from its result file, in the store (Airflow has the try's outcome from the task itself)."""
+        result = read_result(Path(self.state_dir) / "results" / f"{rec.ti_id}.json") if rec.ti_id else None
+        if result is None:
+            outcome, summary = TryOutcome.FAILED, "ended while its executor was gone; no result file"
+        elif result.is_oom:
+            outcome, summary = TryOutcome.OOM, "CUDA out of memory (ended while its executor was gone)"
+        else:
+            outcome = TryOutcome.SUCCESS if result.succeeded else TryOutcome.FAILED
+            summary = f"{outcome.value} (ended while its executor was gone)"
+        peak = result.peak_mib if result is not None else None
+        self.store.mark_ended(rec.key, now, outcome, peak, summary)
 
     def owner_gone(self, owner: str | None, now: float) -> bool:
         """Whether the executor ``owner`` is gone (None: a try written before owners were kept)."""

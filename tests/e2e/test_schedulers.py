@@ -95,7 +95,8 @@ def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> N
 
 @ON_POSTGRES
 def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack) -> None:
-    stack = airflow_stack(**HA)
+    # tries that outlive Airflow's finding the killed scheduler dead (health threshold + check interval)
+    stack = airflow_stack(**HA, ha_train_seconds="45")
     _start_second(stack)
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     runs = _trigger(stack)

@@ -118,3 +118,38 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     run_until(b, lambda: not b.active, timeout=30)
     assert b.get_event_buffer()[a1.key][0] == "success"
     _close(b)
+
+
+@pytest.mark.postgres
+def test_a_gone_executors_ended_try_stops_counting_and_its_end_is_recorded(tmp_path, pg_url: str) -> None:
+    import subprocess
+    from dataclasses import replace
+    from datetime import datetime, timezone
+
+    from carma_airflow.settings import CarmaSettings
+    from carma_airflow.store import PlacementRecord, Store, TryOutcome
+    from carma_airflow.store.peers import ExecutorRecord, ReservationRecord
+    from carma_airflow.taskrun.outcome import ResultState, TryResult, write_result
+
+    values = {"gpu_backend": "simulated", "store_url": pg_url, "host": "h1", "peer_timeout_seconds": "3"}
+    settings = CarmaSettings.load(values.get, str(tmp_path))
+    store = Store(pg_url)
+    store.migrate()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that no longer runs
+    long_ago = datetime.fromtimestamp(time.time() - 60, tz=timezone.utc)
+    store.register_executor(ExecutorRecord("h1:1:gone", "h1", dead.pid, long_ago, long_ago))
+    store.owner = "h1:1:gone"
+    running = PlacementRecord("k", "d", "t", "r", 1, long_ago, outcome=TryOutcome.RUNNING, host="h1", pid=dead.pid)
+    store.upsert_placement(replace(running, ti_id="ti"))
+    with store.reservation_pass("h1:1:gone", ["h1"]) as txn:
+        txn.publish([ReservationRecord("k", "h1:1:gone", "d.t", ("GPU-0",), 16384, time.time() - 60)])
+    (tmp_path / "carma" / "results").mkdir(parents=True)
+    write_result(TryResult(ResultState.SUCCESS, peak_mib=15000), tmp_path / "carma" / "results" / "ti.json")
+    peers = Peers(settings, Store(pg_url))
+    peers.beat()  # registers, sees the gone executor, reaps
+    peers.beat()
+    assert store.shared_reservations() == []
+    rec = store.placement("k")
+    assert rec is not None and rec.outcome == TryOutcome.SUCCESS and rec.peak_mib == 15000
+    store.close()

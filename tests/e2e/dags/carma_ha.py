@@ -9,6 +9,7 @@ OOM during the ramp.
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from airflow.sdk import dag, task
@@ -16,6 +17,7 @@ from airflow.sdk import dag, task
 from carma_airflow import gpu_task
 
 PEAK_MIB = 16384
+TRAIN_S = float(os.environ.get("AIRFLOW__CARMA__HA_TRAIN_SECONDS", "15"))  # the kill test trains longer
 
 
 @dag(dag_id="carma_ha", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_runs=16)
@@ -24,7 +26,7 @@ def ha() -> None:
     def train() -> dict[str, object]:
         from carma_airflow.testing import simulated_training
 
-        out = simulated_training(peak_mib=PEAK_MIB, seconds=8.0, ramp_s=10.0)
+        out = simulated_training(peak_mib=PEAK_MIB, seconds=TRAIN_S, ramp_s=10.0)
         return {"gpus": out["gpus"], "peak_mib": out["peak_mib"]}
 
     train()
