@@ -46,6 +46,9 @@ def conclude(attempt: Try, ended: Ended, recovery: RecoverySettings) -> TryEnd:
     if result.is_oom:
         reached = result.peak_mib or (attempt.request.memory.mib if attempt.request else None)
         if oom_retry_left(attempt.prior_ooms, recovery.max_oom_retries):
+            if result.past_cap:  # its own cap, while the GPU had room: it was underestimated
+                why = f"CUDA OOM past its cap at {reached} MiB on {where}; retried with a larger cap"
+                return TryEnd(TryOutcome.OOM, result, why)
             return TryEnd(
                 TryOutcome.OOM, result, f"CUDA OOM at {reached} MiB on {where}; retried on a GPU with more free memory"
             )

@@ -75,6 +75,10 @@ class TryFlow(TakeBack):
         self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
         self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
+        # what a try's co-tenants were promised: protective and live caps (core/fencing.py)
+        self.starter.co_tenants = lambda uuid, key: [
+            t.reserved_mib for t in self.cycle.reservations.tenants_on(uuid, time.time()) if t.key != key
+        ]
         self.faults = FaultWatch(settings.fault_kill_seconds)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
         self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
@@ -133,6 +137,7 @@ class TryFlow(TakeBack):
             self.monitor.latest(), self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now)
         )
         tell_while_running(self.cycle, self.learned, self.telemetry, self.active.values(), self.waiting.values())
+        self.starter.refresh_caps(a.rkey for a in self.active.values())  # live caps follow the tenants
         for attempt in list(self.tries.holding_gpus()):
             ended = attempt.handle.poll() if attempt.handle is not None else None
             if ended is not None:

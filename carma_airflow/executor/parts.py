@@ -92,9 +92,22 @@ def build_parts(
         placer=placer,
         queue=queue,
         estimator=make_estimator(settings.estimator, settings.floor_mib),
-        recovery=RecoverySettings(max_oom_retries=settings.oom_retries, headroom_mib=settings.headroom_mib),
+        recovery=RecoverySettings(
+            max_oom_retries=settings.oom_retries,
+            headroom_mib=settings.headroom_mib,
+            max_request_mib=_largest_request_mib(monitor, settings),
+        ),
         ledger_path=ledger_path,
     )
+
+
+def _largest_request_mib(monitor: GpuSource, settings: CarmaSettings) -> int | None:
+    """What an OOM retry may ask at most: the largest GPU seen at start less the reserve and the
+    headroom (a larger request would never fit); None when no GPU is known yet (remote hosts)."""
+    totals = [s.memory_total_mib for s in monitor.latest().values() if s.memory_total_mib]
+    if not totals:
+        return None
+    return max(totals) - settings.reserve_mib - settings.headroom_mib
 
 
 __all__ = ["Parts", "build_parts"]
