@@ -40,7 +40,7 @@ from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.gpu import GpuState
 from carma_airflow.executor.shared_ledger import SharedLedger, record_of
 from carma_airflow.settings import CarmaSettings
-from carma_airflow.store.peers import ExecutorRecord, ReservationPass
+from carma_airflow.store.peers import ExecutorRecord, ReservationPass, ReservationRecord
 from carma_airflow.store.records import PlacementRecord, TryOutcome
 from carma_airflow.taskrun.outcome import read_result
 
@@ -80,6 +80,7 @@ class Peers:
         self._thread: threading.Thread | None = None
         self._registered = False
         self._beat_failed = False
+        self._takeover = False  # exclusive mode: the one that placed is gone, its running tries count
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,6 +171,7 @@ class Peers:
                 log.error("%s", refusal)
             else:
                 log.info("CarmaExecutor %s places GPU tries: no other CarmaExecutor is alive on this store", self.me)
+                self._takeover = self.refusal is not None
         self.refusal = refusal
 
     def _refusal_text(self, other: ExecutorRecord) -> str:
@@ -189,6 +191,26 @@ class Peers:
         except CarmaError:
             return
         log.info("Forgot CarmaExecutors gone for over %.0f s: %s", FORGET_AFTER_S, ", ".join(ids))
+
+    def _count_gone_placements(self, now: float) -> None:
+        """Exclusive mode, after the executor that placed is gone: its tries that still run (it
+        published nothing) count as tenants until they are adopted or end; read while any does."""
+        try:
+            rows = self.store.running()
+        except CarmaError as exc:
+            log.warning("carma store unreachable: the gone executor's tries are not counted (%s)", exc)
+            return
+        self._takeover = False
+        held = [
+            ReservationRecord(r.key, r.owner or "", r.label, r.gpu_uuids, r.estimate_mib or 0, r.decided_at.timestamp())
+            for r in rows
+            if r.outcome is TryOutcome.RUNNING
+            and r.owner not in (None, self.me)
+            and r.gpu_uuids
+            and self.owner_gone(r.owner, now)
+            and (r.host not in (self.host, None) or r.pid is None or _pid_exists(r.pid))
+        ]
+        self.ledger.lay_over([r for r in held if r.key not in self.ledger or r.key in self.ledger.foreign])
 
     def _reap(self, now: float) -> None:
         """Reservations of gone executors whose try is over (its process on this host has ended,
@@ -248,6 +270,8 @@ class Peers:
         if self.exclusive:
             if self.refusal is not None:
                 return _all_wait(cycle, now, gpus, self.refusal)
+            if self._takeover or self.ledger.foreign:
+                self._count_gone_placements(now)
             return cycle.run(now, gpus, waiting_decisions=why)
         with self._lock:
             if not (self.shared or self.peers_alive or self.ledger.foreign or self.mode == "several"):

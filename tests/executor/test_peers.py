@@ -80,17 +80,28 @@ def test_two_executors_on_postgres_never_book_the_same_memory(executor_factory, 
 
 def test_a_second_executor_on_sqlite_places_nothing_and_says_why(executor_factory) -> None:
     opts = {"peer_timeout_seconds": "3"}
-    a = executor_factory(gpus="2xA100-40GB", **opts)
-    b = executor_factory(gpus="2xA100-40GB", **opts)
+    behaviour = {"a1": {"seconds": 8}, "b1": {"seconds": 4}, "b2": {"seconds": 4}}
+    a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
+    b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
     assert _peers(a).refusal is None and _peers(b).refusal is not None
-    t = make_workload("b1", config=GIB16)
-    submit(b, t)
-    assert t.key in b.waiting and not b.active
-    assert "SQLite serves one scheduler only" in b.waiting[t.key].last_summary
-    assert b.writer.flush()
+    a1 = make_workload("a1", config=GIB16)
+    submit(a, a1)
+    run_until(a, lambda: a1.key in a.active, timeout=10)
+    b1, b2 = make_workload("b1", config=GIB16), make_workload("b2", config=GIB16)
+    submit(b, b1, b2)
+    assert b1.key in b.waiting and not b.active
+    assert "SQLite serves one scheduler only" in b.waiting[b1.key].last_summary
+    assert b.writer.flush() and a.writer.flush()
     assert "use PostgreSQL" in b.store.latest_for("dag", "b1")[0].summary
-    _peers(a).close()  # the first one stops: the second places from its next beat on
-    run_until(b, lambda: t.key in b.active, timeout=10)
+    # the first one dies: the second places from its next beat on, counting the try still running
+    a.monitor.stop()
+    _peers(a).close()
+    a.tries.forget_all()
+    run_until(b, lambda: len(b.active) == 1, timeout=10)
+    for _ in range(20):
+        b.sync()
+        time.sleep(0.05)
+    assert len(b.active) == 1 and request_key(a1.key) in _peers(b).ledger.foreign  # a1 + b1 fill the GPU
     _close(b)
 
 
