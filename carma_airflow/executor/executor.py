@@ -158,6 +158,7 @@ class CarmaExecutor(BaseExecutor):
             self._own_launcher.close(timeout_s=timeout_s)
         if self.flow is None:
             return
+        self.flow.peers.close()  # marked stopped: a peer or the next scheduler adopts its running tries at once
         launcher = self.parts.launcher
         if launcher is not self.parts.local_launcher and hasattr(launcher, "close"):
             launcher.close(timeout_s=timeout_s)  # remote tries: pending dispatch-end writes and revokes
