@@ -86,7 +86,7 @@ def run_mode(background: bool, args: argparse.Namespace) -> dict[str, float]:
             launches.append(waiting_before - len(ex.waiting))
             time.sleep(args.heartbeat)
         wall = time.perf_counter() - started
-        pass_ms = list(ex.live.pass_ms)
+        pass_ms = list(ex.flow.live.pass_ms)
         ex.end()
         store = Store(url)
         recorded = sum(1 for p in store.placements(limit=args.tasks + 10) if p.outcome.value == "success")

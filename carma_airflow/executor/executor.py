@@ -44,6 +44,7 @@ from carma_airflow.settings import CarmaSettings, option_default
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
 
+    from carma_airflow.executor.writer import StoreWriter
     from carma_airflow.monitor.base import GpuSource
     from carma_airflow.store.store import Store
 
@@ -335,17 +336,7 @@ class CarmaExecutor(BaseExecutor):
 
         return carma_cli_commands()
 
-    # -- what tests, benchmarks and the UI read ----------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        """The flow's and the parts' state (``waiting``, ``active``, ``tries``, ``store``, ...)."""
-        flow = self.__dict__.get("flow")
-        if flow is not None and name in _FROM_FLOW:
-            return getattr(flow, name)
-        parts = self.__dict__.get("parts")
-        if parts is not None and name in _FROM_PARTS:
-            return getattr(parts, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
+    # -- what tests, benchmarks and the UI read (the rest: ``executor.flow``, ``executor.parts``) --
     @property
     def waiting(self) -> Mapping[Any, Try]:
         return self.flow.waiting if self.flow is not None else {}
@@ -362,23 +353,17 @@ class CarmaExecutor(BaseExecutor):
     def tenants(self) -> dict[str, list[Tenant]]:
         return self.flow.tenants if self.flow is not None else {}
 
+    @property
+    def store(self) -> Store:
+        return self.parts.store
 
-_FROM_FLOW = frozenset(
-    {"tries", "learned", "cycle", "starter", "live", "deferred", "orphans", "_view", "_pending_writes"}
-)
-_FROM_PARTS = frozenset(
-    {
-        "store",
-        "writer",
-        "monitor",
-        "launcher",
-        "placer",
-        "queue",
-        "estimator",
-        "recovery",
-        "ledger_path",
-        "local_launcher",
-    }
-)
+    @property
+    def writer(self) -> StoreWriter:
+        return self.parts.writer
+
+    @property
+    def monitor(self) -> GpuSource:
+        return self.parts.monitor
+
 
 __all__ = ["WAIT_RECORD_S", "CarmaExecutor", "request_key"]

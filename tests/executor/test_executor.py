@@ -193,8 +193,8 @@ def test_next_try_arriving_while_the_crashed_try_is_still_ending_is_planned_afte
         time.sleep(0.05)
     second = make_workload("t", try_number=2, config={"memory": "2GiB"})
     submit(ex, second)  # the scheduler already retries; try 1's process has not ended yet
-    assert second.key in ex.deferred and second.key not in ex.running
-    run_until(ex, lambda: second.key in ex.active or not ex.deferred)
+    assert second.key in ex.flow.deferred and second.key not in ex.running
+    run_until(ex, lambda: second.key in ex.active or not ex.flow.deferred)
     assert ex.active[second.key].request.memory.mib >= 12500  # planned from the crash, not the 2 GiB
 
 

@@ -76,7 +76,7 @@ def test_a_launch_the_launcher_never_answers_fails_clearly(launcher: LauncherPro
 
 def test_a_try_whose_launch_got_no_answer_is_started_again(executor_factory) -> None:  # type: ignore[no-untyped-def]
     ex = executor_factory(gpus="1xA100-40GB", behaviour={"a": {"seconds": 0.1}})
-    first = ex.launcher._proc.pid
+    first = ex.parts.launcher._proc.pid
     os.kill(first, signal.SIGSTOP)
     # the launcher dies after the try is sent, before it answers: once the pass waits for it
     original = LauncherProcess.answer
@@ -94,7 +94,7 @@ def test_a_try_whose_launch_got_no_answer_is_started_again(executor_factory) -> 
         LauncherProcess.answer = original  # type: ignore[method-assign]
     assert "a" in {t.ti.task_id for t in ex.waiting.values()}  # back in the queue, its GPU free
     run_until(ex, lambda: not ex.waiting and not ex.active)
-    assert ex.launcher._proc.pid != first  # a new launcher started it
+    assert ex.parts.launcher._proc.pid != first  # a new launcher started it
     assert seen_env("a")["CUDA_VISIBLE_DEVICES"]
     assert ex.store.latest_for("dag", "a")[0].outcome.value == "success"
 

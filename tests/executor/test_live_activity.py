@@ -23,16 +23,16 @@ def test_a_waiting_try_of_the_same_task_learns_the_running_ones_activity(executo
     submit(ex, first, second)
     assert len(ex.active) == 1 and len(ex.waiting) == 1
     waiting = next(iter(ex.waiting.values()))
-    before = next(r for r in ex.cycle.waiting_requests() if r.key == waiting.rkey).activity
+    before = next(r for r in ex.flow.cycle.waiting_requests() if r.key == waiting.rkey).activity
     assert before is None or before.count == 0  # never seen: a prior
 
     running = next(iter(ex.active.values()))
     run_until(ex, lambda: running.activity_told, timeout=20, flush=False)
     assert len(ex.active) == 1 and len(ex.waiting) == 1  # the first still runs: nothing ended yet
 
-    told = next(r for r in ex.cycle.waiting_requests() if r.key == waiting.rkey).activity
+    told = next(r for r in ex.flow.cycle.waiting_requests() if r.key == waiting.rkey).activity
     assert told is not None and told.count == 1 and abs(told.sm_activity - 0.8) < 0.08
-    tenants = ex.cycle.reservations.tenants_on(running.gpu_uuids[0], time.time())
+    tenants = ex.flow.cycle.reservations.tenants_on(running.gpu_uuids[0], time.time())
     mine = next(t for t in tenants if t.key == running.rkey)
     assert mine.activity is not None and abs(mine.activity.sm_activity - 0.8) < 0.08
     assert LIVE_SAMPLES >= 3  # a few samples, not one glitch

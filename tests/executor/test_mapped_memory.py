@@ -121,7 +121,7 @@ def test_airflow_refuses_executor_config_in_expand_at_parse_time() -> None:
 def _request(ex: Any, w: Any) -> Any:
     """What the executor's intake asks of the placer for this try (executor/intake.py)."""
     config = parse_task_config(w.ti.executor_config, mapped=w.ti.map_index >= 0)
-    return first_request(w.ti, config, ex.estimator, ex.learned, time.time())
+    return first_request(w.ti, config, ex.parts.estimator, ex.flow.learned, time.time())
 
 
 def test_each_instance_gets_its_declared_memory(executor_factory) -> None:

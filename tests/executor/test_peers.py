@@ -96,7 +96,7 @@ def test_a_second_executor_on_sqlite_places_nothing_and_says_why(executor_factor
     # the first one dies: the second places from its next beat on, counting the try still running
     a.monitor.stop()
     _peers(a).close()
-    a.tries.forget_all()
+    a.flow.tries.forget_all()
     run_until(b, lambda: len(b.active) == 1, timeout=10)
     for _ in range(20):
         b.sync()
@@ -117,11 +117,11 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     run_until(a, lambda: a1.key in a.active, timeout=10)
     assert a.writer.flush() and a.store.placement(request_key(a1.key)).owner == _peers(a).me
     b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
-    assert not b.orphans  # a live peer's try is not a left-over
+    assert not b.flow.orphans  # a live peer's try is not a left-over
     # a dies now, after b started: Airflow hands its try over
     a.monitor.stop()
     _peers(a).close()
-    a.tries.forget_all()
+    a.flow.tries.forget_all()
     a.running.clear()
     assert b.try_adopt_task_instances([a1.ti]) == []
     assert a1.key in b.active

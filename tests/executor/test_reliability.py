@@ -67,8 +67,8 @@ def test_a_task_on_a_failing_gpu_fails_with_the_fault_and_its_retry_goes_to_a_he
     w = make_workload("t", config={"memory": "8GiB"})
     submit(ex, w)
     (gpu,) = ex.active[w.key].gpu_uuids
-    run_until(ex, lambda: any(a.pid > 0 for a in Ledger(ex.ledger_path).allocations()))
-    Ledger(ex.ledger_path).set_fault(gpu, "Xid 79: GPU has fallen off the bus")
+    run_until(ex, lambda: any(a.pid > 0 for a in Ledger(ex.parts.ledger_path).allocations()))
+    Ledger(ex.parts.ledger_path).set_fault(gpu, "Xid 79: GPU has fallen off the bus")
     run_until(ex, lambda: not ex.active)  # the training run fails by itself, long before 60 s
     rec = ex.store.latest_for("dag", "t")[0]
     assert rec.outcome == TryOutcome.FAILED and "gpu-fault" in rec.summary
@@ -80,7 +80,7 @@ def test_a_task_on_a_failing_gpu_fails_with_the_fault_and_its_retry_goes_to_a_he
     submit(ex, w2)
     assert ex.active[w2.key].gpu_uuids != (gpu,)
     # healthy again: it takes placements again
-    Ledger(ex.ledger_path).set_fault(gpu, None)
+    Ledger(ex.parts.ledger_path).set_fault(gpu, None)
     other = make_workload("u", config={"memory": "8GiB", "exclusive": True})
     run_until(ex, lambda: ex.monitor.latest()[gpu].error is None)
     submit(ex, other)
@@ -93,7 +93,7 @@ def test_a_task_hanging_on_a_failed_gpu_is_stopped_after_the_grace_time(executor
     w = make_workload("t", config={"memory": "8GiB"})
     submit(ex, w)
     (gpu,) = ex.active[w.key].gpu_uuids
-    Ledger(ex.ledger_path).set_fault(gpu, "Xid 48: double bit ECC error")
+    Ledger(ex.parts.ledger_path).set_fault(gpu, "Xid 48: double bit ECC error")
     started = time.time()
     run_until(ex, lambda: not ex.active, timeout=20)
     assert time.time() - started < 15
@@ -143,11 +143,11 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     # the executor dies: nothing of it runs any more, its task processes do
     first.monitor.stop()
     first.flow.peers.close()  # its row in the store says it stopped (a killed one: its beat goes stale)
-    first.tries.forget_all()
+    first.flow.tries.forget_all()
     first.running.clear()
 
     second = executor_factory(gpus="2xA100-40GB")
-    assert set(second.orphans) == {first_key(long)}  # short ended: closed from its result file
+    assert set(second.flow.orphans) == {first_key(long)}  # short ended: closed from its result file
     assert second.writer is not None and second.writer.flush()
     short_rec = second.store.latest_for("dag", "short")[0]
     assert short_rec.outcome == TryOutcome.SUCCESS

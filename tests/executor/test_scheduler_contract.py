@@ -77,8 +77,8 @@ def test_a_try_airflow_gave_up_on_is_stopped_when_its_next_try_arrives(executor_
     assert first.key in ex.active
     second = make_workload("t", try_number=2, config={"exclusive": True})  # after a heartbeat timeout
     submit(ex, second)
-    assert second.key in ex.deferred
-    ex.deferred[second.key].taken_at -= SUPERSEDED_GRACE_S + 1  # the grace has passed
+    assert second.key in ex.flow.deferred
+    ex.flow.deferred[second.key].taken_at -= SUPERSEDED_GRACE_S + 1  # the grace has passed
     run_until(ex, lambda: second.key in ex.active, timeout=30)
     assert first.key not in ex.event_buffer  # Airflow has moved on: its end is not reported
 
