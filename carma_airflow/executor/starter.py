@@ -21,6 +21,7 @@ from carma_airflow.executor.launch import Launcher, TaskHandle
 from carma_airflow.executor.taskenv import gpu_task_env
 from carma_airflow.executor.tries import Try
 from carma_airflow.settings import CarmaSettings
+from carma_airflow.taskrun.driver_cap import CGROUP_LEAF_ENV, DriverCapError, DriverCaps, fall_back
 from carma_airflow.taskrun.isolation import HostIsolation, Resolved, fence_for, host_isolation, resolve
 from carma_airflow.taskrun.killguard import retry_on_kill_env
 from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, live_caps, read_caps, write_caps
@@ -73,6 +74,9 @@ class TryStarter:
         self._resolved: dict[IsolationMode, Resolved] = {}
         # isolation_cap = live: request key -> (its GPUs, their sizes, its reservation, its cap file)
         self._followed: dict[str, tuple[tuple[str, ...], tuple[int, ...], int, Path]] = {}
+        # isolation = driver: each try's cgroup leaf and its NVML limits (made on the first such try)
+        self.driver: DriverCaps | None = None
+        self._driven: dict[str, tuple[tuple[str, ...], tuple[int, ...], int]] = {}
         self.log_isolation()
 
     def log_isolation(self) -> None:
@@ -138,10 +142,49 @@ class TryStarter:
         self._followed[attempt.rkey] = (decision.gpu_uuids, fence.total_mib, request.memory.mib, path)
         return {CAP_FILE_ENV: str(path)}
 
+    def _drive(self, attempt: Try, decision: Decision, fence: Fence, env: dict[str, str]) -> None:
+        """``isolation = driver``: the try's cgroup leaf with its limits set, named in ``env`` for the
+        try to move into; where NVML or the cgroup refuses, framework caps (the try's log says why)."""
+        if fence.mode is not IsolationMode.DRIVER or self.settings.gpu_backend == "simulated":
+            return
+        try:
+            if self.driver is None:
+                self.driver = DriverCaps()
+            leaf = self.driver.open(
+                attempt.rkey, str(attempt.ti.id), decision.gpu_uuids, fence.promise_mib, fence.cap_mib
+            )
+        except DriverCapError as exc:
+            log.warning("%s: driver caps not set, framework caps instead: %s", attempt.rkey, exc)
+            fall_back(env, str(exc))
+            return
+        env[CGROUP_LEAF_ENV] = str(leaf)
+        request = attempt.request
+        live = CapRule(self.settings.isolation_cap) is CapRule.LIVE and all(t > 0 for t in fence.total_mib)
+        if live and request is not None and not request.needs_idle_gpu:
+            self._driven[attempt.rkey] = (decision.gpu_uuids, fence.total_mib, request.memory.mib)
+
+    def _refresh_driven(self, keep: set[str]) -> None:
+        if self.driver is None:
+            return
+        for key, (uuids, totals, reservation) in list(self._driven.items()):
+            if key not in keep or self.co_tenants is None:
+                del self._driven[key]
+                continue
+            caps = live_caps(
+                totals, reservation, self.settings.reserve_mib, [self._promises_beside(u, key) for u in uuids]
+            )
+            try:
+                self.driver.update(key, caps)
+            except DriverCapError as exc:  # the leaf keeps its last limits
+                log.warning("%s: driver caps not moved to %s MiB: %s", key, caps, exc)
+        self.driver.keep(keep)  # the leaves of ended tries go
+
     def refresh_caps(self, running: Iterable[str]) -> None:
         """Re-set the cap of each running ``live`` try to its GPU less its co-tenants now (call it
-        once a loop with the request keys of the running tries); ended tries' files go."""
+        once a loop with the request keys of the running tries); ended tries' files and cgroup
+        leaves go."""
         keep = set(running)
+        self._refresh_driven(keep)
         for key, (uuids, totals, reservation, path) in list(self._followed.items()):
             if key not in keep or self.co_tenants is None:
                 path.unlink(missing_ok=True)
@@ -170,6 +213,7 @@ class TryStarter:
             fence=(fence := self.fence(attempt, decision)),
         )
         env.update(self._follow(attempt, decision, fence))
+        self._drive(attempt, decision, fence, env)
         env.update(kill_env(attempt.ti, attempt.prior_ooms))
         return check_task_env(env)
 

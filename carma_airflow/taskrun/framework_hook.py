@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from carma_airflow.core.fencing import IsolationMode
+from carma_airflow.taskrun.driver_cap import note
 from carma_airflow.taskrun.fence_env import TryFence, fence_from_env
 from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, CapFollower
 
@@ -161,7 +163,9 @@ def install_framework_caps(
     for name in [n for n in finder.hooks if n in sys.modules]:
         finder.apply(finder.hooks.pop(name), sys.modules[name])
     sys.meta_path.insert(0, finder)
-    return f"memory: capped at {_caps(fence)} ({fence.mode.value}); frameworks are capped when imported"
+    if fence.mode is IsolationMode.DRIVER:
+        return f"memory: capped at {_caps(fence)} (driver: its cgroup's NVML limit, hard); frameworks as well"
+    return f"memory: capped at {_caps(fence)} ({fence.mode.value}); frameworks are capped when imported{note(environ)}"
 
 
 __all__ = ["HOOKS", "FrameworkCapFinder", "cap_tensorflow", "cap_torch", "install_framework_caps"]

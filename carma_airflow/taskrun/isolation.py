@@ -3,8 +3,8 @@
 Airflow-free: the executor and the GPU kit both call it.  The mode is resolved once per host
 (``[carma] isolation``, or a task's ``executor_config={"carma": {"isolation": ...}}``):
 
-* ``auto``: the strongest mechanism the host has.  Driver per-cgroup limits are detected but not
-  set by carma yet, so: an MPS control daemon serving the GPUs -> ``mps``, else ``framework``.
+* ``auto``: the strongest mechanism the host has: NVML per-cgroup limits (taskrun/driver_cap.py)
+  -> ``driver``, else an MPS control daemon serving the GPUs -> ``mps``, else ``framework``.
   On simulated GPUs the ledger enforces the cap and tightens it as tenants arrive (live).
 * ``framework``/``mps``/``driver``: that mechanism; one the host lacks is a ConfigError that
   says what to start or to choose.  On simulated GPUs the ledger plays the mechanism: a cap
@@ -81,9 +81,12 @@ def resolve(requested: IsolationMode, host: HostIsolation) -> Resolved:
                 f"[carma] isolation = driver: {host.driver_why}; use isolation = mps (with an MPS control daemon) "
                 "or framework"
             )
-        raise ConfigError(
-            "[carma] isolation = driver: this driver has per-cgroup memory limits, but carma does not create "
-            "per-try cgroup leaves yet; use isolation = mps or framework (docs/isolation.md)"
+        return Resolved(
+            IsolationMode.DRIVER, False, f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why})"
+        )
+    if requested is IsolationMode.AUTO and host.driver_limits:
+        return Resolved(
+            IsolationMode.DRIVER, False, f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why})"
         )
     if requested is IsolationMode.MPS:
         if not host.mps_daemon:
@@ -97,7 +100,7 @@ def resolve(requested: IsolationMode, host: HostIsolation) -> Resolved:
         return Resolved(IsolationMode.MPS, False, "auto: an MPS control daemon serves the GPUs")
     why = "PyTorch / TensorFlow / JAX allocator limits set in the try"
     if requested is IsolationMode.AUTO:
-        why = f"auto: no MPS daemon, driver limits {'not set by carma yet' if host.driver_limits else 'absent'}; {why}"
+        why = f"auto: no MPS daemon, no driver limits ({host.driver_why}); {why}"
     return Resolved(IsolationMode.FRAMEWORK, False, why)
 
 

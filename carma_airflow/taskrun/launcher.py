@@ -35,6 +35,7 @@ import signal
 import sys
 from typing import Any
 
+from carma_airflow.taskrun.driver_cap import enter_leaf
 from carma_airflow.taskrun.procstat import process_start_ticks
 
 
@@ -69,6 +70,7 @@ def _try_process(command_fd: int) -> None:  # pragma: no cover - the child
             return
         command = json.loads(data)
         os.environ.update(command["env"])
+        enter_leaf(os.environ)  # isolation = driver: into its cgroup leaf before the supervisor starts
         workload = _workload(command["workload"])
         _try_runner()(
             workload,
