@@ -130,6 +130,13 @@ class DriverCaps:
         for path in list(self.stale):
             if self._remove(path):
                 self.stale.discard(path)
+        ours = {leaf for leaf, *_ in self.leaves.values()}
+        try:  # leaves of tries an earlier executor started (adopted, or ended while it was gone)
+            found = [p for p in (self.root / LEAF_PARENT).iterdir() if p.is_dir() and p not in ours]
+        except OSError:
+            return
+        for path in found:  # one still holding a process is busy and stays
+            self._remove(path)
 
     @staticmethod
     def _remove(path: Path) -> bool:

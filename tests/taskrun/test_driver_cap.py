@@ -100,6 +100,17 @@ def test_a_leaf_still_holding_a_process_is_removed_later(tmp_path: Path) -> None
     assert not leaf.exists() and not caps.stale
 
 
+def test_an_earlier_executors_empty_leaves_are_swept_and_busy_ones_kept(tmp_path: Path) -> None:
+    caps = DriverCaps(FakeNvml(), tmp_path)
+    empty, busy = tmp_path / "carma" / "old-1", tmp_path / "carma" / "old-2"
+    empty.mkdir(parents=True)
+    busy.mkdir()
+    (busy / "cgroup.procs").write_text("77\n")
+    mine = caps.open("a", "a", [GPU], [100], [200])
+    caps.keep(["a"])
+    assert not empty.exists() and busy.exists() and mine.exists()
+
+
 def test_live_driver_caps_are_raised_and_tightened(tmp_path: Path) -> None:
     nvml = FakeNvml()
     s = driver_starter(tmp_path, nvml, isolation_cap="live")
