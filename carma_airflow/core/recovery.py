@@ -57,9 +57,16 @@ _OOM_PATTERNS = re.compile(
     ),
     re.IGNORECASE,
 )
+# under MPS a fatal fault of one client ends every client of that server (docs/isolation.md)
+MPS_FAULT = re.compile(
+    r"CUDA_ERROR_MPS_(?:CONNECTION_FAILED|RPC_FAILURE|SERVER_NOT_READY|CLIENT_TERMINATED)"
+    r"|cudaErrorMps(?:ConnectionFailed|RpcFailure|ServerNotReady|ClientTerminated)|MPS client (?:failed|terminated)",
+    re.IGNORECASE,
+)
 _GPU_FAULT = re.compile(
     "|".join(
         [
+            MPS_FAULT.pattern,
             r"unspecified launch failure",
             r"fallen off the bus",
             r"GPU is lost",
@@ -69,10 +76,6 @@ _GPU_FAULT = re.compile(
             r"cudaErrorECCUncorrectable",
             r"CUDA_ERROR_ECC_UNCORRECTABLE",
             r"\bXid\b",
-            # under MPS a fatal fault of one client ends every client of that server (docs/isolation.md)
-            r"CUDA_ERROR_MPS_(?:CONNECTION_FAILED|RPC_FAILURE|SERVER_NOT_READY|CLIENT_TERMINATED)",
-            r"cudaErrorMps(?:ConnectionFailed|RpcFailure|ServerNotReady|ClientTerminated)",
-            r"MPS client (?:failed|terminated)",
         ]
     ),
     re.IGNORECASE,

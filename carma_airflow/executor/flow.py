@@ -28,6 +28,7 @@ from carma_airflow.executor.launch import Ended, LauncherError, confirm
 from carma_airflow.executor.learned import Learned, use_model
 from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
+from carma_airflow.executor.mps_guard import MpsGuard
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.peers import Peers
 from carma_airflow.executor.restart import adopt_from_store, reconcile
@@ -80,6 +81,7 @@ class TryFlow(TakeBack):
             t.reserved_mib for t in self.cycle.reservations.tenants_on(uuid, time.time()) if t.key != key
         ]
         self.faults = FaultWatch(settings.fault_kill_seconds)
+        self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
         self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
         self._host_of: dict[str, str] = {}  # GPU UUID -> its host
@@ -223,7 +225,7 @@ class TryFlow(TakeBack):
         self._host_of.update((s.uuid, s.host) for s in samples)
         windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
         ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
-        gpus = build_view(now, samples, windows, ages, self.settings.stale_seconds).gpus
+        gpus = self.mps.apply(build_view(now, samples, windows, ages, self.settings.stale_seconds).gpus, now)
         self._spec_of.update((g.uuid, g.spec.name) for g in gpus)
         return gpus
 
@@ -327,6 +329,7 @@ class TryFlow(TakeBack):
         self.cycle.release(attempt.rkey)
         now = time.time()
         end = conclude(attempt, ended, self.recovery)
+        self.mps.after_end(attempt, end.result, self.active.values(), now)
         seen = self.telemetry.conclude(attempt.rkey)
         gpu_model = self._spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
         for write in end_writes(attempt, end, now) + remember_end(self.learned, attempt, end, seen, now, gpu_model):

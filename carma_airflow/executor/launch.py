@@ -78,19 +78,28 @@ class Launcher(Protocol):
 
 
 KILL_GRACE_S = 5.0  # SIGTERM first; what still runs this long after gets SIGKILL
+# an MPS client is given longer: NVIDIA documents that a client killed with GPU work outstanding
+# can leave its server and the other clients in an undefined state, so it should end itself
+MPS_KILL_GRACE_S = 30.0
+
+
+def kill_grace_s(env: dict[str, str]) -> float:
+    """How long a try started with ``env`` gets between SIGTERM and SIGKILL."""
+    return MPS_KILL_GRACE_S if env.get("CARMA_ISOLATION") == "mps" else KILL_GRACE_S
 
 
 class _GroupStop:
     """Stops a try's process group without blocking the scheduler loop: ``start`` sends SIGTERM,
     ``escalate`` (called from each poll) sends SIGKILL once the grace time has passed."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = KILL_GRACE_S) -> None:
         self._kill_at: float | None = None
+        self.grace_s = grace_s
 
     def start(self, pid: int) -> None:
         if self._kill_at is None:
             _signal_group(pid, signal.SIGTERM)
-            self._kill_at = time.monotonic() + KILL_GRACE_S
+            self._kill_at = time.monotonic() + self.grace_s
 
     def escalate(self, pid: int) -> None:
         if self._kill_at is not None and time.monotonic() >= self._kill_at:
@@ -159,14 +168,16 @@ class LaunchedHandle:
     followed through /proc as an adopted one would be.
     """
 
-    def __init__(self, launch_id: int, result_path: Path, launcher: LauncherProcess) -> None:
+    def __init__(
+        self, launch_id: int, result_path: Path, launcher: LauncherProcess, grace_s: float = KILL_GRACE_S
+    ) -> None:
         self._id = launch_id
         self._pid: int | None = None
         self._pid_start: int | None = None
         self._error: str | None = None
         self.result_path = result_path
         self._launcher = launcher
-        self._stop = _GroupStop()
+        self._stop = _GroupStop(grace_s)
         self._orphaned: PidHandle | None = None
 
     def confirm(self) -> None:
@@ -206,6 +217,7 @@ class LaunchedHandle:
             return Ended(code, read_result(self.result_path))
         if not self._launcher.knows(self._pid):  # its launcher died: follow it through /proc
             self._orphaned = PidHandle(self._pid, self._pid_start, self.result_path)
+            self._orphaned._stop = self._stop  # same grace, same SIGTERM already sent
             return self._orphaned.poll()
         self._stop.escalate(self._pid)
         return None
@@ -287,7 +299,7 @@ class LauncherProcess:
             "proctitle": f"airflow worker -- CarmaExecutor: {workload.display_name}",
         }
         self._send(command)
-        return LaunchedHandle(self._next_id, result_path, self)
+        return LaunchedHandle(self._next_id, result_path, self, kill_grace_s(env))
 
     def answer(self, launch_id: int, timeout_s: float) -> dict[str, Any] | None:
         """The launcher's answer to launch ``launch_id`` (waiting up to ``timeout_s``), or None."""
@@ -374,6 +386,7 @@ class LauncherProcess:
 
 __all__ = [
     "KILL_GRACE_S",
+    "MPS_KILL_GRACE_S",
     "Ended",
     "LaunchedHandle",
     "Launcher",
@@ -382,4 +395,5 @@ __all__ = [
     "PidHandle",
     "TaskHandle",
     "confirm",
+    "kill_grace_s",
 ]
