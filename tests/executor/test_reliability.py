@@ -267,3 +267,26 @@ def test_a_waiting_tasks_reason_is_written_when_its_kind_changes_or_once_a_minut
     assert _worth_recording(w, "waiting: no idle GPU (4 not-idle)", 102.0)  # another kind of reason
     assert not _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S - 1)
     assert _worth_recording(w, "waiting: no idle GPU (3 not-idle)", 102.0 + WAIT_RECORD_S)
+
+
+def test_an_mps_fault_quarantines_its_server_and_stops_the_other_clients_for_a_retry(executor_factory) -> None:
+    mps_fault = {
+        "state": "up_for_retry",
+        "failure_kind": "gpu-fault",
+        "exc_type": "RuntimeError",
+        "message": "CUDA error: CUDA_ERROR_MPS_CLIENT_TERMINATED",
+    }
+    ex = executor_factory(
+        gpus="1xA100-40GB", behaviour={"bad": {"seconds": 1.0, "result": mps_fault}, "ok": {"seconds": 60}}
+    )
+    bad, ok = make_workload("bad", config={"memory": "4GiB"}), make_workload("ok", config={"memory": "4GiB"})
+    submit(ex, bad)
+    submit(ex, ok)
+    assert ex.active[ok.key].gpu_uuids == ex.active[bad.key].gpu_uuids == ("GPU-SIM-0000",)
+    run_until(ex, lambda: not ex.active, timeout=20)  # the neighbour is stopped, not left to hang
+    rec = ex.store.latest_for("dag", "ok")[0]
+    assert rec.outcome == TryOutcome.FAILED and "stopped: MPS server of GPU GPU-SIM-0000 faulted" in rec.summary
+    later = make_workload("later", config={"memory": "4GiB"})
+    submit(ex, later)
+    assert later.key not in ex.active  # no new client on the faulted server until it restarts
+    assert "quarantined" in ex.waiting[later.key].last_summary
