@@ -130,7 +130,7 @@ class TryStarter:
         if (
             CapRule(self.settings.isolation_cap) is not CapRule.LIVE
             or self.co_tenants is None
-            or fence.mode is not IsolationMode.FRAMEWORK
+            or fence.mode not in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER)  # driver: PyTorch's cap moves too
             or fence.live
             or request is None
             or request.needs_idle_gpu

@@ -116,8 +116,9 @@ def test_live_driver_caps_are_raised_and_tightened(tmp_path: Path) -> None:
     s = driver_starter(tmp_path, nvml, isolation_cap="live")
     tenants: dict[str, list[int]] = {"a": []}
     s.co_tenants = lambda uuid, key: [mib for k, mibs in tenants.items() if k != key for mib in mibs]
-    s.placed_env(attempt("a", 8192), DECISION)
+    env = s.placed_env(attempt("a", 8192), DECISION)
     assert nvml.calls[-1][3] == (40960 - 512) * MIB  # alone: the GPU less the reserve
+    assert "CARMA_MEMORY_CAP_FILE" in env  # the framework cap inside the leaf follows as well
     tenants["b"] = [12288]
     s.refresh_caps(["a", "b"])
     assert nvml.calls[-1][3] == (40960 - 512 - 12288 - 2048) * MIB
