@@ -25,6 +25,7 @@ from carma_airflow.taskrun.fence_env import UNKNOWN_SIZE_MIB
 
 MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # NVIDIA's documented default
+_DRIVER_FALLBACK = "a try NVML refuses runs with framework caps, its log says so"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +83,15 @@ def resolve(requested: IsolationMode, host: HostIsolation) -> Resolved:
                 "or framework"
             )
         return Resolved(
-            IsolationMode.DRIVER, False, f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why})"
+            IsolationMode.DRIVER,
+            False,
+            f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}",
         )
     if requested is IsolationMode.AUTO and host.driver_limits:
         return Resolved(
-            IsolationMode.DRIVER, False, f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why})"
+            IsolationMode.DRIVER,
+            False,
+            f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}",
         )
     if requested is IsolationMode.MPS:
         if not host.mps_daemon:
