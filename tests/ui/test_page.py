@@ -161,7 +161,7 @@ def test_page_shows_the_learned_interference_and_tenant_activity(store: Store, s
     text = text_of(page)
     assert "Learned interference" in text and "Nothing learned yet" not in text
     assert 'id="interference"' in page and "a100-sxm4-40gb" in text and "learned" in text
-    assert "prior 0.50" in text and "prior 1.00" in text and "10 needed" in text  # the one-observation model
+    assert "prior 0.10" in text and "prior 1.00" in text and "10 needed" in text  # the one-observation model
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page  # a model name is escaped too
     assert "act 0.42" in text  # bert_large's learned activity beside its reservation
     models = {m["gpu_model"]: m["learned"] for m in client.get("/api/state").json()["interference"]["models"]}

@@ -1,5 +1,5 @@
 """One simulated 40 GB GPU, two tries: one declares 8 GiB and grows to 30 GiB, its neighbour
-declares and uses 12 GiB (tests/e2e/test_fencing.py).
+declares and uses 12 GiB (tests/e2e/test_fenced_collocation.py).
 
 The neighbour's memory ramps up slowly (3 GiB every 4 s) and the grower grows 10 s into its
 work, so the neighbour is placed and holds part of its memory when the grower grows, and asks
