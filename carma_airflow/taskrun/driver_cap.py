@@ -13,10 +13,12 @@ Two halves, one module, so that the cgroup root and the NVML call are injected i
 The NVML call, as NVML documents it: ``nvmlDeviceSetMemoryLimits_v1(device, nvmlSetMemoryLimits_v1_t
 *limits)``, the struct holding ``nameSpace`` (the cgroup's full sysfs path), ``softLimit`` (bytes
 guaranteed before allocations may fail under memory pressure) and ``hardLimit`` (the most that may
-be allocated).  **Assumed** (no binding at hand to check): the Python binding takes
-``(handle, limits)`` with a ctypes struct of those three fields, in that order (the binding's own
-``c_nvmlSetMemoryLimits_v1_t`` where it has one).  A call that does not match raises
-:class:`DriverCapError`; the try then runs with framework caps and its log says why.
+be allocated).  nvidia-ml-py 13.615.71 (the venv's) has exactly that: ``(handle, limits)``, passing
+``byref(limits)`` of its ``c_nvmlSetMemoryLimits_v1_t`` (those three fields, in that order; our
+own struct of the same shape where a binding lacks the class).  **Assumed**, not run against a
+driver: that ``nameSpace`` is the leaf's directory (NVML says "full path to sysfs cgroup file
+name").  A call that fails raises :class:`DriverCapError`; the try then runs with framework caps
+and its log says why.
 
 We set soft = the try's promise, hard = its cap (docs/isolation.md).  Standard library and core
 only: the try's process imports it.

@@ -179,3 +179,24 @@ def test_a_simulated_host_makes_no_leaves(tmp_path: Path) -> None:
     s.driver = DriverCaps(FakeNvml(), tmp_path / "cgroup")
     env = s.placed_env(attempt("a", 8192), DECISION)
     assert CGROUP_LEAF_ENV not in env and not (tmp_path / "cgroup").exists()
+
+
+def test_the_installed_binding_takes_our_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-ml-py's own nvmlDeviceSetMemoryLimits_v1, with only the C function underneath faked
+    pynvml = pytest.importorskip("pynvml")
+    if not hasattr(pynvml, "nvmlDeviceSetMemoryLimits_v1"):
+        pytest.skip("this nvidia-ml-py predates per-cgroup limits")
+    seen: list[Any] = []
+
+    def c_function(device: object, limits: Any) -> int:
+        seen.append((device, limits._obj))  # byref(struct)
+        return 0  # NVML_SUCCESS
+
+    monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lambda name: c_function)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", lambda uuid: "handle")
+    nvml_set_limit(pynvml)(GPU, "/sys/fs/cgroup/carma/a", 3 * MIB, 4 * MIB)
+    device, limits = seen[0]
+    assert device == "handle" and type(limits).__name__ == "c_nvmlSetMemoryLimits_v1_t"
+    name = limits.nameSpace  # the binding's structs read a char* back as str
+    assert (name if isinstance(name, str) else name.decode()) == "/sys/fs/cgroup/carma/a"
+    assert (limits.softLimit, limits.hardLimit) == (3 * MIB, 4 * MIB)
