@@ -365,7 +365,8 @@ class TryFlow(TakeBack):
         view = self._view(now)
         metrics.gpu_gauges(self.placer.facts(view))
         waiting = [(t.request, t.last_summary) for t in self.waiting.values() if t.request is not None]
-        self._write(self.live.snapshot(now, view, waiting, len(self.active), self._pending_writes, samples))
+        mps = {u: f.why for u, f in self.mps.faulted.items()}
+        self._write(self.live.snapshot(now, view, waiting, len(self.active), self._pending_writes, samples, mps))
 
     def _record(
         self, attempt: Try, *, outcome: TryOutcome, summary: str, host: str | None = None, **extra: Any

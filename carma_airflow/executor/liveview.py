@@ -4,7 +4,7 @@ downsampled history of GPU telemetry.  Both are best-effort store writes (writes
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from carma_airflow.core.gpu import ClusterView
 from carma_airflow.core.task import TaskRequest
@@ -57,7 +57,9 @@ class LiveView:
         running: int,
         pending_writes: int,
         samples: Sequence[GpuSample],
+        quarantined: Mapping[str, str] | None = None,
     ) -> PutSnapshot:
+        """``quarantined``: GPU UUID -> why the executor itself keeps tries off it (a faulted MPS server)."""
         self._snapshot_at = now
         body = build_snapshot(
             now=now,
@@ -69,7 +71,7 @@ class LiveView:
             running=running,
             pass_ms=list(self.pass_ms),
             pending_writes=pending_writes,
-            errors={s.uuid: s.error for s in samples if s.error},
+            errors={**(quarantined or {}), **{s.uuid: s.error for s in samples if s.error}},
         )
         return PutSnapshot(f"executor:{self.settings.host}", now, body)
 

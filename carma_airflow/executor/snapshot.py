@@ -96,6 +96,8 @@ def build_snapshot(
 
 
 def _health_reason(health: str, stale_s: float, error: str | None) -> str:
+    if health == "quarantined" and error and error.startswith("MPS server"):
+        return f"{error}: no placements until the MPS daemon restarts or the quarantine times out"
     if health == "quarantined":
         return f"failed ({error or 'NVML error'}): no placements until it reads healthy again"
     if health == "stale":

@@ -147,6 +147,9 @@ class TryStarter:
         try to move into; where NVML or the cgroup refuses, framework caps (the try's log says why)."""
         if fence.mode is not IsolationMode.DRIVER or self.settings.gpu_backend == "simulated":
             return
+        if self.settings.dispatch != "local":  # the leaf would be made on this host, not the try's
+            fall_back(env, "dispatch = celery: the executor makes cgroup leaves on its own host only")
+            return
         try:
             if self.driver is None:
                 self.driver = DriverCaps()

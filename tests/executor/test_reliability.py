@@ -277,7 +277,9 @@ def test_an_mps_fault_quarantines_its_server_and_stops_the_other_clients_for_a_r
         "message": "CUDA error: CUDA_ERROR_MPS_CLIENT_TERMINATED",
     }
     ex = executor_factory(
-        gpus="1xA100-40GB", behaviour={"bad": {"seconds": 1.0, "result": mps_fault}, "ok": {"seconds": 60}}
+        gpus="1xA100-40GB",
+        behaviour={"bad": {"seconds": 1.0, "result": mps_fault}, "ok": {"seconds": 60}},
+        snapshot_period="0.1",
     )
     bad, ok = make_workload("bad", config={"memory": "4GiB"}), make_workload("ok", config={"memory": "4GiB"})
     submit(ex, bad)
@@ -290,3 +292,5 @@ def test_an_mps_fault_quarantines_its_server_and_stops_the_other_clients_for_a_r
     submit(ex, later)
     assert later.key not in ex.active  # no new client on the faulted server until it restarts
     assert "quarantined" in ex.waiting[later.key].last_summary
+    run_until(ex, lambda: any(g["health"] == "quarantined" for g in _snapshot(ex)["gpus"]))
+    assert "until the MPS daemon restarts" in _snapshot(ex)["gpus"][0]["health_reason"]

@@ -200,3 +200,11 @@ def test_the_installed_binding_takes_our_call(monkeypatch: pytest.MonkeyPatch) -
     name = limits.nameSpace  # the binding's structs read a char* back as str
     assert (name if isinstance(name, str) else name.decode()) == "/sys/fs/cgroup/carma/a"
     assert (limits.softLimit, limits.hardLimit) == (3 * MIB, 4 * MIB)
+
+
+def test_tries_sent_to_other_hosts_fall_back_to_framework_caps(tmp_path: Path) -> None:
+    nvml = FakeNvml()
+    s = driver_starter(tmp_path, nvml, dispatch="celery")
+    env = s.placed_env(attempt("a", 8192), DECISION)
+    assert env["CARMA_ISOLATION"] == "framework" and "dispatch = celery" in env[FENCE_NOTE_ENV]
+    assert nvml.calls == [] and CGROUP_LEAF_ENV not in env
