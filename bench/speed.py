@@ -2,13 +2,15 @@
 
 Measures and prints (never asserts; always exits 0):
 
-1. one placement decision over 8 GPUs (``Placer.decide``), median and p99, for the
-   interference-aware and most-free-memory policies;
+1. one placement decision over 8 GPUs (``Placer.decide``), median and p99, for the default
+   policy, completion-time, interference-aware and most-free-memory;
 2. one scheduling pass (``Placer.schedule``) over 1,024 GPUs with 10,000 pending requests, on a
    mostly full cluster (steady state) and on an idle one (cold start), with and without the
    queue's ``plan`` inside the timed region, and as the drivers run it: one
    ``SchedulingCycle.run`` (the view laid over the monitor's GPUs from the reservation ledger,
-   plan, schedule, reserving the placed tries);
+   plan, schedule, reserving the placed tries); for interference-aware and for completion-time
+   (the default's rule; it is told the catalogue's solo run times, as a driver learns them, so
+   it prices waiting too);
 3. a 10,000-task synthetic trace on 256 x A100-40GB through ``carma_airflow.sim.simulate``.
 
 Usage::
@@ -53,6 +55,8 @@ from carma_airflow.core import (
     make_queue,
     parse_gpu_list,
 )
+from carma_airflow.core.policies import DEFAULT_POLICY, Policy
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace
 
 A100 = gpu_spec("A100-40GB")
@@ -229,9 +233,21 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[k]
 
 
-def bench_decide(policy: str, view: ClusterView, requests: Sequence[TaskRequest], n: int) -> tuple[float, float]:
+def policy_of(name: str, catalog: dict[str, TaskType] | None = None) -> Policy:
+    """A fresh policy; completion-time told the catalogue's solo run times (what a driver learns
+    from ended tries), so its decisions price waiting as they do once run times are known."""
+    policy = make_policy(name)
+    if isinstance(policy, CompletionTime) and catalog:
+        for t in catalog.values():
+            policy.learn_duration(t.name, t.solo_s)
+    return policy
+
+
+def bench_decide(
+    policy: str, view: ClusterView, requests: Sequence[TaskRequest], n: int, catalog: dict[str, TaskType] | None = None
+) -> tuple[float, float]:
     """(median, p99) seconds of one ``Placer.decide``, cycling through ``requests``."""
-    placer = Placer(make_policy(policy))
+    placer = Placer(policy_of(policy, catalog))
     for r in requests[:50]:  # warm-up
         placer.decide(r, view)
     times = []
@@ -257,10 +273,16 @@ def _median_time(fn: Callable[[], object], runs: int, budget_s: float = 20.0) ->
     return statistics.median(times)
 
 
-def bench_pass(view: ClusterView, pending: list[TaskRequest], runs: int) -> tuple[float, float, float, int]:
+def bench_pass(
+    view: ClusterView,
+    pending: list[TaskRequest],
+    runs: int,
+    policy: str = "interference-aware",
+    catalog: dict[str, TaskType] | None = None,
+) -> tuple[float, float, float, int]:
     """Median seconds of (schedule alone, plan alone, plan + schedule) and the tasks one pass places."""
     queue = make_queue("backfill")
-    placer = Placer(make_policy("interference-aware"))
+    placer = Placer(policy_of(policy, catalog))
     plan = queue.plan(pending, NOW)
     placed = len(placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected).placed)
 
@@ -282,7 +304,13 @@ def bench_pass(view: ClusterView, pending: list[TaskRequest], runs: int) -> tupl
     )
 
 
-def bench_cycle(view: ClusterView, pending: list[TaskRequest], runs: int) -> tuple[float, int]:
+def bench_cycle(
+    view: ClusterView,
+    pending: list[TaskRequest],
+    runs: int,
+    policy: str = "interference-aware",
+    catalog: dict[str, TaskType] | None = None,
+) -> tuple[float, int]:
     """Median seconds of one ``SchedulingCycle.run`` and the tries it places.
 
     The view's tenants move into a ledger and its GPUs are handed over bare, as a monitor reads
@@ -299,7 +327,7 @@ def bench_cycle(view: ClusterView, pending: list[TaskRequest], runs: int) -> tup
             book.reserve(t.key, t.label, [uuid], t.reserved_mib, t.placed_at, exclusive=t.exclusive)
             if t.observed_mib is not None:
                 book.observe(t.key, t.observed_mib)
-        cycle = SchedulingCycle(Placer(make_policy("interference-aware")), make_queue("backfill"), reservations=book)
+        cycle = SchedulingCycle(Placer(policy_of(policy, catalog)), make_queue("backfill"), reservations=book)
         for r in pending:
             cycle.submit(r, r.submitted_at)
         return cycle
@@ -366,9 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 1. one decision over 8 GPUs
     view8 = small_view()
     requests8 = catalog_requests(catalog, 64)
-    for policy in ("interference-aware", "most-free-memory"):
+    for policy in dict.fromkeys((DEFAULT_POLICY, "completion-time", "interference-aware", "most-free-memory")):
         progress(f"[1] decide x{size.decisions}, 8 GPUs, {policy}")
-        med, p99 = bench_decide(policy, view8, requests8, size.decisions)
+        med, p99 = bench_decide(policy, view8, requests8, size.decisions, catalog)
         figures.append(Figure(f"decide_8gpu_{policy}_median", f"decide, 8 GPUs, {policy}: median", med, "ms", 1e-3))
         figures.append(Figure(f"decide_8gpu_{policy}_p99", f"decide, 8 GPUs, {policy}: p99", p99, "ms"))
 
@@ -376,20 +404,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     pending = catalog_requests(catalog, size.pass_requests)
     g, n = size.pass_gpus, size.pass_requests
     placed_counts: dict[str, int] = {}
-    for state, steady in (("steady", True), ("cold", False)):
-        view = large_view(g, steady=steady)
-        progress(f"[2] schedule pass x{size.pass_runs}, {g} GPUs, {n} pending, {state}")
-        sched, plan, both, placed = bench_pass(view, pending, size.pass_runs)
-        placed_counts[state] = placed
-        what = f"pass, {g} GPUs, {n} pending, {state}"
-        figures.append(Figure(f"pass_{state}_schedule", f"{what}: schedule", sched, "ms", 50e-3))
-        figures.append(Figure(f"pass_{state}_plan_schedule", f"{what}: plan + schedule", both, "ms", 50e-3))
-        figures.append(Figure(f"pass_{state}_plan", f"{what}: plan alone", plan, "ms"))
-        figures.append(Figure(f"pass_{state}_placed", f"{what}: tasks placed", placed, "n"))
-        progress(f"[2] scheduling cycle x{size.pass_runs}, {g} GPUs, {n} waiting, {state}")
-        cycle_s, cycle_placed = bench_cycle(view, pending, size.pass_runs)
-        figures.append(Figure(f"pass_{state}_cycle", f"{what}: whole cycle pass", cycle_s, "ms", 50e-3))
-        figures.append(Figure(f"pass_{state}_cycle_placed", f"{what}: cycle placed", cycle_placed, "n"))
+    for policy in dict.fromkeys(("interference-aware", "completion-time", DEFAULT_POLICY)):
+        tag = "" if policy == "interference-aware" else f"_{policy}"  # the keys of earlier rounds stay
+        for state, steady in (("steady", True), ("cold", False)):
+            view = large_view(g, steady=steady)
+            progress(f"[2] schedule pass x{size.pass_runs}, {g} GPUs, {n} pending, {state}, {policy}")
+            sched, plan, both, placed = bench_pass(view, pending, size.pass_runs, policy, catalog)
+            placed_counts[state] = placed
+            what = f"pass, {g} GPUs, {n} pending, {state}, {policy}"
+            figures.append(Figure(f"pass_{state}_schedule{tag}", f"{what}: schedule", sched, "ms", 50e-3))
+            figures.append(Figure(f"pass_{state}_plan_schedule{tag}", f"{what}: plan + schedule", both, "ms", 50e-3))
+            figures.append(Figure(f"pass_{state}_plan{tag}", f"{what}: plan alone", plan, "ms"))
+            figures.append(Figure(f"pass_{state}_placed{tag}", f"{what}: tasks placed", placed, "n"))
+            progress(f"[2] scheduling cycle x{size.pass_runs}, {g} GPUs, {n} waiting, {state}, {policy}")
+            cycle_s, cycle_placed = bench_cycle(view, pending, size.pass_runs, policy, catalog)
+            figures.append(Figure(f"pass_{state}_cycle{tag}", f"{what}: whole cycle pass", cycle_s, "ms", 50e-3))
+            figures.append(Figure(f"pass_{state}_cycle_placed{tag}", f"{what}: cycle placed", cycle_placed, "n"))
 
     # 3. a whole simulation
     progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")

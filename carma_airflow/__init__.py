@@ -9,7 +9,19 @@ __version__ = "0.1.0"
 
 from typing import Any
 
-__all__ = ["GpuTaskConfig", "__version__", "gpu_task", "parse_task_config"]
+__all__ = [
+    "GpuTaskConfig",
+    "__version__",
+    "atomic_path",
+    "checkpoint_dir",
+    "gpu_task",
+    "last_checkpoint",
+    "parse_task_config",
+    "record_checkpoint",
+    "record_resume",
+]
+
+_CHECKPOINT = ("atomic_path", "checkpoint_dir", "last_checkpoint", "record_checkpoint", "record_resume")
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +30,8 @@ def __getattr__(name: str) -> Any:
         from carma_airflow import task_config
 
         return getattr(task_config, name)
+    if name in _CHECKPOINT:  # a task's checkpoint folder (docs/checkpoints.md)
+        from carma_airflow import checkpoint
+
+        return getattr(checkpoint, name)
     raise AttributeError(f"module 'carma_airflow' has no attribute {name!r}")

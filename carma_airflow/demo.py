@@ -100,12 +100,16 @@ def _timeline(records: list[Any], path: Path, started: datetime) -> None:
             depth = sum(1 for x, y in lanes[u] if x < b and a < y)
             lanes[u].append((a, b))
             y = uuids.index(u)
-            color = "black" if str(r.outcome) == "oom" else cmap(i % 20)
-            ax.broken_barh([(a, b - a)], (y - 0.4 + (depth % 3) * 0.27, 0.25), color=color)
+            outcome = str(r.outcome)
+            color = "black" if outcome == "oom" else "tab:red" if outcome == "failed" else cmap(i % 20)
+            hatch = "////" if outcome == "failed" else None
+            ax.broken_barh([(a, b - a)], (y - 0.4 + (depth % 3) * 0.27, 0.25), color=color, hatch=hatch)
             ax.text(a, y - 0.4 + (depth % 3) * 0.27 + 0.12, r.task_id.removeprefix("train_"), fontsize=6, va="center")
     ax.set_yticks(range(len(uuids)))
     ax.set_yticklabels([f"GPU {i}" for i in range(len(uuids))])
-    ax.set_xlabel("seconds since the first placement (black: try that hit CUDA OOM)")
+    ax.set_xlabel(
+        "seconds since the first placement (black: try that hit CUDA OOM; red, hatched: try that failed otherwise)"
+    )
     ax.set_title("carma_demo: CarmaExecutor placements on simulated GPUs")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -249,7 +253,11 @@ def _report(
     by_task: dict[str, list[Any]] = {}
     for r in records:
         by_task.setdefault(r.task_id, []).append(r)
-    table = Table(title=f"carma_demo: {state} in {wall:.0f} s")
+    failures = _failures(records, stack.task_states(DAG_ID, run_id))
+    verdict = f"{state} in {wall:.0f} s"
+    if failures:
+        verdict += f"; {len(failures)} {'try' if len(failures) == 1 else 'tries'} failed (listed below the table)"
+    table = Table(title=f"carma_demo: {verdict}")
     for col in ("task", "GPU(s)", "wait s", "run s", "tries", "outcome", "memory declared / peak MiB"):
         table.add_column(col)
     first_decided = min((r.decided_at for r in records), default=None)
@@ -275,6 +283,13 @@ def _report(
             state, tries_n = states[cpu_task]
             table.add_row(f"{cpu_task} (CPU, LocalExecutor)", "-", "-", "-", str(tries_n), str(state), "-")
     console.print(table)
+    for line in failures:
+        console.print(f"[red]failed[/]: {line}", highlight=False)
+    from carma_airflow.core.checkpoints import resume_line
+
+    for r in sorted(records, key=lambda r: (r.task_id, r.try_number)):  # retries that did not start over
+        if (resumed := resume_line(r.try_number, r.reasons)) is not None:
+            console.print(f"{r.task_id.removeprefix('train_')}: {resumed}", highlight=False)
     if records and first_decided is not None:
         ends = [r.ended_at for r in records if r.ended_at]
         measured = (max(ends) - first_decided).total_seconds() if ends else float("nan")
@@ -282,6 +297,24 @@ def _report(
         png = out / "demo_timeline.png"
         _timeline(records, png, first_decided)
         console.print(f"timeline: {png}")
+
+
+def _failures(records: list[Any], states: dict[str, tuple[str, int]]) -> list[str]:
+    """Every try of the run that did not succeed, with what ended it: a CUDA OOM that CARMA retried
+    is as much a part of the story as a try that timed out talking to Airflow's API, and the run's
+    final state alone hides both."""
+    lines = []
+    for r in sorted(records, key=lambda r: (r.task_id, r.try_number)):
+        outcome = str(r.outcome)
+        if outcome not in ("oom", "failed"):
+            continue
+        ran = "never started" if r.started_at is None else "ran"
+        why = (r.summary or "no reason recorded").strip().splitlines()[0][:200]
+        lines.append(f"{r.task_id.removeprefix('train_')} try {r.try_number}: {outcome} ({ran}): {why}")
+    for task_id, (state, tries) in sorted(states.items()):  # CPU tasks and tries CARMA never saw end
+        if state in ("failed", "upstream_failed") and not any(r.task_id == task_id for r in records):
+            lines.append(f"{task_id} try {tries}: {state} in Airflow (see its log in the UI)")
+    return lines
 
 
 def stop_demo(home: Path) -> None:

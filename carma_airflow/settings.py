@@ -48,8 +48,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "policy",
         "string",
-        "interference-aware",
-        "Placement policy: interference-aware (default), "
+        "completion-time",
+        "Placement policy: completion-time (default), interference-aware, predictive, "
         "most-free-memory, least-utilised, first-fit, best-fit, exclusive, round-robin or static-K.",
         "exclusive",
     ),
@@ -77,6 +77,23 @@ OPTIONS: tuple[Option, ...] = (
         "/var/lib/carma",
     ),
     Option(
+        "checkpoint_root",
+        "string",
+        "",
+        "Folder under which each GPU task instance gets a checkpoint folder, the same for all its tries "
+        "(CARMA_CHECKPOINT_DIR in the task; docs/checkpoints.md). With dispatch = celery, a folder every GPU "
+        "host mounts. Empty: the checkpoints folder of state_dir.",
+        "/shared/carma-checkpoints",
+    ),
+    Option(
+        "checkpoint_keep",
+        "boolean",
+        "False",
+        "True: keep a task instance's checkpoint folder after it succeeds. False: remove it then (a folder "
+        "is never removed while the task instance may still be retried).",
+        "True",
+    ),
+    Option(
         "oom_retries",
         "integer",
         "2",
@@ -94,7 +111,13 @@ OPTIONS: tuple[Option, ...] = (
         "After a placement, how long a tenant counts at its reservation before its observed memory is trusted.",
         "60",
     ),
-    Option("max_tenants", "integer", "3", "Most tasks sharing one GPU (interference-aware policy).", "2"),
+    Option(
+        "max_tenants",
+        "integer",
+        "3",
+        "Most tasks sharing one GPU (completion-time, interference-aware and predictive policies).",
+        "2",
+    ),
     Option("starvation_seconds", "float", "3600", "A task waiting longer than this gets GPUs held for it.", "7200"),
     Option(
         "framework_guards",
@@ -175,12 +198,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "isolation_cap",
         "string",
-        "promise",
+        "live",
         "Where a framework or MPS cap sits: promise (its memory plus the margin, set at its start: protects "
         "tenants placed later), protective (the GPU less the co-tenants present when it starts) or live "
-        "(protective, then re-set for PyTorch as co-tenants come and go). A try with the GPU to itself is "
-        "capped at the whole GPU either way.",
-        "protective",
+        "(protective, then re-set for PyTorch as co-tenants come and go; a cap that cannot be re-set, MPS's, "
+        "is set to the promise). A try with the GPU to itself is capped at the whole GPU either way. The default "
+        "is measured: docs/isolation.md.",
+        "promise",
     ),
     Option(
         "schedulers",
@@ -200,6 +224,15 @@ OPTIONS: tuple[Option, ...] = (
         "count until its tries are adopted or reset, and a restarted executor reconciles its tries. "
         "Keep it at most [scheduler] scheduler_health_check_threshold.",
         "20",
+    ),
+    Option(
+        "telemetry_retention",
+        "string",
+        "7d",
+        "How long GPU telemetry history (carma_gpu_sample: a row per GPU every 30 s) is kept: a number with "
+        "s, m, h or d (seconds without). Older rows are deleted in the background every 10 minutes, in "
+        "batches; learned memory peaks and activity are kept. 0 keeps every row.",
+        "30d",
     ),
 )
 
@@ -258,9 +291,18 @@ class CarmaSettings:
     max_waiting: int = 1024
     isolation: str = "auto"
     isolation_margin_mib: int = 2048
-    isolation_cap: str = "promise"
+    isolation_cap: str = "live"  # measured per mechanism: bench/fencing.py, docs/isolation.md
     schedulers: str = "auto"
     peer_timeout_seconds: float = 30.0
+    checkpoint_root: str = ""
+    checkpoint_keep: bool = False
+    telemetry_retention: str = "7d"
+
+    @property
+    def telemetry_retention_s(self) -> float | None:
+        """``telemetry_retention`` in seconds; None: kept for ever (0)."""
+        seconds = parse_duration(self.telemetry_retention, "telemetry_retention")
+        return seconds if seconds > 0 else None
 
     @classmethod
     def load(cls, get: Callable[[str], str | None], airflow_home: str) -> CarmaSettings:
@@ -274,8 +316,12 @@ class CarmaSettings:
             values["store_url"] = default_url(str(home))
         if not values["state_dir"]:
             values["state_dir"] = str(home / "carma")
+        if not values["checkpoint_root"]:
+            values["checkpoint_root"] = str((Path(values["state_dir"]) / "checkpoints").absolute())
         if not values["host"]:
             values["host"] = socket.gethostname()
+        for name in ("isolation", "isolation_cap"):  # "MPS " is mps; a value of neither vocabulary: validate
+            values[name] = str(values[name]).strip().lower()
         settings = cls(**values)
         settings.validate()
         return settings
@@ -328,16 +374,40 @@ class CarmaSettings:
         from carma_airflow.core.fencing import CapRule, IsolationMode
 
         IsolationMode.parse(self.isolation)
-        if self.isolation_cap not in {r.value for r in CapRule}:
-            raise ConfigError(f"[carma] isolation_cap = {self.isolation_cap!r}; use promise or protective")
+        CapRule.parse(self.isolation_cap)  # names every rule it accepts
         if self.isolation_margin_mib < 0:
             raise ConfigError("[carma] isolation_margin_mib must be >= 0")
         if self.schedulers not in ("auto", "one", "several"):
             raise ConfigError(f"[carma] schedulers = {self.schedulers!r}; use auto, one or several")
+        if self.checkpoint_root and not Path(self.checkpoint_root).is_absolute():
+            raise ConfigError(
+                f"[carma] checkpoint_root = {self.checkpoint_root!r} is relative; write an absolute path, "
+                "e.g. checkpoint_root = /shared/carma-checkpoints"
+            )
         if self.peer_timeout_seconds <= 0:
             raise ConfigError("[carma] peer_timeout_seconds must be > 0 (e.g. 30)")
         if self.max_waiting < 1:
             raise ConfigError("[carma] max_waiting must be >= 1 (how many GPU tries may wait for a GPU)")
+        parse_duration(self.telemetry_retention, "telemetry_retention")
+
+
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(raw: str, option: str) -> float:
+    """Seconds in ``raw`` ("90", "90s", "15m", "12h", "7d"); ConfigError naming ``option`` otherwise."""
+    text = str(raw).strip().lower()
+    unit = _DURATION_UNITS.get(text[-1:]) if text else None
+    number = text[:-1] if unit is not None else text
+    try:
+        value = float(number) * (unit or 1.0)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(
+            f"[carma] {option} = {raw!r} is not a duration; write a number with s, m, h or d, e.g. {option} = 7d"
+        )
+    return value
 
 
 def provider_config_section() -> dict[str, Any]:

@@ -35,12 +35,15 @@ _HINTS = {
     "priority_weight": "an integer: replaces the task's Airflow priority_weight in the GPU queue only",
     "activity": "a number between 0 and 1: the task's expected SM activity, a prior until its tries are measured",
     "isolation": "one of auto, framework, mps, driver, none (how the try is held to its memory; docs/isolation.md)",
+    "memory_policy": "learn (the default: history once the task's runs outgrow its memory) or declared (keep it)",
 }
 _MAX_PROBLEMS = 5
 _KEYS_HINT = (
     "string keys only: gpus, memory, memory_by_index, exclusive, gpu_model, priority, priority_weight, "
-    "activity, isolation"
+    "activity, isolation, memory_policy"
 )
+# memory_policy: what a declared memory is once the task's runs outgrow it (core/estimators.py)
+MEMORY_POLICIES = ("learn", "declared")
 MAX_MAPPED = 100_000  # entries of memory_by_index (Airflow's [core] max_map_length is 1024 by default)
 
 
@@ -78,6 +81,8 @@ class GpuTaskConfig(BaseModel):
     activity: float | None = Field(default=None, ge=0.0, le=1.0)
     # how this task's tries are held to their memory; None: [carma] isolation (docs/isolation.md)
     isolation: str | None = None
+    # "learn": a declared memory its runs outgrew gives way to their history; "declared": it is kept
+    memory_policy: str = "learn"
 
     @field_validator("gpus", "priority", "priority_weight", mode="before")
     @classmethod
@@ -133,8 +138,24 @@ class GpuTaskConfig(BaseModel):
         if value is None:
             return None
         if not isinstance(value, str) or value.strip().lower() not in {m.value for m in IsolationMode}:
-            raise ValueError("is not an isolation mode")
+            raise ValueError(f"is not an isolation mode; write one of {', '.join(m.value for m in IsolationMode)}")
         return value.strip().lower()
+
+    @field_validator("memory_policy", mode="before")
+    @classmethod
+    def _memory_policy(cls, value: Any) -> Any:
+        if not isinstance(value, str) or value.strip().lower() not in MEMORY_POLICIES:
+            raise ValueError(
+                "is not a memory policy; write memory_policy='learn' (the default: the reservation follows the"
+                " task's history once its runs outgrow the declared memory) or 'declared' (always the declared"
+                " memory)"
+            )
+        return value.strip().lower()
+
+    @property
+    def keeps_declared(self) -> bool:
+        """Whether a declared memory holds even where the task's runs outgrew it."""
+        return self.memory_policy == "declared"
 
     @field_validator("gpu_model", mode="before")
     @classmethod
@@ -207,12 +228,15 @@ def gpu_task(
     priority_weight: int | None = None,
     activity: float | None = None,
     isolation: str | None = None,
+    memory_policy: str | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """Operator kwargs that send a task to CarmaExecutor: ``@task(**gpu_task(memory="12GiB"))``.
 
     ``memory_by_index``: for a mapped task, the memory of each instance by map index
     (``BashOperator.partial(task_id="ft", **gpu_task(memory_by_index=["4GiB", "12GiB"])).expand(...)``).
+    ``memory_policy="declared"``: keep ``memory`` even once the task's runs peak above it (by
+    default the next run's reservation then follows their peaks; docs/authoring.md).
     Validates at once, so a mistake fails where the DAG is written.
     """
     block: dict[str, Any] = {"gpus": gpus, "exclusive": exclusive, "priority": priority, **extra}
@@ -228,6 +252,8 @@ def gpu_task(
         block["activity"] = activity
     if isolation is not None:
         block["isolation"] = isolation
+    if memory_policy is not None:
+        block["memory_policy"] = memory_policy
     parse_task_config({CONFIG_KEY: block})
     return {"executor": EXECUTOR_NAME, "executor_config": {CONFIG_KEY: block}}
 

@@ -29,6 +29,9 @@ PRIORITY = {"BERT_large": 20, "Xception3": 20, "resnet3": 20, "vgg3": 20, "maskr
 # their peak at once: so its co-tenant holds its own peak before maskrcnn reaches 28606 MiB even
 # when task processes start a few seconds apart on a busy machine.
 RAMP_S = {"maskrcnn": 4.0}
+# Every task saves its progress this often (seconds of solo work, 10 catalogue minutes) in its
+# task instance's checkpoint folder; a retry goes on from the last save instead of from zero.
+CHECKPOINT_EVERY_S = 10 * SCALE_S_PER_MINUTE
 
 
 def _train(name: str) -> dict[str, object]:
@@ -41,6 +44,7 @@ def _train(name: str) -> dict[str, object]:
         seconds=t.solo_s / 60 * SCALE_S_PER_MINUTE,
         activity=activity_profile(t.family, t.batch_size, small).sm_activity,
         ramp_s=RAMP_S.get(name, 0.5),
+        checkpoint_every_s=CHECKPOINT_EVERY_S,  # a retry resumes from the last (docs/checkpoints.md)
     )
     return {"task": name, **out}
 

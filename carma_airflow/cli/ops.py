@@ -143,11 +143,12 @@ def gpus_cmd(
 def _isolation_line(settings: Any) -> str:
     """The memory fence in force on this host (docs/isolation.md), or why there is none."""
     from carma_airflow.core.errors import ConfigError
-    from carma_airflow.core.fencing import IsolationMode
+    from carma_airflow.core.fencing import CapRule, IsolationMode
     from carma_airflow.taskrun.isolation import host_isolation, resolve
 
     try:
-        return resolve(IsolationMode.parse(settings.isolation), host_isolation(settings.gpu_backend)).describe()
+        rule = CapRule(getattr(settings, "isolation_cap", CapRule.PROMISE.value))  # fixed or live, in the line
+        return resolve(IsolationMode.parse(settings.isolation), host_isolation(settings.gpu_backend), rule).describe()
     except ConfigError as exc:
         return f"isolation {settings.isolation} unavailable: {exc}"
 
@@ -215,6 +216,8 @@ def why_cmd(
     """Why a task waits, or why it went where it went (latest tries first)."""
     if "." not in task:
         fail(f"cannot read {task!r}; write DAG_ID.TASK_ID, e.g. training.train_bert")
+    from carma_airflow.core.checkpoints import RESUME_REASON
+    from carma_airflow.core.estimators import outgrew_declaration
     from carma_airflow.learned_view import activity, activity_line
 
     dag_id, task_id = task.split(".", 1)
@@ -224,16 +227,28 @@ def why_cmd(
         fail(f"no placement recorded for {dag_id}.{task_id}; is it a CarmaExecutor task that was queued?")
     learned = activity(store.activities(dag_id, task_id))
     if as_json:
-        typer.echo(json.dumps([{**_record_dict(r), "activity": learned} for r in records]))
+        typer.echo(json.dumps([{**_record_dict(r), "activity": learned, "resumed": _resumed(r)} for r in records]))
         return
     typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
     for r in records[:3]:
         typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
         typer.echo(f"  {r.summary}")
-        typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
-        for line in r.reasons[:10]:
+        if (resumed := _resumed(r)) is not None:
+            typer.echo(f"  {resumed}")
+        if outgrew_declaration(r.estimate_source):  # flagged: its runs outgrew the memory it declared
+            typer.echo(f"  memory estimate {r.estimate_mib} MiB: {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
+        else:
+            typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
+        for line in [x for x in r.reasons if not x.startswith(RESUME_REASON)][:10]:  # that one: above
             typer.echo(f"  {line}")
     typer.echo(f"  memory fence on this host: {_isolation_line(_settings())} (a task's executor_config isolation wins)")
+
+
+def _resumed(rec: Any) -> str | None:
+    """``try 2 resumed from step N (checkpoint of HH:MM:SS UTC, ...)``, None: it started from zero."""
+    from carma_airflow.core.checkpoints import resume_line
+
+    return resume_line(rec.try_number, rec.reasons)
 
 
 @app.command("demo")

@@ -77,26 +77,66 @@ GrowthOpt = Annotated[
         "late in its run (seeded)",
     ),
 ]
+HostOpt = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="the host's fencing mechanisms: framework (PyTorch/TensorFlow/JAX caps only: the common host), "
+        "mps (an MPS control daemon serves the GPUs) or driver (NVML per-cgroup limits: r615+, cgroup v2, root)",
+    ),
+]
 IsolationOpt = Annotated[
     str,
     typer.Option(
         "--isolation",
-        help="none (unfenced: the try that allocates next crashes, whoever grew), caps (each try held to its "
-        "GPU less its co-tenants' reservations: only the try past its cap crashes) or fixed (a cap set at the "
-        "try's start: its reservation + headroom)",
+        help="as the executor's isolation setting: auto (the strongest the host has, as the executor resolves "
+        "it), framework, mps, driver, or none (unfenced: the try that allocates next crashes, whoever grew)",
+    ),
+]
+CapRuleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cap-rule",
+        help="as the executor's isolation_cap setting: promise (reservation + margin, set at start), protective "
+        "(the GPU less the co-tenants at start) or live (re-set as co-tenants come and go; framework and driver); "
+        "default: the executor's",
+    ),
+]
+CheckpointOpt = Annotated[
+    str,
+    typer.Option(
+        "--checkpoint-every",
+        help="each try saves a checkpoint every this many seconds of running (0: never); a try that crashes "
+        "resumes its job from the last one; the result reports the GPU-seconds crashes threw away",
     ),
 ]
 
 
-def _with_fencing(cfg: SimConfig, growth: str, isolation: str) -> SimConfig:
-    from carma_airflow.sim.fencing import SimIsolation
+def _with_fencing(
+    cfg: SimConfig,
+    growth: str,
+    isolation: str,
+    host: str = "framework",
+    cap_rule: str | None = None,
+    checkpoint_every: str = "0",
+) -> SimConfig:
+    from carma_airflow.sim.fencing import sim_fence
 
     g = _truth_number("--memory-growth", growth, 0.0)
+    every = _truth_number("--checkpoint-every", checkpoint_every, 0.0)
+    out = replace(
+        cfg,
+        memory_growth=g,
+        isolation=isolation.strip().lower(),
+        host=host.strip().lower(),
+        cap_rule=None if cap_rule is None else cap_rule.strip().lower(),
+        checkpoint_every_s=every,
+    )
     try:
-        mode = SimIsolation.parse(isolation)
+        sim_fence(out)  # the names, and a mechanism the host lacks, as the executor would refuse it
     except ConfigError as exc:
         fail(str(exc))
-    return replace(cfg, memory_growth=g, isolation=mode.value)
+    return out
 
 
 def _truth_number(option: str, text: str | None, default: float) -> float:
@@ -173,12 +213,15 @@ def simulate_cmd(
     truth: FormOpt = "sharing",
     warm_runs: WarmOpt = "0",
     memory_growth: GrowthOpt = "0",
-    isolation: IsolationOpt = "none",
+    host: HostOpt = "framework",
+    isolation: IsolationOpt = "auto",
+    cap_rule: CapRuleOpt = None,
+    checkpoint_every: CheckpointOpt = "0",
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
     cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale, truth)
-    cfg = _with_fencing(cfg, memory_growth, isolation)
+    cfg = _with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
     cfg = _with_warm_runs(cfg, warm_runs)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     result = simulate(cfg, arrivals)
@@ -211,7 +254,10 @@ def compare_cmd(
     activity_scale: ScaleOpt = "1.0",
     truth: FormOpt = "sharing",
     memory_growth: GrowthOpt = "0",
-    isolation: IsolationOpt = "none",
+    host: HostOpt = "framework",
+    isolation: IsolationOpt = "auto",
+    cap_rule: CapRuleOpt = None,
+    checkpoint_every: CheckpointOpt = "0",
     as_json: JsonOpt = False,
     plot: Annotated[Path | None, typer.Option(help="write a PNG: per-GPU timelines and a bar chart")] = None,
 ) -> None:
@@ -222,7 +268,7 @@ def compare_cmd(
     for name in names:
         make_policy(name)
     cfg = _with_truth(_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale, truth)
-    cfg = _with_fencing(cfg, memory_growth, isolation)
+    cfg = _with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
     if plot is not None:
         _check_plot_path(plot)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)

@@ -10,7 +10,6 @@ class Outcome(enum.Enum):
     PLACED = "placed"
     NOT_NOW = "not-now"  # may fit later, when tenants leave
     NEVER_FITS = "never-fits"  # no GPU set could ever take it
-    ERROR = "error"
 
 
 class Reason(enum.Enum):
@@ -26,9 +25,7 @@ class Reason(enum.Enum):
     EXCLUSIVE_TENANT = "exclusive-tenant"
     TENANT_CAP = "tenant-cap"
     MODEL = "gpu-model"
-    AVOID = "avoided-after-oom"
     RESERVED = "reserved"
-    HOST = "host-short-of-gpus"
 
 
 @dataclass(frozen=True, slots=True)

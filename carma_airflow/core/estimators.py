@@ -3,6 +3,13 @@
 An estimator turns :class:`TaskMemoryInfo` (what is known about a task) into a
 :class:`~carma_airflow.core.task.MemoryNeed`.  Catalogue values of 40000 MiB or more mean
 "the estimator gave up" (the workload's convention) and become ``whole_gpu``.
+
+A declared value wins over history, until the task's history shows it outgrowing it: when each
+of its last :data:`OUTGROWN_RUNS` successful runs peaked more than :data:`OUTGROWN_TOLERANCE`
+above the declaration, the reservation follows the history (:class:`Declared` with a
+:class:`History`), unless the author keeps the declaration (``memory_policy="declared"``,
+``TaskMemoryInfo.keep_declared``).  Either way the estimate's source starts with
+:data:`OUTGREW`, which the try's log, ``carma why`` and the UI show and flag.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ class TaskMemoryInfo:
     gpumemnet_mib: int | None = None
     history_mib: tuple[int, ...] = ()  # peaks of earlier successful runs, oldest first
     history_of: str | None = None  # whose runs history_mib are when not the whole task's, e.g. "map index 2"
+    keep_declared: bool = False  # the author keeps the declaration even where history outgrew it
 
 
 class MemoryEstimator:
@@ -47,11 +55,54 @@ def _value(mib: int | None, source: str) -> MemoryNeed | None:
     return MemoryNeed(mib=max(1, mib), source=source)
 
 
+OUTGROWN_RUNS = 2  # the latest successful runs that must all have peaked above the declaration
+OUTGROWN_TOLERANCE = 0.10  # ... by more than this share of it (a CUDA context, allocator jitter)
+OUTGREW = "outgrew its declaration"  # how an estimate's source starts when history outgrew it
+KEEP_HINT = "memory_policy='declared' keeps the declaration"
+
+
+def outgrown_peaks(info: TaskMemoryInfo) -> tuple[int, ...]:
+    """The latest peaks that show a task outgrew its declaration; empty when it did not (or
+    nothing is declared, or it has no history)."""
+    if info.declared_mib is None or not info.history_mib:
+        return ()
+    recent = info.history_mib[-OUTGROWN_RUNS:]
+    limit = info.declared_mib * (1.0 + OUTGROWN_TOLERANCE)
+    return tuple(recent) if all(peak > limit for peak in recent) else ()
+
+
+def outgrew_declaration(source: str | None) -> bool:
+    """Whether an estimate's source (as the store keeps it) says the task outgrew its declaration."""
+    return bool(source) and str(source).startswith(OUTGREW)
+
+
 class Declared(MemoryEstimator):
+    """The author's value; with ``history``, the history's once the task has outgrown it."""
+
     name = "declared"
 
+    def __init__(self, history: History | None = None) -> None:
+        self.history = history
+
     def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
-        return None if info.declared_mib is None else MemoryNeed(info.declared_mib, "declared")
+        declared = info.declared_mib
+        if declared is None:
+            return None
+        history = self.history
+        grew = outgrown_peaks(info) if history is not None else ()
+        learned = history.estimate(info) if history is not None and grew else None
+        if history is None or learned is None:
+            return MemoryNeed(declared, "declared")
+        of = f" of {info.history_of}" if info.history_of else ""
+        runs = f"its last {len(grew)} run{'s' if len(grew) != 1 else ''}{of} peaked at {', '.join(map(str, grew))} MiB"
+        if info.keep_declared:
+            return MemoryNeed(declared, f"{OUTGREW}, kept: declared {declared} MiB (memory_policy='declared'); {runs}")
+        top = max(info.history_mib[-history.runs :])
+        return MemoryNeed(
+            learned.mib,
+            f"{OUTGREW}: declared {declared} MiB; {runs}: reserving {learned.mib} MiB "
+            f"({top} + {round(history.margin * 100)} %); {KEEP_HINT}",
+        )
 
 
 class Oracle(MemoryEstimator):
@@ -157,7 +208,8 @@ def make_estimator(name: str, floor_mib: int = 5120) -> MemoryEstimator:
     """Build an estimator by name.
 
     Every estimator is chained as ``declared -> NAME -> floor``: a memory the author declared
-    always wins, and a task the estimator knows nothing about gets the floor.  ``history``
+    wins (with ``history`` in the chain, until the task's runs outgrow it: module docstring),
+    and a task the estimator knows nothing about gets the floor.  ``history``
     chains ``declared -> history -> gpumemnet -> floor``.  ``a+b`` chains explicitly.
     """
     wanted = name.strip().lower()
@@ -171,7 +223,8 @@ def make_estimator(name: str, floor_mib: int = 5120) -> MemoryEstimator:
     if len(parts) == 1 and parts[0] == "history":
         links.append(GpuMemNet())
     if not isinstance(links[0], Declared):
-        links.insert(0, Declared())
+        history = next((link for link in links if isinstance(link, History)), None)
+        links.insert(0, Declared(history))  # with history in the chain, past an outgrown declaration too
     if not isinstance(links[-1], Floor):
         links.append(Floor(floor_mib))
     chain = Chain(*links)

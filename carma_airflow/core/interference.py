@@ -4,12 +4,13 @@ The functional form is the sharing model's (:mod:`carma_airflow.core.sharing`), 
 coefficients.  A tenant whose reported solo SM activity is ``a``, beside co-tenants whose
 reported activities sum to ``C``, runs slower by
 
-    slowdown = max(1, k * (a + C)) * (1 + beta * k * C)
+    slowdown = max(1, k * (a + C)) / max(1, k * a) * (1 + beta * k * C)
 
-``beta`` is contention below saturation; ``k`` (the *activity scale*) is how much of the
-reported activity is real demand (NVML busy time over-states it: a job that leaves most SMs
-idle reads near 100 %).  With no observations ``beta`` is the cold prior's (0.1, mild: see
-``COLD_PRIOR_BETA``) and ``k = 1``, with a wide range and a low confidence.
+(1.0 alone: a try alone on its GPU runs at its solo speed). ``beta`` is contention below saturation;
+``k`` (the *activity scale*) is how much of the reported activity is real demand (NVML busy time
+over-states it: a job that leaves most SMs idle reads near 100 %). With no observations ``beta`` is
+the cold prior's (0.1, mild: see ``COLD_PRIOR_BETA``) and ``k = 1``, with a wide range and a low
+confidence.
 
 Every ended try that had co-tenants is an observation: its *stretch* (duration over its solo
 duration from history) against the co-tenants it had.  A try whose co-tenants changed during its
@@ -27,11 +28,13 @@ the coefficients either side.
 Over the pooled fit, per task type: its sensitivity and the pressure it puts on others
 (:mod:`carma_airflow.core.task_terms`), shrunk toward the pooled fit, for observations that name
 their task types.  A prediction's ``low``/``high`` is a prediction interval for one try's speed:
-``interval_level`` (90 %) of the fit's leave-one-out residuals, widened for task types it has not
-seen; at the prior, the bounds.  **Confidence** is the probability that the speed is within
-+-5 % of the prediction, counted on those residuals (at the prior: ``prior_confidence``); a fit's
-``confidence`` is that of a typical observation.  ``bench/interference_eval.py`` checks both on
-held-out measured pairs.
+``interval_level`` (90 %) of the fit's leave-one-out residuals at the prediction's own residual
+scale (its task types, the contention it predicts: :mod:`carma_airflow.core.interference_spread`),
+widened for task types it has not seen; at the prior, the bounds.  **Confidence** is the
+probability that the speed is within +-5 % of the prediction, counted on those residuals at that
+scale (at the prior: ``prior_confidence``), so it tells the predictions likely to land close from
+the others; a fit's ``confidence`` is that of a typical observation.  ``bench/interference_eval.py``
+checks both on held-out measured pairs, with the hit rate per fifth of predictions by confidence.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from carma_airflow.core.interference_form import (
     PRIOR_SCALE,
     CollocationObservation,
     Segment,
+    log_saturation,
     predicted_stretch,
     slowdown,
     speed,
@@ -174,8 +178,8 @@ class InterferenceFit:
         beta, scale = self.beta, self.activity_scale
         g = math.log1p(beta * scale * contention)
         multiplier, variance = self.terms.multiplier(task, co_tasks, co_tenants)
-        point = math.exp(-math.log(max(1.0, scale * (own + contention))) - g * multiplier)
-        lo, hi, confidence = self.terms.spread(g, variance, s.interval_level)
+        point = math.exp(-log_saturation(own, contention, scale) - g * multiplier)
+        lo, hi, confidence = self.terms.interval(g, multiplier, variance, s.interval_level, task, co_tasks, co_tenants)
         return SpeedPrediction(point, point * math.exp(lo), point * math.exp(hi), confidence)  # of a try: noise too
 
     def task_terms(self) -> dict[str, dict[str, float | int]]:

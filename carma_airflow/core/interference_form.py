@@ -3,11 +3,14 @@
 A tenant whose reported solo SM activity is ``a``, beside co-tenants whose reported activities
 sum to ``C``, runs slower by
 
-    slowdown = max(1, k * (a + C)) * (1 + beta * k * C)
+    slowdown = max(1, k * (a + C)) / max(1, k * a) * (1 + beta * k * C)
 
-``beta`` is contention below saturation; ``k`` (the *activity scale*) is how much of the
-reported activity is real demand.  An ended try is an observation of its stretch against the
-co-tenants it had (:class:`CollocationObservation`, by segments where they changed).
+``beta`` is contention below saturation; ``k`` (the *activity scale*) is how much of the reported
+activity is real demand. The saturation term is relative to the tenant's own demand alone: a tenant
+alone on its GPU runs at its solo speed (slowdown 1) whatever ``k * a`` is, and a co-tenant of
+little activity costs little (before, ``max(1, k * a)`` made a try alone, or beside a near-idle
+co-tenant, slower than solo whenever ``k * a > 1``). An ended try is an observation of its stretch
+against the co-tenants it had (:class:`CollocationObservation`, by segments where they changed).
 """
 
 from __future__ import annotations
@@ -25,7 +28,18 @@ PRIOR_SCALE = 1.0  # reported activity taken at face value, as the sharing model
 def slowdown(own: float, co_tenants: Iterable[float], beta: float, scale: float = PRIOR_SCALE) -> float:
     """Slowdown of a tenant with activity ``own`` beside ``co_tenants`` (1.0 = solo speed)."""
     contention = sum(co_tenants)
-    return max(1.0, scale * (own + contention)) * (1.0 + beta * scale * contention)
+    if contention <= 0.0:
+        return 1.0  # alone: its solo speed, by definition
+    return math.exp(log_saturation(own, contention, scale)) * (1.0 + beta * scale * contention)
+
+
+def log_saturation(own: float, contention: float, scale: float) -> float:
+    """log of the saturation part of the slowdown: ``max(1, k (a + C)) / max(1, k a)`` (0 alone)."""
+    total = scale * (own + contention)
+    if contention <= 0.0 or total <= 1.0:
+        return 0.0
+    alone = scale * own
+    return math.log(total) - (math.log(alone) if alone > 1.0 else 0.0)
 
 
 def speed(own: float, co_tenants: Iterable[float], beta: float, scale: float = PRIOR_SCALE) -> float:
@@ -35,9 +49,11 @@ def speed(own: float, co_tenants: Iterable[float], beta: float, scale: float = P
 
 def log_speed_gradient(own: float, contention: float, beta: float, scale: float) -> tuple[float, float]:
     """d log(speed) / d beta and d log(speed) / d scale for one set of co-tenants."""
+    if contention <= 0.0:
+        return 0.0, 0.0
     inner = 1.0 + beta * scale * contention
-    saturated = scale * (own + contention) > 1.0
-    return -scale * contention / inner, -(1.0 / scale if saturated else 0.0) - beta * contention / inner
+    saturated = (scale * (own + contention) > 1.0) - (scale * own > 1.0)  # 1: only with co-tenants
+    return -scale * contention / inner, -saturated / scale - beta * contention / inner
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +124,7 @@ __all__ = [
     "PRIOR_SCALE",
     "CollocationObservation",
     "Segment",
+    "log_saturation",
     "log_speed_gradient",
     "log_stretch",
     "predicted_stretch",

@@ -9,9 +9,18 @@ from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import copy_facts, model_matches, needs_idle, never_fits
+from carma_airflow.core.gpu import GpuHealth
 from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.completion_time import Choice, CompletionTime
 from carma_airflow.core.pools import Entry, Pools
-from carma_airflow.core.reasons import count_reasons, describe, scan_verdicts, summary_of_counts, verdict
+from carma_airflow.core.reasons import (
+    count_reasons,
+    describe,
+    scan_verdicts,
+    summary_of_counts,
+    verdict,
+    waiting_by_choice,
+)
 from carma_airflow.core.risk import is_high_risk
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
@@ -20,6 +29,9 @@ PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as i
 HEAD = 16  # candidates looked at in order before the by-memory index is asked
 # a waiting decision without reasons, for a pass that only needs what it places (Placer.place)
 WAITS = Decision("", Outcome.NOT_NOW, summary="waiting", policy="")
+# the same where a GPU set could take the try but waiting was priced cheaper (a pricing policy):
+# unlike WAITS, a try of another task type and the same shape may still be placed
+WAITS_BY_CHOICE = Decision("", Outcome.NOT_NOW, summary="waiting (by choice)", policy="")
 
 
 class PlacementPass(Pools):
@@ -27,6 +39,7 @@ class PlacementPass(Pools):
     place as the pass places."""
 
     def __init__(self, base: Pools) -> None:
+        self.base = base
         self.pol = base.pol
         self.settings = base.settings
         self.facts = list(base.facts)
@@ -40,6 +53,13 @@ class PlacementPass(Pools):
         self.static = dict(base.static)
         self._static_tuple = base.static_rejections()
         self._static_counts = base._static_counts  # shared: never changed, only replaced
+        # a policy that prices its options (completion-time): drain times by request shape, this pass
+        self.chooser = self.pol if isinstance(self.pol, CompletionTime) else None
+        self._drains: dict[tuple[object, ...], tuple[float, GpuFacts | None]] = {}
+        self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
+        self._order: list[tuple[float, int, GpuFacts]] | None = None  # GPUs with tenants, by drain bound
+        self._order_of: dict[str, tuple[float, int, GpuFacts]] = {}
+        self._applied: set[str] = set()  # GPUs this pass placed on
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -70,6 +90,10 @@ class PlacementPass(Pools):
         avoided: list[GpuFacts] = []
         groups: dict[str, list[GpuFacts]] = {}
         chosen: list[GpuFacts] | None = None
+        chooser = self.chooser
+        feasible: list[GpuFacts] = []  # a chooser's collocation candidates, to be priced
+        limit = 0 if chooser is None else max(1, chooser.settings.candidates) * n
+        choice: Choice | None = None
 
         def take(f: GpuFacts) -> list[GpuFacts] | None:
             group = groups.setdefault(f.state.host, [])
@@ -99,6 +123,7 @@ class PlacementPass(Pools):
             and pol.checks_memory
             and pol.stable_keys
             and not refusing
+            and chooser is None
         )
         if fast:
             # same answer as the scan below (the first candidate in policy order with enough
@@ -134,10 +159,30 @@ class PlacementPass(Pools):
                     notes[f.uuid] = refusal.detail
                 elif avoid and f.state.uuid in avoid:
                     avoided.append(f)
+                elif chooser is not None:
+                    feasible.append(f)
+                    if len(feasible) >= limit:
+                        break
                 else:
                     chosen = take(f)
                     if chosen is not None:
                         break
+        if chooser is not None and chosen is None and (feasible or avoided):
+            priced = feasible or avoided
+            choice = chooser.choose(request, priced, lambda: self._drain(request, reserved), n)
+            if choice.best is None:
+                choice = None
+            elif choice.best.waits:
+                if choice.best.drained is not None:  # the next waiting try waits for the next GPU
+                    self._claim(choice.best.drained)
+                if not explain:
+                    return WAITS_BY_CHOICE
+                return self._waits_by_choice(request, choice, scanned, notes, filter_need)
+            else:
+                chosen = list(choice.best.gpus)
+                notes.update((f.uuid, note) for f in priced if (note := choice.note(f)) is not None)
+                scanned.extend((f, Reason.INTERFERENCE, True) for f in priced if f.uuid in notes)
+            avoided = []  # priced already: the avoided GPUs were the candidates where nothing else fits
         if chosen is None:
             for f in avoided:  # already in idle-then-policy order
                 chosen = take(f)
@@ -153,7 +198,7 @@ class PlacementPass(Pools):
                 counts, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
             )
             return Decision(request.key, Outcome.NOT_NOW, rejected=rejected, summary=summary, policy=pol.name)
-        verdicts = tuple(verdict(f, None, self._chosen_detail(f, request)) for f in chosen)
+        verdicts = tuple(verdict(f, None, self._chosen_detail(f, request, choice)) for f in chosen)
         where = ", ".join(f"GPU {f.index} ({f.state.spec.name})" for f in chosen)
         return Decision(
             request.key,
@@ -166,10 +211,130 @@ class PlacementPass(Pools):
             policy=pol.name,
         )
 
-    def _chosen_detail(self, f: GpuFacts, request: TaskRequest) -> str:
+    def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
-        extra = self.pol.describe(f, request)
+        if choice is not None and choice.best is not None:
+            waiting = choice.wait_option()
+            extra: str | None = choice.best.text(choice.timed)
+            if waiting is not None:
+                extra = f"{extra}; {waiting.text(choice.timed)}"
+        else:
+            extra = self.pol.describe(f, request)
         return text if extra is None else f"{text}; {extra}"
+
+    def _drain(self, request: TaskRequest, reserved: frozenset[str]) -> tuple[float, GpuFacts | None]:
+        """The chooser's drain time for a request of this shape (kept until the pass places): the
+        GPUs with tenants in the order of their lower bound (the longest work left), played
+        forward only while the bound beats the soonest drain found."""
+        chooser = self.chooser
+        assert chooser is not None
+        need = request.memory.mib + self.settings.reserve_mib
+        key = (request.gpu_model, request.gpus, need, reserved)
+        got = self._drains.get(key)
+        if got is not None:
+            return got
+        wanted = request.gpu_model
+        claimed = self._claimed
+
+        def usable(f: GpuFacts) -> bool:
+            return (
+                f.state.spec.memory_mib >= need
+                and (wanted is None or model_matches(f.state.spec.name, wanted))
+                and not (reserved and f.uuid in reserved)
+                and f.uuid not in claimed
+            )
+
+        n = request.gpus
+        best, where = float("inf"), None
+        per_host: dict[str, list[tuple[float, int, GpuFacts]]] = {}
+        now = chooser.now
+        for at, place, f in self._drain_order():
+            if at - now >= best:  # every GPU after this one drains later still
+                break
+            if not usable(f):
+                continue
+            drain = chooser.drained(f)
+            if n == 1:
+                if drain < best:
+                    best, where = drain, f
+                continue
+            group = per_host.setdefault(f.state.host, [])
+            bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
+            if len(group) >= n and group[n - 1][0] < best:
+                best, where = group[n - 1][0], group[n - 1][2]
+        got = self._drains[key] = (best, where)
+        return got
+
+    def _drain_order(self) -> list[tuple[float, int, GpuFacts]]:
+        """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
+        kept in the view's pools from pass to pass (only the GPUs whose facts changed are placed
+        again), copied for this pass and kept up to date as it places."""
+        if self._order is None:
+            chooser = self.chooser
+            assert chooser is not None
+            base = self.base
+            version = chooser.forecast_version()
+            if base.drains is None or base.drain_version != version:
+                base.drain_of = {}
+                for f in base.facts:
+                    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
+                        base.drain_of[f.uuid] = (chooser.now + chooser.bound(f), base.ordinal[f.uuid], f)
+                base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
+                base.drain_version, base.drain_stale = version, set()
+            elif base.drain_stale:
+                for uuid in base.drain_stale:
+                    _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
+                base.drain_stale = set()
+            self._order, self._order_of = list(base.drains), dict(base.drain_of)
+            for uuid in self._applied:
+                self._reorder(self.by_uuid[uuid])
+            for uuid in self._claimed:
+                self._claim(self.by_uuid[uuid])
+        return self._order
+
+    def _claim(self, f: GpuFacts) -> None:
+        """A waiting try counts on this GPU draining: later tries of the pass count on others."""
+        self._claimed.add(f.uuid)
+        self._drains = {}
+        entry = self._order_of.pop(f.uuid, None)
+        if entry is not None and self._order is not None:
+            i = bisect.bisect_left(self._order, (entry[0], entry[1]), key=itemgetter(0, 1))
+            if i < len(self._order) and self._order[i][2] is entry[2]:
+                del self._order[i]
+
+    def _reorder(self, f: GpuFacts) -> None:
+        """A GPU's facts changed (a placement): its place in this pass's drain order."""
+        if self._order is not None and f.uuid not in self._claimed:
+            assert self.chooser is not None
+            _place(self._order, self._order_of, f, self.ordinal, self.chooser)
+
+    def _waits_by_choice(
+        self,
+        request: TaskRequest,
+        choice: Choice,
+        scanned: list[tuple[GpuFacts, Reason, bool]],
+        notes: dict[str, str],
+        filter_need: int,
+    ) -> Decision:
+        """A try that could share a GPU now but is predicted to finish sooner, slowing nobody, if it waits."""
+        for o in choice.options:
+            for f in o.gpus:
+                note = choice.note(f)
+                if note is not None and f.uuid not in notes:
+                    notes[f.uuid] = note
+                    scanned.append((f, Reason.INTERFERENCE, True))
+        mine = self._verdicts(scanned, request, notes)
+        counts = count_reasons(mine, dict(self.static_counts()))
+        summary = waiting_by_choice(
+            counts, len(self.facts), n=request.gpus, need=format_mib(filter_need), wait=choice.best_text()
+        )
+        return Decision(
+            request.key,
+            Outcome.NOT_NOW,
+            rejected=mine + self.static_rejections(),
+            summary=summary,
+            policy=self.pol.name,
+        )
 
     def _verdicts(
         self,
@@ -182,6 +347,7 @@ class PlacementPass(Pools):
     def apply(self, request: TaskRequest, decision: Decision) -> None:
         """Account a placement inside the pass and move the GPUs to their new pools."""
         chosen = []
+        self._drains = {}
         for uuid in decision.gpu_uuids:
             old = self.by_uuid[uuid]
             self._take_out(old)
@@ -199,7 +365,30 @@ class PlacementPass(Pools):
                 f.smact += self.settings.activity_prior
                 f.high_risk = is_high_risk(f.smact, f.smocc, f.drama, self.settings.risk)
             self._place_in_pool(f)
+            if self.chooser is not None:
+                self._applied.add(uuid)
+                self._reorder(f)
         self.pol.rotate(chosen, len(self.facts))
 
 
-__all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "PlacementPass"]
+def _place(
+    order: list[tuple[float, int, GpuFacts]],
+    where: dict[str, tuple[float, int, GpuFacts]],
+    f: GpuFacts,
+    ordinal: dict[str, int],
+    chooser: CompletionTime,
+) -> None:
+    """Put a GPU's (new) facts in a drain order: out with its old entry, in by its drain bound
+    (GPUs without tenants and quarantined ones stay out)."""
+    old = where.pop(f.uuid, None)
+    if old is not None:
+        i = bisect.bisect_left(order, (old[0], old[1]), key=itemgetter(0, 1))
+        if i < len(order) and order[i][2] is old[2]:
+            del order[i]
+    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
+        entry = (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
+        where[f.uuid] = entry
+        bisect.insort(order, entry, key=itemgetter(0, 1))
+
+
+__all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "WAITS_BY_CHOICE", "PlacementPass"]

@@ -13,10 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from carma_airflow.core.decision import Decision, Outcome
-from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle, never_fits
+from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
 from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState
-from carma_airflow.core.placement_pass import PlacementPass
+from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
 from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
@@ -65,6 +66,8 @@ class Placer:
         self.policy = policy
         self.settings = settings
         self._cache: PoolCache | None = None
+        # the last starvation hold: (request shape, the facts it was chosen from, the GPUs)
+        self._held: tuple[tuple[object, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
 
     # -- facts -------------------------------------------------------------------------
     def facts(self, view: ClusterView, until: list[float] | None = None) -> list[GpuFacts]:
@@ -96,17 +99,15 @@ class Placer:
         up (a memory-aware policy then gives it a whole GPU; static sharing ignores memory)."""
         return needs_idle(self.policy, request)
 
-    def _pass(self, view: ClusterView) -> PlacementPass:
+    def _pass(self, view: ClusterView, waiting: int = 0) -> PlacementPass:
+        if isinstance(self.policy, CompletionTime):  # tenants' work left moves with the clock
+            self.policy.begin_pass(view.now, waiting, len(view.gpus))
         return PlacementPass(self._pools(view))
 
     # -- one request -------------------------------------------------------------------
     def decide(self, request: TaskRequest, view: ClusterView) -> Decision:
         """Decide one request against a view (no queue)."""
         return self._pass(view).decide(request, frozenset())
-
-    def never_fits_reason(self, request: TaskRequest, facts: Sequence[GpuFacts]) -> str | None:
-        """Why no GPU set of this cluster could ever take the request, or None."""
-        return never_fits(self.policy, self.settings, request, facts, {})
 
     # -- a pass over a queue -------------------------------------------------------------
     def schedule(
@@ -123,7 +124,7 @@ class Placer:
         ``protected``: a request past its starvation bound; it is decided first and, if it
         must wait, the GPUs closest to fitting it are held back from everyone else.
         """
-        state = self._pass(view)
+        state = self._pass(view, len(requests))
         order: list[str] = []
         by_key: dict[str, Decision] = {}
         placed: list[Decision] = []
@@ -186,6 +187,7 @@ class Placer:
         """What a decision of a memory-checking policy depends on besides the GPUs: in one pass,
         a request of the same shape as one that had to wait waits too, for the same reason."""
         mem = request.memory
+        prices = isinstance(self.policy, CompletionTime)  # decides by each try's predicted work
         return (
             request.gpus,
             request.exclusive or mem.whole_gpu,
@@ -193,7 +195,8 @@ class Placer:
             request.avoid_gpus,
             mem.add_headroom,
             mem.mib,
-            request.activity if self.policy.refuses_gpus else None,
+            request.activity if self.policy.refuses_gpus or prices else None,
+            request.label.split("[", 1)[0] if prices else None,  # its task type: its work
         )
 
     def place(
@@ -216,7 +219,7 @@ class Placer:
         """
         if not self.policy.checks_memory:
             raise ValueError("Placer.place needs a policy that checks memory; use schedule")
-        state = self._pass(view)
+        state = self._pass(view, sum(len(g) for g in groups))
         placed: list[Decision] = []
         never: list[Decision] = []
         reserved: frozenset[str] = frozenset()
@@ -244,11 +247,16 @@ class Placer:
                 shapes.append(())
         heapq.heapify(heads)
         waits: set[tuple[object, ...]] = set()
+        # a pricing policy's shapes carry the activity and the task type; a try that waits because
+        # no GPU set can take it (not by choice: the filters know neither) makes every try of its
+        # shape wait, whatever its type and activity: the shape less those two
+        prices = isinstance(self.policy, CompletionTime)
+        base = [s[:-2] for s in shapes] if prices else shapes
         while heads:
             _, g, i = heads[0]
             group = groups[g]
             sig = shapes[g]
-            if sig in waits:
+            if sig in waits or (prices and base[g] in waits):
                 heapq.heappop(heads)
                 continue
             req = group[i]
@@ -260,7 +268,7 @@ class Placer:
                 elif d.outcome is Outcome.NOT_NOW:
                     if blocking:
                         break
-                    waits.add(sig)
+                    waits.add(sig if d is WAITS_BY_CHOICE or not prices else base[g])
                     heapq.heappop(heads)
                     continue
                 else:
@@ -277,19 +285,34 @@ class Placer:
 
         The N matching GPUs on one host with the fewest tenants and most usable memory:
         nothing new lands on them, so their free memory only grows as tenants finish, and
-        the choice stays put from pass to pass.
+        the choice stays put from pass to pass.  Kept while the facts are the same objects (a
+        pass whose GPUs did not change reuses the last pass's facts).
         """
+        shape = (request.gpus, request.gpu_model)
+        ids = list(map(id, facts))
+        held = self._held
+        if held is not None and held[0] == shape and held[2] == ids:
+            return held[3]
+        out = self._choose_hold(request, facts)
+        self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
+        return out
+
+    def _choose_hold(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
         per_host: dict[str, list[GpuFacts]] = {}
         for f in facts:
             if f.state.health is not GpuHealth.QUARANTINED and model_matches(f.state.spec.name, request.gpu_model):
                 per_host.setdefault(f.state.host, []).append(f)
         best: list[GpuFacts] = []
         best_score = -1.0e18
+        n = request.gpus
         for group in per_host.values():
-            if len(group) < request.gpus:
+            if len(group) < n:
                 continue
-            group.sort(key=lambda f: (f.tenants, -f.usable_free_mib, f.index))
-            top = group[: request.gpus]
+            # the n first in (fewest tenants, most usable memory, index) order; a full sort of a
+            # large host per pass was the deep queue's hot spot
+            order = [(f.tenants, -f.usable_free_mib, f.index, i) for i, f in enumerate(group)]
+            firsts = [min(order)] if n == 1 else heapq.nsmallest(n, order)
+            top = [group[t[3]] for t in firsts]
             score = float(sum(f.usable_free_mib for f in top)) - 1e9 * sum(f.tenants for f in top)
             if score > best_score:
                 best, best_score = top, score

@@ -43,6 +43,12 @@ class Pools:
         self.static: dict[str, GpuVerdict] = {}
         self._static_tuple: tuple[GpuVerdict, ...] | None = None
         self._static_counts: dict[Reason, int] | None = None
+        # a pricing policy's GPUs with tenants by the earliest they can drain (absolute time): kept
+        # from pass to pass with the pools, built by the first pass that needs it (placement_pass)
+        self.drains: list[tuple[float, int, GpuFacts]] | None = None
+        self.drain_of: dict[str, tuple[float, int, GpuFacts]] = {}
+        self.drain_version: object = None
+        self.drain_stale: set[str] = set()
         for f in facts:
             self._place_in_pool(f, sort=False)
         self.idle.sort(key=lambda e: (e[0], e[1]))
@@ -169,10 +175,12 @@ class PoolCache:
             pools.facts[i] = f
             pools.by_uuid[f.uuid] = f
             pools._place_in_pool(f)
+            pools.drain_stale.add(f.uuid)  # the next pass that needs the drain order places it again
             reorder = reorder or f.uuid in static
             self.until[i] = u
         if reorder:  # the GPUs no request can use, in view order (as a fresh build lists them)
-            pools.static = {f.uuid: static[f.uuid] for f in pools.facts if f.uuid in static}
+            place = pools.ordinal.__getitem__
+            pools.static = {u: static[u] for u in sorted(static, key=place)}
             pools._static_tuple = None
             pools._static_counts = None
         self.soonest = min(self.until, default=NEVER)

@@ -65,9 +65,7 @@ _EVERY_GPU: dict[Reason, str] = {
     Reason.EXCLUSIVE_TENANT: "every GPU is held by an exclusive task",
     Reason.TENANT_CAP: "every GPU is at its tenant cap",
     Reason.MODEL: "no GPU is a {model}",
-    Reason.AVOID: "every GPU is avoided after an OOM",
     Reason.RESERVED: "every GPU is held for a task past its starvation bound",
-    Reason.HOST: "every GPU is on a host short of GPUs",
 }
 _REASON_ORDER = {r: i for i, r in enumerate(Reason)}
 
@@ -120,9 +118,33 @@ def summary_of_counts(
         )
     if not ranked:
         return f"waiting: {lack} (too few candidates on one host)"
+    return f"waiting: {lack} ({_count_parts(ranked, total)})"
+
+
+def _count_parts(ranked: Sequence[tuple[Reason, int]], total: int) -> str:
     (top, k), rest = ranked[0], ranked[1:]
     parts = [f"{k} of {total} GPU{'s' if total != 1 else ''} {top.value}"] + [f"{c} {r.value}" for r, c in rest]
-    return f"waiting: {lack} ({', '.join(parts)})"
+    return ", ".join(parts)
 
 
-__all__ = ["count_reasons", "describe", "scan_verdicts", "summary_of_counts", "verdict", "waiting_summary"]
+def waiting_by_choice(counts: dict[Reason, int], total: int, *, n: int, need: str, wait: str) -> str:
+    """The text of a try that some GPU set could take now but that is predicted to finish
+    sooner, slowing nobody, by waiting for one to drain (the completion-time policy): the
+    headline, then what waiting costs and the reasons counted, as :func:`summary_of_counts`."""
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _REASON_ORDER[kv[0]]))
+    where = "a GPU" if n == 1 else f"{n} GPUs"
+    head = f"waiting: sharing {where} now is predicted to cost more than waiting for {where} to drain"
+    if not ranked:
+        return f"{head} ({wait})"
+    return f"{head} ({wait}; {_count_parts(ranked, total)})"
+
+
+__all__ = [
+    "count_reasons",
+    "describe",
+    "scan_verdicts",
+    "summary_of_counts",
+    "verdict",
+    "waiting_by_choice",
+    "waiting_summary",
+]

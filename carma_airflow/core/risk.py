@@ -61,6 +61,47 @@ def window_score(samples: Sequence[float], settings: RiskSettings = DEFAULT_RISK
     )
 
 
+def runs_score(runs: Sequence[tuple[float, int]], settings: RiskSettings = DEFAULT_RISK) -> float:
+    """:func:`window_score` of a window given as runs of equal samples, (value, count) oldest first:
+    the same score (to rounding) at the cost of the runs, not of the samples (a simulated GPU's
+    window is a few steps)."""
+    n = 0
+    total = 0.0
+    for v, c in runs:
+        n += c
+        total += v * c
+    if n <= 0:
+        return 0.0
+    ordered = sorted(runs) if len(runs) > 1 else runs
+    # the samples at the ranks the median and the 95th percentile interpolate between
+    pos_med, pos_p95 = (n - 1) * 0.5, (n - 1) * 0.95
+    lo_med, lo_p95 = math.floor(pos_med), math.floor(pos_p95)
+    wanted = (lo_med, min(lo_med + 1, n - 1), lo_p95, min(lo_p95 + 1, n - 1))
+    found = [0.0, 0.0, 0.0, 0.0]
+    seen = 0
+    for v, c in ordered:
+        if c <= 0:
+            continue
+        upto = seen + c
+        for i, rank in enumerate(wanted):
+            if seen <= rank < upto:
+                found[i] = v
+        seen = upto
+    median = found[0] + (found[1] - found[0]) * (pos_med - lo_med)
+    p95 = found[2] + (found[3] - found[2]) * (pos_p95 - lo_p95)
+    decay = 1.0 - 2.0 / (n + 1)
+    ema = runs[0][0]  # the first run starts the average (and its repeats leave it there)
+    for v, c in runs[1:]:
+        if c > 0:
+            ema = v + (ema - v) * decay**c
+    return (
+        settings.weight_mean * (total / n)
+        + settings.weight_median * median
+        + settings.weight_p95 * p95
+        + settings.weight_ema * ema
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class MetricWindow:
     """The last W samples (oldest first, 0..1) of the three metrics, with their scores."""
@@ -82,6 +123,28 @@ class MetricWindow:
     def constant(cls, smact: float, smocc: float, drama: float, settings: RiskSettings = DEFAULT_RISK) -> MetricWindow:
         """A window whose samples all had the same values (scores equal the values)."""
         return cls((smact,), (smocc,), (drama,), settings)
+
+    @classmethod
+    def from_runs(
+        cls, runs: Sequence[tuple[tuple[float, float, float], int]], settings: RiskSettings = DEFAULT_RISK
+    ) -> MetricWindow:
+        """A window given as runs of equal samples, ((smact, smocc, drama), count) oldest first;
+        its scores by :func:`runs_score` (a simulated GPU's window: a few steps, rebuilt each pass)."""
+        smact: list[float] = []
+        smocc: list[float] = []
+        drama: list[float] = []
+        for (a, o, d), c in runs:
+            smact += [a] * c
+            smocc += [o] * c
+            drama += [d] * c
+        w = object.__new__(cls)
+        for name, value in (("smact", tuple(smact)), ("smocc", tuple(smocc)), ("drama", tuple(drama))):
+            object.__setattr__(w, name, value)
+        object.__setattr__(w, "settings", settings)
+        object.__setattr__(w, "smact_score", runs_score([(m[0], c) for m, c in runs], settings))
+        object.__setattr__(w, "smocc_score", runs_score([(m[1], c) for m, c in runs], settings))
+        object.__setattr__(w, "drama_score", runs_score([(m[2], c) for m, c in runs], settings))
+        return w
 
     @property
     def high_risk(self) -> bool:

@@ -4,7 +4,7 @@ The pooled fit (:mod:`carma_airflow.core.interference_estimate`) gives every ten
 contention coefficient.  Measured pairs say otherwise: some jobs suffer much more than others
 beside the same partner (their *sensitivity*), and some partners hurt much more than others
 (their *pressure*).  Per segment of a try with co-tenants of summed activity ``C``, the pooled
-fit's log slowdown is ``log max(1, k (a + C))`` (saturation, kept as it is) plus the contention
+fit's log slowdown is ``log max(1, k (a + C)) / max(1, k a)`` (saturation, kept) plus the contention
 part ``g = log(1 + beta k C)``.  With terms, the contention part of task ``i`` beside co-tenants
 ``j`` becomes
 
@@ -27,24 +27,29 @@ Uncertainty comes from the observations themselves: the fit keeps its leave-one-
 of log speed (each observation against a fit without it, approximated by its leverage).  A
 prediction's interval is the residuals' central ``interval_level`` quantiles (90 % by default),
 widened where the prediction's terms are less certain than the typical observation's (an
-unseen task type: by its ``tau^2``).  A prediction's ``confidence`` is the share of those
-(widened) residuals within +-5 % of speed: the probability, as far as the fit has seen, that
-the speed is within 5 % of the prediction.
+unseen task type: by its ``tau^2``).  The residuals are not alike: their scale is fitted against
+the contention predicted and the task types involved (:mod:`~carma_airflow.core.interference_spread`),
+and a prediction's interval and ``confidence`` (the share of tries within +-5 % of its speed) are
+those of the residuals standardised by that scale, at the prediction's own scale.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from carma_airflow.core.interference_form import CollocationObservation, speed
+from carma_airflow.core.interference_spread import ResidualScale, ScaleRow, fit_scale
 
 MAX_MULTIPLIER = 8.0  # contention at most 8x the pooled fit's for one pair of task types
 TERM_BOUNDS = (-1.0, 6.0)  # one term's offset: its own multiplier 1 + u within 0 .. 7
 WITHIN = math.log(1.05)  # what "confidence" counts: predictions within +-5 % of speed
 _SWEEPS = 40
+_ABS_OVER_SD2 = 2.0 / math.pi  # (mean absolute / standard deviation)^2 of a normal error
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,7 @@ class TaskTerms:
     typical_variance: float  # mean variance of the terms over the observations fitted
     outliers: int = 0
     scatter: float = 0.0  # variance of the residuals (kept: a prediction must not recount it)
+    scale: ResidualScale | None = None  # how the residuals' scale varies by prediction
 
     @classmethod
     def empty(cls) -> TaskTerms:
@@ -139,6 +145,49 @@ class TaskTerms:
         hi = _quantile(res, (1.0 + level) / 2.0) * widen
         inside = bisect.bisect_right(res, WITHIN / widen) - bisect.bisect_left(res, -WITHIN / widen)
         return lo, hi, inside / len(res)
+
+    def interval(
+        self,
+        g: float,
+        multiplier: float,
+        term_variance: float,
+        level: float,
+        task: str | None,
+        co_tasks: Sequence[str | None],
+        co_tenants: Sequence[float],
+    ) -> tuple[float, float, float]:
+        """As :meth:`spread`, at this prediction's own residual scale (its contention part
+        ``g * multiplier``, its task types): lower, upper quantiles of log speed, confidence."""
+        sc = self.scale
+        if sc is None:
+            return self.spread(g, term_variance, level)
+        s = sc.scale(g * multiplier, task, co_tasks, co_tenants)
+        c = g * max(1.0, multiplier)  # an unknown term errs in proportion to the contention it scales
+        extra = max(0.0, c * c * (term_variance - self.typical_variance))
+        if extra <= 0.0:
+            lo, hi = sc.quantiles(s, level)
+            return lo, hi, sc.within(s, WITHIN)
+        # terms less certain than the typical observation's (an unseen type): their error, of
+        # variance ``extra``, is about normal (mean absolute 0.8 sd) and adds to the residual's in
+        # quadrature; the interval and confidence blend the residuals' shape with the normal one's,
+        # each by its share of the variance
+        widened = math.sqrt(s * s + _ABS_OVER_SD2 * extra / sc.mean_abs**2)
+        lo, hi = sc.quantiles(widened, level)
+        inside = sc.within(widened, WITHIN)
+        total = (s * sc.sd) ** 2 + extra
+        weight = extra / total
+        half = _normal_quantile((1.0 + level) / 2.0) * math.sqrt(total)
+        normal_inside = math.erf(WITHIN / math.sqrt(2.0 * total))
+        return (
+            (1.0 - weight) * lo - weight * half,
+            (1.0 - weight) * hi + weight * half,
+            (1.0 - weight) * inside + weight * normal_inside,
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _normal_quantile(q: float) -> float:
+    return NormalDist().inv_cdf(q)
 
 
 def _variance(values: Sequence[float]) -> float:
@@ -235,7 +284,16 @@ def fit_terms(
     else:
         outliers = 0
     sens, pres, tau_u, tau_v, loo, _, _, typical = terms
-    return TaskTerms(sens, pres, tau_u, tau_v, tuple(sorted(loo)), typical, outliers, _variance(loo))
+    residual_scale = fit_scale([_scale_row(r, res, sens, pres) for r, res in zip(kept_rows, loo, strict=True)])
+    return TaskTerms(sens, pres, tau_u, tau_v, tuple(sorted(loo)), typical, outliers, _variance(loo), residual_scale)
+
+
+def _scale_row(r: _Row, loo: float, sens: Mapping[str, Term], pres: Mapping[str, Term]) -> ScaleRow:
+    """A fitted row as the residual scale sees it: its contention part ``g (1 + u + sum w v)``."""
+    u = sens[r.task].value if r.task in sens else 0.0
+    contention = max(0.0, r.g * (1.0 + u) + sum(w * pres[n].value if n in pres else 0.0 for n, w in r.weights))
+    shares = tuple((n, w / r.g) for n, w in r.weights) if r.g > 0.0 else ()
+    return ScaleRow(loo, contention, r.task, shares)
 
 
 _Fitted = tuple[dict[str, Term], dict[str, Term], float, float, list[float], float, float, float]

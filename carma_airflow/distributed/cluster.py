@@ -200,13 +200,6 @@ class ClusterMonitor:
         with self._lock:
             return self._status(name, self.clock() if now is None else now)
 
-    def statuses(self) -> list[HostStatus]:
-        """Every known host, by name."""
-        self.refresh()
-        now = self.clock()
-        with self._lock:
-            return [self._status(name, now) for name in sorted(self._hosts)]
-
     def queue_of(self, name: str) -> str | None:
         with self._lock:
             host = self._hosts.get(name)

@@ -24,11 +24,6 @@ def host_prefix(host: str) -> str:
     return f"GPU-SIM-{_UNSAFE.sub('_', host)}-"
 
 
-def host_sim_uuid(host: str, index: int) -> str:
-    """UUID of simulated GPU ``index`` of ``host``."""
-    return f"{host_prefix(host)}{index:04d}"
-
-
 class HostLedger(Ledger):
     """A simulated GPU ledger whose UUIDs name the host (see the module docstring)."""
 

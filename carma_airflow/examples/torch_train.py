@@ -12,20 +12,30 @@ GPUs it placed the task on) and on the CPU where there is none.  Each returns a 
 Airflow can keep as the task's XCom; ``peak_mib`` is ``torch.cuda.max_memory_allocated`` in
 MiB on a GPU and None on the CPU.
 
+Both checkpoint and resume (docs/checkpoints.md): every ``checkpoint_every`` steps the model,
+the optimiser, the step, the losses so far and the data generator's state go to
+``<checkpoint_dir>/<model>.pt`` (written to a temporary file, then renamed: a try killed
+mid-save leaves the last whole checkpoint).  A later call with the same folder goes on from the
+last checkpoint, and its losses are those of a run that was never interrupted.  Under
+CarmaExecutor the folder is the task instance's own (``CARMA_CHECKPOINT_DIR``), so an OOM retry
+resumes where the crashed try last saved; elsewhere nothing is saved unless a folder is given.
+
 PyTorch is an optional dependency: ``pip install 'carma-airflow[torch]'``.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["SmallCnn", "TinyTransformer", "pick_device", "train_cnn", "train_transformer"]
+__all__ = ["SmallCnn", "TinyTransformer", "checkpoint_folder", "pick_device", "train_cnn", "train_transformer"]
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -101,6 +111,70 @@ def _counting_sequences(count: int, seq_len: int, vocab: int, generator: torch.G
     return (starts + torch.arange(seq_len + 1)) % vocab
 
 
+def checkpoint_folder(checkpoint_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Where to checkpoint: ``checkpoint_dir`` if given, else the task instance's folder under
+    CarmaExecutor (``CARMA_CHECKPOINT_DIR``), else nowhere (None)."""
+    if checkpoint_dir is not None:
+        return Path(checkpoint_dir)
+    from carma_airflow.checkpoint import CHECKPOINT_ENV
+
+    named = os.environ.get(CHECKPOINT_ENV)
+    return Path(named) if named else None
+
+
+class _Checkpoints:
+    """Save and resume one training in ``path`` (model, optimiser, step, losses, generator)."""
+
+    def __init__(self, path: Path, every: int, generator: torch.Generator | None) -> None:
+        if every < 1:
+            raise ValueError(f"checkpoint_every must be at least 1 step, got {every}")
+        self.path, self.every, self.generator = path, every, generator
+        self.saved = 0
+
+    def resume(self, model: nn.Module, optimiser: torch.optim.Optimizer, losses: list[float]) -> int | None:
+        """Load the last checkpoint into ``model`` and ``optimiser``; the step to go on from, or None."""
+        if not self.path.exists():
+            return None
+        from carma_airflow.checkpoint import last_checkpoint, record_resume
+
+        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        try:
+            model.load_state_dict(state["model"])
+            optimiser.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise ValueError(
+                f"the checkpoint {self.path} is not of this model ({str(exc).splitlines()[0]}); "
+                "delete it to start over, or train with the sizes it was saved with"
+            ) from None
+        if self.generator is not None and "generator" in state:
+            self.generator.set_state(state["generator"])
+        losses[:] = [float(v) for v in state["losses"]]
+        step = int(state["step"])
+        recorded = last_checkpoint(self.path.parent)
+        record_resume(recorded if recorded is not None and recorded.step == step else None, step=step)
+        return step
+
+    def after(self, step: int, model: nn.Module, optimiser: torch.optim.Optimizer, losses: list[float]) -> None:
+        """Save once ``step`` steps are done, if it is a checkpoint step."""
+        if step % self.every:
+            return
+        from carma_airflow.checkpoint import atomic_path, record_checkpoint
+
+        state: dict[str, Any] = {
+            "model": model.state_dict(),
+            "optimizer": optimiser.state_dict(),
+            "step": step,
+            "losses": list(losses),
+        }
+        if self.generator is not None:
+            state["generator"] = self.generator.get_state()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.path) as tmp:
+            torch.save(state, tmp)
+        record_checkpoint(step, folder=self.path.parent)
+        self.saved += 1
+
+
 def _fit(
     model: nn.Module,
     batches: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
@@ -109,6 +183,7 @@ def _fit(
     steps: int,
     lr: float,
     device: torch.device,
+    checkpoints: _Checkpoints | None = None,
 ) -> dict[str, Any]:
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
@@ -117,8 +192,9 @@ def _fit(
     model.to(device).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr)
     losses: list[float] = []
+    resumed = checkpoints.resume(model, optimiser, losses) if checkpoints is not None else None
     started = time.perf_counter()
-    for step in range(steps):
+    for step in range(min(resumed or 0, steps), steps):
         inputs, targets = batches(step)
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         loss = loss_of(model(inputs), targets)
@@ -126,7 +202,10 @@ def _fit(
         torch.autograd.backward(loss)
         optimiser.step()
         losses.append(float(loss.detach()))  # synchronises with the GPU once per step
+        if checkpoints is not None and step + 1 < steps:  # the last step needs none: the task ends
+            checkpoints.after(step + 1, model, optimiser, losses)
     seconds = time.perf_counter() - started
+    losses = losses[:steps]
     if not all(math.isfinite(v) for v in losses):
         raise FloatingPointError(f"training diverged (loss {losses[-1]}); lower the learning rate")
     k = max(1, min(5, steps // 5))  # mean of the first and last few steps: less noisy than one batch
@@ -140,6 +219,8 @@ def _fit(
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "peak_mib": peak,
         "seconds": round(seconds, 3),
+        "resumed_from_step": resumed,
+        "checkpoints": checkpoints.saved if checkpoints is not None else 0,
     }
 
 
@@ -154,8 +235,11 @@ def train_cnn(
     dataset_size: int = 1024,
     seed: int = 0,
     device: str | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 50,
 ) -> dict[str, Any]:
-    """Train :class:`SmallCnn` on quadrant images; return the losses, device, peak memory, time."""
+    """Train :class:`SmallCnn` on quadrant images; return the losses, device, peak memory, time.
+    Checkpoints every ``checkpoint_every`` steps in ``checkpoint_dir`` (see the module's words)."""
     if image_size < 2**depth or image_size % 2:
         raise ValueError(f"image_size must be even and at least 2**depth ({2**depth}), got {image_size}")
     torch.manual_seed(seed)
@@ -163,15 +247,17 @@ def train_cnn(
     images, labels = _quadrant_images(dataset_size, image_size, generator)
     where = pick_device(device)
     images, labels = images.to(where), labels.to(where)  # the whole synthetic set fits on the device
-    order = torch.randperm(dataset_size * (1 + steps * batch_size // dataset_size), generator=generator)
-    order = (order % dataset_size).to(where)
+    epochs = max(1, -(-steps * batch_size // dataset_size))  # a shuffle per epoch: a step has its own batch
+    order = torch.cat([torch.randperm(dataset_size, generator=generator) for _ in range(epochs)]).to(where)
 
     def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = order[step * batch_size : (step + 1) * batch_size]
         return images[idx], labels[idx]
 
     model = SmallCnn(width=width, depth=depth)
-    result = _fit(model, batch, nn.functional.cross_entropy, steps=steps, lr=lr, device=where)
+    folder = checkpoint_folder(checkpoint_dir)
+    saves = _Checkpoints(folder / "cnn.pt", checkpoint_every, None) if folder is not None else None
+    result = _fit(model, batch, nn.functional.cross_entropy, steps=steps, lr=lr, device=where, checkpoints=saves)
     return {"model": "cnn", "batch_size": batch_size, "image_size": image_size, **result}
 
 
@@ -187,8 +273,11 @@ def train_transformer(
     lr: float = 3e-3,
     seed: int = 0,
     device: str | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 50,
 ) -> dict[str, Any]:
-    """Train :class:`TinyTransformer` on counting sequences (next-token prediction)."""
+    """Train :class:`TinyTransformer` on counting sequences (next-token prediction); checkpoints
+    as :func:`train_cnn` does (the data generator's state too, so a resumed run sees the same data)."""
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     where = pick_device(device)
@@ -201,5 +290,7 @@ def train_transformer(
         return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     model = TinyTransformer(vocab=vocab, d_model=d_model, heads=heads, layers=layers, seq_len=seq_len)
-    result = _fit(model, batch, loss_of, steps=steps, lr=lr, device=where)
+    folder = checkpoint_folder(checkpoint_dir)
+    saves = _Checkpoints(folder / "transformer.pt", checkpoint_every, generator) if folder is not None else None
+    result = _fit(model, batch, loss_of, steps=steps, lr=lr, device=where, checkpoints=saves)
     return {"model": "transformer", "batch_size": batch_size, "seq_len": seq_len, **result}

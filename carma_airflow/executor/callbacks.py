@@ -34,14 +34,16 @@ class CallbackRunner:
     """Starts callbacks through a launcher and reports how each ended.
 
     ``report(key, ok)``: the callback's process ended (0 = success).  ``launcher``: returns the
-    launcher to use (built lazily: with Celery dispatch the executor has no local one until a
-    callback arrives).
+    launcher to use (built lazily: with Celery dispatch, or while the executor is on standby, it
+    has no local one until a callback arrives).  It lives as long as the executor: callbacks
+    started on standby are reported after the start too.  ``results``: the folder of the
+    callbacks' result files (the executor's state folder); ``host``: where they run.
     """
 
     def __init__(self, launcher: Callable[[], Launcher], results: Path, host: str) -> None:
         self._launcher = launcher
-        self._results = results
-        self._host = host
+        self.results = results
+        self.host = host
         self.running: dict[Any, _Running] = {}
         self.waiting: dict[Any, Any] = {}  # could not start yet (no launcher): tried every sync
 
@@ -50,8 +52,8 @@ class CallbackRunner:
         key = workload.key
         try:
             launcher = self._launcher()
-            path = self._results / f"callback-{workload.callback.id}.json"
-            handle = launcher.launch(workload, dict(CPU_ONLY_ENV), path, self._host)
+            path = self.results / f"callback-{workload.callback.id}.json"
+            handle = launcher.launch(workload, dict(CPU_ONLY_ENV), path, self.host)
             confirm(handle)
         except (LauncherError, OSError) as exc:
             if key not in self.waiting:
@@ -81,6 +83,10 @@ class CallbackRunner:
 
     def __contains__(self, key: object) -> bool:
         return key in self.running or key in self.waiting
+
+    def keys(self) -> set[Any]:
+        """The callbacks started or waiting to start."""
+        return {*self.running, *self.waiting}
 
 
 __all__ = ["CPU_ONLY_ENV", "CallbackRunner"]

@@ -1,5 +1,6 @@
 """How an ended try is told: its typed outcome, the words the store and the log keep, and the
-store writes that follow (the OOM event, the learned peak).  No I/O: the executor makes them."""
+store writes that follow (the OOM event, the learned peak).  No I/O: the executor makes them
+(the one exception, :func:`close_checkpoint`, removes a succeeded task's checkpoint folder)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from carma_airflow.checkpoint import CheckpointFolders
 from carma_airflow.core.recovery import FailureKind, RecoverySettings, oom_advice, oom_retry_left
 from carma_airflow.executor.launch import Ended
 from carma_airflow.executor.tries import Try
@@ -96,8 +98,17 @@ def count_end(attempt: Try, end: TryEnd) -> None:
         metrics.recovery("recovered")
 
 
+def close_checkpoint(attempt: Try, end: TryEnd, folders: CheckpointFolders) -> bool:
+    """The task instance's checkpoint folder after a try ended: removed once it succeeded (unless
+    ``[carma] checkpoint_keep``), kept for the next try after an OOM, a fault, a kill or any
+    failure (and for a clear of a task instance that failed for good).  True if removed."""
+    if end.outcome is not TryOutcome.SUCCESS:
+        return False
+    return folders.finished(attempt.ti)
+
+
 def utc(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-__all__ = ["TryEnd", "conclude", "count_end", "end_writes", "result_of", "utc"]
+__all__ = ["TryEnd", "close_checkpoint", "conclude", "count_end", "end_writes", "result_of", "utc"]

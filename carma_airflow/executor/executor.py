@@ -10,7 +10,9 @@ started by the launcher process, whose environment carries CUDA_VISIBLE_DEVICES 
 process ends, the try's result file says success / OOM / other, the GPUs are released and the
 store learns.
 
-This class is the Airflow adapter; the life of the tries is :class:`~carma_airflow.executor.flow.TryFlow`.
+This class is the Airflow adapter; the life of the tries is :class:`~carma_airflow.executor.flow.TryFlow`,
+whose book (tries.py) owns every try's state: ``running`` and ``has_task`` are read from it.  The
+executor holds either its standby (standby.py) or a fully started runtime (runtime.py), never half.
 
 A try waits as QUEUED in Airflow.  Past ``[scheduler] task_queued_timeout`` the scheduler
 revokes it (``revoke_task`` takes it out of the GPU queue) and queues it again, and fails it
@@ -35,7 +37,9 @@ from carma_airflow.executor import metrics
 from carma_airflow.executor.callbacks import CallbackRunner
 from carma_airflow.executor.flow import TryFlow
 from carma_airflow.executor.launch import KILL_GRACE_S, Launcher, LauncherProcess
-from carma_airflow.executor.parts import build_parts
+from carma_airflow.executor.parts import Parts
+from carma_airflow.executor.running import Running
+from carma_airflow.executor.runtime import NotStartedError, Runtime, start_runtime, state_dir_of
 from carma_airflow.executor.standby import Standby
 from carma_airflow.executor.tries import WAIT_RECORD_S, Try
 from carma_airflow.keys import request_key
@@ -64,13 +68,35 @@ class CarmaExecutor(BaseExecutor):
     background_writes = True  # False: every store write inside the heartbeat (bench/pass_cost.py)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._running = Running(lambda: self.flow.tries if self.flow is not None else None, lambda: self.callbacks)
+        self.runtime: Runtime | None = None
+        self.standby = Standby()
+        self._own_launcher: LauncherProcess | None = None
         super().__init__(*args, **kwargs)
         self.settings: CarmaSettings | None = None
-        self.flow: TryFlow | None = None
-        self.standby = Standby()
-        self.callbacks = CallbackRunner(self._callback_launcher, Path(), "")
-        self._own_launcher: LauncherProcess | None = None
+        # callbacks run from the first heartbeat, started or on standby; their results in the state folder
+        self.callbacks = CallbackRunner(self._callback_launcher, state_dir_of(self.conf) / "results", "")
         self._pinned_events: list[Any] = []
+
+    @property  # type: ignore[override]
+    def running(self) -> Running:
+        return self._running
+
+    @running.setter
+    def running(self, keys: set[Any]) -> None:  # BaseExecutor.__init__ starts it empty
+        self._running.clear()
+        self._running |= keys
+
+    @property
+    def flow(self) -> TryFlow | None:
+        """The try flow of a fully started runtime; None before (or on standby)."""
+        return self.runtime.flow if self.runtime is not None else None
+
+    @property
+    def parts(self) -> Parts:
+        if self.runtime is None:
+            raise NotStartedError(f"CarmaExecutor has not started ({self.standby.reason or 'start() not called'})")
+        return self.runtime.parts
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -82,7 +108,7 @@ class CarmaExecutor(BaseExecutor):
     def _start_or_wait(self) -> bool:
         try:
             self.configure(CarmaSettings.from_airflow(self.conf))
-        except Exception as exc:  # the scheduler must not die of it
+        except Exception as exc:  # the scheduler must not die of it; what the start made is closed
             retry_s = self.standby.failed(exc, time.monotonic())
             self.log.error(
                 "CarmaExecutor could not start: %s. GPU tasks wait (tried again in %.0f s); other executors run on",
@@ -101,24 +127,24 @@ class CarmaExecutor(BaseExecutor):
                 "accept (docs/deployment.md)",
                 timeout_s,
             )
-        for key, workload in self.standby.take_held():
-            self._take(key, workload)
+        self._take_held()
         return True
 
     def configure(self, settings: CarmaSettings, monitor: GpuSource | None = None, store: Store | None = None) -> None:
-        """Read configuration once and build the monitor, store, launcher and placer (tests pass fakes)."""
-        parts = build_parts(settings, background_writes=self.background_writes, monitor=monitor, store=store)
-        self.settings = settings
-        self.parts = parts
-        self.callbacks = CallbackRunner(self._callback_launcher, Path(settings.state_dir) / "results", settings.host)
-        self.flow = TryFlow(
+        """Read configuration once and start the runtime: monitor, store, writer, launcher, placer
+        and the try flow (tests pass fakes).  All or nothing: on an exception nothing it made is
+        left running, and the executor stays as it was."""
+        runtime = start_runtime(
             settings,
-            parts,
-            token_for=self._token_for,
-            report=self._report,
-            report_failure=self._report_failure,
-            tell=self._tell,
+            lambda parts: self._make_flow(settings, parts),
+            background_writes=self.background_writes,
+            monitor=monitor,
+            store=store,
         )
+        self.runtime, self.settings = runtime, settings
+        self.callbacks.results = Path(settings.state_dir) / "results"
+        self.callbacks.host = settings.host
+        parts = runtime.parts
         self.log.info(
             "CarmaExecutor started: %s backend, policy %s, queue %s, store %s; up to %d tries wait for GPUs "
             "(outside [core] parallelism = %d)",
@@ -129,14 +155,31 @@ class CarmaExecutor(BaseExecutor):
             settings.max_waiting,
             self.parallelism,
         )
-        self.flow.start()
+
+    def _make_flow(self, settings: CarmaSettings, parts: Parts) -> TryFlow:
+        return TryFlow(
+            settings,
+            parts,
+            token_for=self._token_for,
+            report=self._report,
+            report_failure=self._report_failure,
+            tell=self._tell,
+            room=lambda: self.parallelism - len(self.running),
+        )
+
+    def _take_held(self) -> None:
+        """The tries held on standby, to the flow in hand-over order; one that fails stays held
+        (tried again at the next heartbeat), the rest go on."""
+        for key, exc in self.standby.take_held(self._take):
+            _log.error("CarmaExecutor: task %s not taken (%s); held, tried again at the next heartbeat", key, exc)
+            metrics.executor_error("hand-over")
 
     def end(self) -> None:
         """Return within seconds: tries that run go on in their own sessions (a later executor
         adopts them); tries that wait are handed back (the next scheduler queues them again);
         callbacks get a few seconds to end."""
         if self.flow is not None:
-            handed = self.flow.hand_back("handed back: the scheduler stopped before a GPU was free")
+            handed = self.flow.takeback.hand_back("handed back: the scheduler stopped before a GPU was free")
             if handed:
                 self.log.info("CarmaExecutor: %d waiting tries handed back to the scheduler", handed)
         deadline = time.monotonic() + END_CALLBACKS_S
@@ -146,7 +189,9 @@ class CarmaExecutor(BaseExecutor):
         self._close(timeout_s=END_WRITES_S)
 
     def terminate(self) -> None:
-        handles = [t.handle for t in (*self.active.values(), *self.bare.values()) if t.handle is not None]
+        flow = self.flow
+        tries = [*flow.active.values(), *flow.bare.values(), *flow.stopping.values()] if flow is not None else []
+        handles = [t.handle for t in tries if t.handle is not None]
         for handle in handles:
             handle.kill()
         deadline = time.monotonic() + KILL_GRACE_S + 5.0  # polls send SIGKILL after the grace time
@@ -157,16 +202,8 @@ class CarmaExecutor(BaseExecutor):
     def _close(self, timeout_s: float = 10.0) -> None:
         if self._own_launcher is not None:
             self._own_launcher.close(timeout_s=timeout_s)
-        if self.flow is None:
-            return
-        self.flow.peers.close()  # marked stopped: a peer or the next scheduler adopts its running tries at once
-        launcher = self.parts.launcher
-        if launcher is not self.parts.local_launcher and hasattr(launcher, "close"):
-            launcher.close(timeout_s=timeout_s)  # remote tries: pending dispatch-end writes and revokes
-        if self.parts.local_launcher is not None:
-            self.parts.local_launcher.close()
-        self.parts.writer.close(timeout_s=timeout_s)
-        self.parts.monitor.stop()
+        if self.runtime is not None:
+            self.runtime.close(timeout_s=timeout_s)
 
     # -- what the flow tells the scheduler -------------------------------------------------
     def _token_for(self, ti_id: str) -> str:
@@ -200,11 +237,10 @@ class CarmaExecutor(BaseExecutor):
         self.log_task_event(event="carma: waiting for a GPU", extra=why[:1000], ti_key=key)
 
     def _callback_launcher(self) -> Launcher:
-        parts = getattr(self, "parts", None)
-        if parts is not None and parts.local_launcher is not None:
-            local: LauncherProcess = parts.local_launcher
+        if self.runtime is not None and self.runtime.parts.local_launcher is not None:
+            local: LauncherProcess = self.runtime.parts.local_launcher
             return local
-        if self._own_launcher is None:  # Celery dispatch, or the parts did not start: one of our own
+        if self._own_launcher is None:  # Celery dispatch, or on standby: one of our own
             self._own_launcher = LauncherProcess()
         return self._own_launcher
 
@@ -225,9 +261,8 @@ class CarmaExecutor(BaseExecutor):
         super().trigger_tasks(len(self.queued_tasks) + len(self.queued_callbacks))
 
     def _waiting_count(self) -> int:
-        if self.flow is None:
-            return len(self.standby.held)
-        return len(self.flow.waiting) + len(self.flow.deferred)
+        flow = self.flow
+        return len(self.standby.held) + (len(flow.waiting) + len(flow.deferred) if flow is not None else 0)
 
     def has_task(self, task_instance: TaskInstance) -> bool:
         return super().has_task(task_instance) or (
@@ -235,21 +270,25 @@ class CarmaExecutor(BaseExecutor):
         )
 
     def _process_workloads(self, workload_items: Any) -> None:
+        """Take the handed-over workloads; the placement pass is the heartbeat's, in :meth:`sync`
+        (after the tries that ended are collected), as BaseExecutor's heartbeat hands over, then syncs."""
         from airflow.executors.workloads import ExecuteCallback
 
         for workload in workload_items:
             if isinstance(workload, ExecuteCallback):
                 self.queued_callbacks.pop(workload.key, None)
-                self.running.add(workload.key)
                 if self.callbacks.start(workload):
                     self.change_state(workload.key, CallbackState.RUNNING, remove_running=False)
                 continue
             self.queued_tasks.pop(workload.key, None)
-            self._take(workload.key, workload)
-        if self.flow is not None:
-            self._sync_running()
-            self._guarded("scheduling pass", self.flow.schedule)
-            self._sync_running()
+            try:
+                self._take(workload.key, workload)
+            except Exception:  # never the scheduler's loop; never lost: held, tried again at the next heartbeat
+                _log.exception(
+                    "CarmaExecutor: task %s not taken; held, tried again at the next heartbeat", workload.key
+                )
+                metrics.executor_error("hand-over")
+                self.standby.hold(workload.key, workload)
 
     def _take(self, key: Any, workload: Any) -> None:
         if self.flow is None:
@@ -258,24 +297,16 @@ class CarmaExecutor(BaseExecutor):
             return
         self.flow.take_over(key, workload)
 
-    def _sync_running(self) -> None:
-        """``running`` holds what runs: placed, adopted and refused tries, and callbacks; the
-        flow may start as many more as ``[core] parallelism`` leaves."""
-        assert self.flow is not None
-        started = set(self.flow.active) | set(self.flow.bare)
-        gone = {k for k in self.running if k not in started and k not in self.callbacks}
-        self.running.difference_update(gone)
-        self.running.update(started)
-        self.flow.budget = self.parallelism - len(self.running)
-
     def sync(self) -> None:
+        """Once per heartbeat: callbacks; on standby, the start when it is due; then the flow's
+        heartbeat (ends collected, one placement pass)."""
         self.callbacks.poll(self._report_callback)
         if self.flow is None and not (self.standby.due(time.monotonic()) and self._start_or_wait()):
             return
         assert self.flow is not None
-        self._sync_running()
+        if self.standby.held:  # held on standby, not taken at the start: tried again
+            self._take_held()
         self._guarded("heartbeat", self.flow.sync)
-        self._sync_running()
 
     def _guarded(self, what: str, step: Callable[[], None]) -> None:
         """A step of the flow that fails is logged and tried again at the next heartbeat: an
@@ -290,22 +321,22 @@ class CarmaExecutor(BaseExecutor):
         """Take over tries of a dead scheduler whose processes still run here; the rest are reset."""
         if self.flow is None:
             return list(tis)
-        not_adopted = []
-        for ti in tis:
-            if self.flow.adopt(ti):
-                self.running.add(ti.key)
-            else:
-                not_adopted.append(ti)
-        return not_adopted
+        return [ti for ti in tis if not self.flow.adopt(ti)]
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """The scheduler found ``ti`` queued past ``[scheduler] task_queued_timeout``: take it
         back (Airflow then queues it again, or fails it after ``num_stuck_in_queued_retries``).
-        A waiting try leaves the GPU queue; a started one is stopped.  Never raises: the
-        scheduler's loop over stuck tasks goes on (raising skips every other one)."""
+        At once the try is no task of this executor any more (``has_task`` false, not in
+        ``running``): a waiting try leaves the GPU queue; a started one is stopped, its process
+        reaped in the background and its end not reported.  The same key handed over again is a
+        new hand-over, which waits for a GPU.  Never raises: the scheduler's loop over stuck tasks
+        goes on (raising skips every other one)."""
         why = "revoked: queued longer than [scheduler] task_queued_timeout; raise it above the longest GPU wait"
-        if self.flow is not None and self.flow.revoke(ti.key, why):
-            self.log.warning("Task %s %s", ti.key, why)
+        try:
+            if self.flow is not None and self.flow.takeback.revoke(ti.key, why):
+                self.log.warning("Task %s %s", ti.key, why)
+        except Exception:  # never raises: the scheduler's loop over stuck tasks goes on
+            _log.exception("CarmaExecutor: revoking %s failed", ti.key)
         self.standby.held.pop(ti.key, None)
         self.queued_tasks.pop(ti.key, None)
         self.running.discard(ti.key)

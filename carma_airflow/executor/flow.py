@@ -1,8 +1,10 @@
 """The life of every try of one executor, Airflow-free: intake, the scheduling pass over the
-core cycle, launching, ends, GPU faults and restart reconciliation.
+core cycle, launching, ends, GPU faults, the tries the scheduler takes back and restart
+reconciliation.
 
 The executor (executor.py) is the Airflow adapter around it: it hands tries over, calls
-:meth:`TryFlow.sync` once per heartbeat and passes on what :meth:`report` is told.  Nothing here
+:meth:`TryFlow.sync` once per heartbeat and passes on what :meth:`report` is told.  The try book
+(tries.py) owns every try's state; every end goes through :meth:`TryFlow.end`.  Nothing here
 does store or network I/O in the caller's thread: writes go to the writer thread, learned memory
 is held in memory, remote tries are fetched in bulk by their launcher.
 """
@@ -11,21 +13,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.decision import Decision
 from carma_airflow.core.errors import CarmaError, ConfigError
-from carma_airflow.core.gpu import ClusterView, GpuState, Tenant
+from carma_airflow.core.gpu import GpuState, Tenant
 from carma_airflow.dagparse.cluster_policy import refusal_env
 from carma_airflow.executor import metrics
 from carma_airflow.executor.bookkeeping import placement_record
-from carma_airflow.executor.ending import conclude, count_end, end_writes
+from carma_airflow.executor.ending import close_checkpoint, conclude, count_end, end_writes
 from carma_airflow.executor.faults import FaultWatch
-from carma_airflow.executor.intake import family_of, first_request, recovered
+from carma_airflow.executor.intake import first_request, recovered
 from carma_airflow.executor.launch import Ended, LauncherError, confirm
-from carma_airflow.executor.learned import Learned, use_model
+from carma_airflow.executor.learned import Learned, use_durations, use_model
 from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.mps_guard import MpsGuard
@@ -35,23 +37,25 @@ from carma_airflow.executor.restart import adopt_from_store, reconcile
 from carma_airflow.executor.starter import Launch, TryStarter
 from carma_airflow.executor.takeback import SUPERSEDED_GRACE_S, TakeBack
 from carma_airflow.executor.telemetry import Attribution
-from carma_airflow.executor.tries import Try, TryBook, TryState
-from carma_airflow.executor.view import build_view
+from carma_airflow.executor.tries import STARTED, Try, TryBook, TryState
+from carma_airflow.executor.view import GpuSight
 from carma_airflow.executor.writes import StoreWrite
 from carma_airflow.keys import request_key
+from carma_airflow.monitor.base import GpuSample
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import TryOutcome
 from carma_airflow.task_config import parse_task_config
+from carma_airflow.taskrun.driver_cap import nvml_owner
 
 log = logging.getLogger("carma_airflow.executor")
-
 
 Report = Callable[[Any, bool], None]  # (TaskInstanceKey, the process ended well) -> tell the scheduler
 ReportFailure = Callable[[Any, str], None]  # (TaskInstanceKey, why) -> the scheduler fails the try
 Tell = Callable[[Any, str], None]  # (TaskInstanceKey, why it waits) -> Airflow's audit log of the try
+Samples = Mapping[str, GpuSample]  # the monitor's latest sample of each GPU: one per heartbeat
 
 
-class TryFlow(TakeBack):
+class TryFlow:
     """Every try of one executor from hand-over to end; see the module docstring."""
 
     def __init__(
@@ -63,6 +67,7 @@ class TryFlow(TakeBack):
         report: Report,
         report_failure: ReportFailure,
         tell: Tell | None = None,
+        room: Callable[[], int] | None = None,
     ) -> None:
         self.settings = settings
         self.store, self.writer, self.monitor = parts.store, parts.writer, parts.monitor
@@ -70,12 +75,21 @@ class TryFlow(TakeBack):
         self.estimator, self.recovery = parts.estimator, parts.recovery
         self.report, self.report_failure = report, report_failure
         self.tell: Tell = tell or (lambda key, why: None)
-        self.budget: int | None = None  # how many more tries may start now ([core] parallelism); None: any
+        self.room = room  # how many more tries may start now ([core] parallelism); None: any
         self.tries = TryBook()
+        # the book's tries by state: live read-only views (STOPPING and ORPHAN by request key)
+        self.waiting, self.active = self.tries.in_state(TryState.WAITING), self.tries.in_state(TryState.RUNNING)
+        self.bare, self.deferred = self.tries.in_state(TryState.REFUSED), self.tries.in_state(TryState.DEFERRED)
+        self.orphans, self.stopping = self.tries.in_state(TryState.ORPHAN), self.tries.in_state(TryState.STOPPING)
+        self.takeback = TakeBack(
+            self.tries, self.end, lambda t, why: self._record(t, outcome=TryOutcome.FAILED, summary=why)
+        )
         self.learned = Learned()
         self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
         self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
+        self.starter.driver_owner = self.peers.me  # driver caps: its cgroup leaves, under its own id
+        self.starter.nvml = nvml_owner(parts.monitor)  # and the monitor's NVML owner sets their limits
         # what a try's co-tenants were promised: protective and live caps (core/fencing.py)
         self.starter.co_tenants = lambda uuid, key: [
             t.reserved_mib for t in self.cycle.reservations.tenants_on(uuid, time.time()) if t.key != key
@@ -84,30 +98,31 @@ class TryFlow(TakeBack):
         self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
         self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
-        self._host_of: dict[str, str] = {}  # GPU UUID -> its host
-        self._spec_of: dict[str, str] = {}  # GPU UUID -> its model (the interference fit's key)
+        self.sight = GpuSight(parts.monitor, settings.stale_seconds)  # and each GPU's host and model
         self.telemetry = Attribution()
 
     def start(self) -> None:
         """What earlier runs taught (read once: intake never reads the store), then the tries an
-        earlier executor left."""
+        earlier executor left.  The runtime (runtime.py) stops the peers' heartbeat it starts."""
         try:
             self.learned.load(self.store)
         except CarmaError as exc:  # the store is down: place from what is declared
             log.warning("carma store unreachable at start (%s): no learned memory until it is back", exc)
         use_model(self.placer.policy, self.learned.model)
         self.peers.start()
-        self._reconcile()
+        reconcile(self)
 
     # -- hand-over -----------------------------------------------------------------------------
     def take_over(self, key: Any, workload: Any) -> bool:
-        """A workload the scheduler handed over; False if this try is known already."""
+        """A workload the scheduler handed over; False if this try is known already.  A key it
+        took back (revoked) is not known any more: handed over again, it is a new try, which
+        waits until the taken-back one's process has ended."""
         if key in self.tries:
             log.warning("Task %s handed over twice; keeping the first", key)
             return False
         attempt = self.tries.add(Try(key, request_key(key), workload.ti, TryState.DEFERRED, workload))
         attempt.taken_at = time.time()
-        if not self._previous_try_active(key):
+        if not self.tries.waits_for_earlier(attempt):
             self._take(attempt)
         return True
 
@@ -124,37 +139,40 @@ class TryFlow(TakeBack):
 
     # -- once per heartbeat ------------------------------------------------------------------
     def sync(self) -> None:
+        """Once per heartbeat, on one monitor sample: collect the tries that ended, stop those that
+        must stop, plan the deferred ones, then one placement pass."""
         self.writer.retry()  # inline mode only: the writes an outage held
+        if self.peers.reconcile_due():
+            reconcile(self)  # the store was unreachable at start: reconciled once the peers are known
         refresh = getattr(self.launcher, "refresh", None)
         if refresh is not None:
             refresh()  # remote tries: their states in one round trip (or from a fetcher thread)
-        for attempt in list(self.bare.values()):
-            ended = attempt.handle.poll() if attempt.handle is not None else Ended(1, None)
-            if ended is not None:
-                self.tries.move(attempt, TryState.ENDED)
-                self.report(attempt.key, ended.exitcode == 0)
-        self.faults.stop_tries(self.monitor.latest().values(), self.active.values(), time.time())
+        samples = self.monitor.latest()
+        self._reap(self.bare.values(), Ended(1, None))
         now = time.time()
-        self.telemetry.observe(
-            self.monitor.latest(), self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now)
-        )
+        self.faults.stop_tries(samples.values(), self.active.values(), now)
+        self.telemetry.observe(samples, self.active.values(), lambda u: self.cycle.reservations.tenants_on(u, now))
         tell_while_running(self.cycle, self.learned, self.telemetry, self.active.values(), self.waiting.values())
         self.starter.refresh_caps(a.rkey for a in self.active.values())  # live caps follow the tenants
-        for attempt in list(self.tries.holding_gpus()):
-            ended = attempt.handle.poll() if attempt.handle is not None else None
-            if ended is not None:
-                self._finish(attempt, ended)
+        self._reap(self.tries.holding_gpus(), None)
         self._take_deferred()
         if self.waiting:
             started = time.perf_counter()
-            self.schedule()
+            self.schedule(samples)
             took_ms = (time.perf_counter() - started) * 1000
             self.live.pass_ms.append(took_ms)
             metrics.decision_time(took_ms)
         metrics.waiting(len(self.waiting))
         metrics.running(len(self.active))
-        metrics.pending_writes(self._pending_writes)
-        self._publish()
+        metrics.pending_writes(self.writer.pending)
+        self._publish(samples)
+
+    def _reap(self, attempts: Iterable[Try], no_handle: Ended | None) -> None:
+        """End each of ``attempts`` whose process has ended (``no_handle``: how one without a handle ends)."""
+        for attempt in list(attempts):
+            ended = attempt.handle.poll() if attempt.handle is not None else no_handle
+            if ended is not None:
+                self.end(attempt, ended)
 
     def _take(self, attempt: Try) -> None:
         """A DEFERRED try whose previous try has ended: plan it (WAITING), or refuse it."""
@@ -201,58 +219,47 @@ class TryFlow(TakeBack):
             attempt.handle = self.starter.start(attempt, env)
         except Exception:  # not even a process: the scheduler's own failure handling is what is left
             log.exception("Task %s: the refusing process could not start", attempt.key)
-            self.tries.move(attempt, TryState.ENDED)
-            self.report_failure(attempt.key, reason)
-
-    def _previous_try_active(self, key: Any) -> bool:
-        family = (key.dag_id, key.task_id, key.run_id, key.map_index)
-        return any(
-            family_of(t.ti) == family and t.ti.try_number < key.try_number
-            for t in (*self.active.values(), *self.orphans.values())
-        )
+            self.end(attempt, None, failed=reason)
 
     def _take_deferred(self) -> None:
         now = time.time()
         for attempt in list(self.deferred.values()):
-            if not self._previous_try_active(attempt.key):
+            if not self.tries.waits_for_earlier(attempt):
                 self._take(attempt)
             elif now - attempt.taken_at > SUPERSEDED_GRACE_S:
-                self._stop_superseded(attempt)
+                self.takeback.stop_superseded(attempt)
 
-    def _gpus(self, now: float) -> tuple[GpuState, ...]:
-        """The GPUs as the monitor sees them now (the cycle lays the reservations over them)."""
-        samples = list(self.monitor.latest().values())
-        self._host_of.update((s.uuid, s.host) for s in samples)
-        windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
-        ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
-        gpus = self.mps.apply(build_view(now, samples, windows, ages, self.settings.stale_seconds).gpus, now)
-        self._spec_of.update((g.uuid, g.spec.name) for g in gpus)
-        return gpus
-
-    def _view(self, now: float) -> ClusterView:
-        return self.cycle.view(now, self._gpus(now))
+    def _gpus(self, now: float, latest: Samples) -> tuple[GpuState, ...]:
+        """The GPUs as the monitor's sample shows them (the cycle lays the reservations over them)."""
+        return self.mps.apply(self.sight.gpus(now, latest), now)
 
     @property
     def tenants(self) -> dict[str, list[Tenant]]:
         """Each GPU's tenants as the placer counts them now (the cycle's reservations)."""
         now = time.time()
-        uuids = set(self._host_of) | {u for r in self.cycle.reservations for u in r.gpu_uuids}
+        uuids = set(self.sight.host_of) | {u for r in self.cycle.reservations for u in r.gpu_uuids}
         return {u: list(self.cycle.reservations.tenants_on(u, now)) for u in uuids}
 
-    def schedule(self) -> None:
+    def schedule(self, samples: Samples | None = None) -> None:
+        """One placement pass over the waiting tries, on ``samples`` (the heartbeat's; default:
+        the monitor's latest)."""
         if not self.waiting:
             return
         now = time.time()
-        if self.budget is not None and self.budget <= 0:
+        budget = self.room() if self.room is not None else None
+        if budget is not None and budget <= 0:
             return  # [core] parallelism: as many tries run as may; they wait, with their last reason
+        if self.writer.full:
+            return  # the store writer is at its bound (writer.py): no new placements until it drains
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
-        result = self.peers.run_pass(self.cycle, now, self._gpus(now), why)  # peers' reservations counted
+        gpus = self._gpus(now, self.monitor.latest() if samples is None else samples)
+        result = self.peers.run_pass(self.cycle, now, gpus, why)  # peers' reservations counted
         placed = result.placed
-        if self.budget is not None and len(placed) > self.budget:
-            for extra in placed[self.budget :]:  # placed past the slots left: back in the queue
+        if budget is not None and len(placed) > budget:
+            for extra in placed[budget:]:  # placed past the slots left: back in the queue
                 self.cycle.release(extra.request.key)
                 self.cycle.submit(extra.request, now, prior_ooms=extra.prior_ooms)
-            placed = placed[: self.budget]
+            placed = placed[:budget]
         # every placed try is sent before any is waited for: the launcher forks them back to back
         sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in placed]
         for launch in sent:
@@ -283,7 +290,7 @@ class TryFlow(TakeBack):
     def _launch(self, attempt: Try | None, decision: Decision) -> Launch | None:
         """Send a placed try (GPUs reserved) to its launcher, else free them; see :meth:`_confirm`."""
         assert attempt is not None and attempt.request is not None
-        host = self.starter.host_of(decision, self._host_of)
+        host = self.starter.host_of(decision, self.sight.host_of)
         try:
             env = self.starter.placed_env(attempt, decision)
         except ConfigError as exc:  # a GPU UUID or path that must not reach a process environment
@@ -319,61 +326,74 @@ class TryFlow(TakeBack):
         metrics.placed(self.placer.policy.name, decision.collocated)
         metrics.wait_seconds(now - attempt.request.submitted_at if attempt.request else 0.0)
         reasons = [str(v) for v in decision.chosen + decision.rejected[:8]]
+        reasons += self.starter.checkpoints.resume_reasons(attempt.rkey)  # what it resumes from (checkpoint.py)
         summary, host = decision.summary, launch.host
         self._record(attempt, outcome=TryOutcome.RUNNING, summary=summary, started_at=now, reasons=reasons, host=host)
 
-    def _finish(self, attempt: Try, ended: Ended) -> None:
-        """Record how a try ended and what it taught (memory, activity, interference); tell the scheduler."""
-        adopted = attempt.state is TryState.RUNNING
+    # -- ends: one path -----------------------------------------------------------------------
+    def end(self, attempt: Try, ended: Ended | None, *, failed: str | None = None) -> None:
+        """The one way a try ends.  ``ended``: how its process ended (None: it never had one:
+        withdrawn, handed back, or its refusing process could not start, ``failed`` saying why).
+
+        A try that held GPUs frees them and records what it taught; the scheduler hears of the end
+        of a try it counts as running here (a stopping or orphaned one's end is not its business).
+        """
+        told = attempt.state in STARTED
+        held = bool(attempt.gpu_uuids) and ended is not None
+        if attempt.state in (TryState.WAITING, TryState.DEFERRED):
+            self.cycle.withdraw(attempt.rkey)
         self.tries.move(attempt, TryState.ENDED)
+        if held:
+            assert ended is not None
+            self._conclude(attempt, ended)
+        if told and ended is not None:
+            self.report(attempt.key, ended.ok)
+        elif told and failed is not None:
+            self.report_failure(attempt.key, failed)
+
+    def _conclude(self, attempt: Try, ended: Ended) -> None:
+        """Record how a try on GPUs ended and what it taught (memory, activity, interference)."""
         self.cycle.release(attempt.rkey)
         now = time.time()
         end = conclude(attempt, ended, self.recovery)
         self.mps.after_end(attempt, end.result, self.active.values(), now)
         seen = self.telemetry.conclude(attempt.rkey)
-        gpu_model = self._spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
+        gpu_model = self.sight.spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
         for write in end_writes(attempt, end, now) + remember_end(self.learned, attempt, end, seen, now, gpu_model):
-            self._write(write)
+            self.write(write)
         if end.outcome is TryOutcome.OOM:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)
         count_end(attempt, end)
+        close_checkpoint(attempt, end, self.starter.checkpoints)  # succeeded: its folder goes (ending.py)
         use_model(self.placer.policy, self.learned.model)
-        if adopted and not attempt.revoked:
-            self.report(attempt.key, ended.ok)
+        use_durations(self.placer.policy, self.learned)
 
-    def _reconcile(self) -> None:
-        """After a restart: tries whose owner is gone (this host's earlier executor, a dead peer; restart.py)."""
-        reconcile(self)
-
-    @property
-    def _pending_writes(self) -> int:
-        return self.writer.pending
-
-    def _write(self, write: StoreWrite) -> None:
+    # -- the store -----------------------------------------------------------------------------
+    def write(self, write: StoreWrite) -> None:
         """A store write, made in order by the writer (held while the store is unreachable)."""
         self.writer.put(write)
 
-    def _publish(self) -> None:
+    def _publish(self, latest: Samples) -> None:
         """The UI page's live snapshot and the telemetry history, when they are due (liveview.py)."""
         now = time.time()
-        samples = list(self.monitor.latest().values())
+        samples = list(latest.values())
         due = self.live.samples_due(now, samples)
         if due is not None:
-            self._write(due)
+            self.write(due)
         if not self.live.snapshot_due(now):
             return
-        view = self._view(now)
+        view = self.cycle.view(now, self._gpus(now, latest))
         metrics.gpu_gauges(self.placer.facts(view))
         waiting = [(t.request, t.last_summary) for t in self.waiting.values() if t.request is not None]
         mps = {u: f.why for u, f in self.mps.faulted.items()}
-        self._write(self.live.snapshot(now, view, waiting, len(self.active), self._pending_writes, samples, mps))
+        self.write(self.live.snapshot(now, view, waiting, len(self.active), self.writer.pending, samples, mps))
 
     def _record(
         self, attempt: Try, *, outcome: TryOutcome, summary: str, host: str | None = None, **extra: Any
     ) -> None:
         """The try's placement record as it stands now (bookkeeping.py), written by the writer."""
         policy, host = self.placer.policy.name, host or self.settings.host
-        self._write(placement_record(attempt, outcome=outcome, summary=summary, policy=policy, host=host, **extra))
+        self.write(placement_record(attempt, outcome=outcome, summary=summary, policy=policy, host=host, **extra))
 
 
 __all__ = ["TryFlow"]

@@ -1,5 +1,6 @@
 """What a try asks of the placer: its TaskRequest, from its executor_config, what was learned
-of the task, and (after CUDA OOM tries of the same run) the recovery planner.  No I/O."""
+of the task, and (after CUDA OOM tries of the same run) the recovery planner.  No I/O, but for
+the tries of a task instance another scheduler ran (``Learned.tries_for``)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,12 @@ def first_request(
     if not history:
         history = learned.peaks(ti.dag_id, ti.task_id)
     need = estimator.estimate(
-        TaskMemoryInfo(declared_mib=config.memory_for(ti.map_index), history_mib=history, history_of=history_of)
+        TaskMemoryInfo(
+            declared_mib=config.memory_for(ti.map_index),
+            history_mib=history,
+            history_of=history_of,
+            keep_declared=config.keeps_declared,
+        )
     )
     assert need is not None  # the estimator chain ends with the floor
     return TaskRequest(
@@ -71,7 +77,9 @@ def recovered(
     was planned by the recovery planner."""
     if ti.try_number <= 1:
         return request, 0, False
-    earlier = [t for t in learned.tries(family_of(ti)) if t.try_number < ti.try_number]
+    # from the store if another scheduler ran them; a try that never ran (it waited when its
+    # scheduler stopped, Airflow reset it) is no OOM and does not hide the OOM before it
+    earlier = [t for t in learned.tries_for(family_of(ti), ti.try_number) if t.ran]
     ooms = [t for t in earlier if t.outcome == "oom"]
     last = max(earlier, key=lambda t: t.try_number, default=None)
     if last is None or last.outcome != "oom":

@@ -273,11 +273,12 @@ class LauncherProcess:
         self._reply_fd = read_fd
         self._buffer = b""
         self._live.clear()
-        ready = self._wait_for(lambda m: m.get("op") == "ready", LAUNCHER_START_S)
-        if ready is None:
+        if self._wait_for(lambda m: m.get("op") == "ready", LAUNCHER_START_S) is None:
+            code = self._proc.poll()
+            self.close(timeout_s=0.0)  # not left behind: its process (killed) and its pipe
             raise LauncherError(
                 f"the CarmaExecutor launcher did not start within {LAUNCHER_START_S:.0f} s "
-                f"(exit code {self._proc.poll()}); see the scheduler's log for its error"
+                f"(exit code {code}); see the scheduler's log for its error"
             )
 
     def alive(self) -> bool:

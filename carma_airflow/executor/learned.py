@@ -13,21 +13,30 @@ interference model fitted per GPU model from ended tries (persisted as the store
 restart, while the fitted model, which took many tries to learn, is kept.
 
 Decision: a second scheduler writing peaks for the same tasks (Airflow HA) is seen by this one
-at its next start, not at once; in exchange intake never waits for the database.
+at its next start, not at once; in exchange intake never waits for the database.  One exception:
+the tries of a task instance whose next try this executor takes without knowing the try before
+it (another scheduler ran it, Airflow HA) are read from the store then (:meth:`Learned.tries_for`),
+one indexed read per such retry, so that the recovery plan after a CUDA OOM (the GPU to avoid, the
+grown memory) and the count of OOM tries follow the task instance, not the scheduler.
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.activity import ActivityEstimate, ActivitySample, estimate_activity
+from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.interference import InterferenceModel
 
 if TYPE_CHECKING:
+    from carma_airflow.store.records import PlacementRecord
     from carma_airflow.store.store import Store
+
+log = logging.getLogger("carma_airflow.executor")
 
 PEAKS_KEPT = 5  # the estimator looks at the latest few
 RECENT_TRIES_KEPT = 8
@@ -45,6 +54,7 @@ class EndedTry:
     peak_mib: int | None
     estimate_mib: int
     gpu_uuids: tuple[str, ...]
+    ran: bool = True  # False: closed without ever starting (it waited when its executor stopped)
 
 
 Family = tuple[str, str, str, int]  # dag_id, task_id, run_id, map_index
@@ -56,10 +66,13 @@ class Learned:
         self._tries: dict[Family, deque[EndedTry]] = {}
         self._activity: dict[tuple[str, str], deque[ActivitySample]] = {}
         self._solo: dict[tuple[str, str], deque[float]] = {}
+        self._new_solo: list[tuple[str, float]] = []
         self.model = InterferenceModel()
+        self._store: Store | None = None  # where tries_for reads the tries another executor ran
 
     def load(self, store: Store) -> None:
         """What the store knows: learned peaks, and how the recent tries of each run ended."""
+        self._store = store
         for dag_id, task_id, map_index, peak in store.recent_peaks():
             self.add_peak(dag_id, task_id, map_index, peak)
         for dag_id, task_id, value, source in store.recent_activities():
@@ -69,8 +82,7 @@ class Learned:
             self.model = InterferenceModel.from_dict(doc[1])
         for rec in sorted(store.placements(limit=5000), key=lambda r: r.try_number):
             if rec.outcome.finished:
-                ended = EndedTry(rec.try_number, rec.outcome.value, rec.peak_mib, rec.estimate_mib or 0, rec.gpu_uuids)
-                self.add_try((rec.dag_id, rec.task_id, rec.run_id, rec.map_index), ended)
+                self.add_try((rec.dag_id, rec.task_id, rec.run_id, rec.map_index), ended_try(rec))
 
     # -- memory ------------------------------------------------------------------------------
     def add_peak(self, dag_id: str, task_id: str, map_index: int | None, peak_mib: int) -> None:
@@ -100,6 +112,13 @@ class Learned:
 
     def add_solo(self, dag_id: str, task_id: str, seconds: float) -> None:
         self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
+        self._new_solo.append((f"{dag_id}.{task_id}", seconds))
+
+    def take_new_solos(self) -> list[tuple[str, float]]:
+        """The solo run times measured since the last call, by task type (``dag.task``): what a
+        policy that forecasts completion times learns durations from (:func:`use_durations`)."""
+        taken, self._new_solo = self._new_solo, []
+        return taken
 
     def solo_seconds(self, dag_id: str, task_id: str) -> float | None:
         """The median run time of the task's tries that had their GPUs to themselves."""
@@ -113,6 +132,36 @@ class Learned:
     def tries(self, family: Family) -> list[EndedTry]:
         return list(self._tries.get(family, ()))
 
+    def tries_for(self, family: Family, try_number: int) -> list[EndedTry]:
+        """The ended tries of ``family`` before ``try_number``.  When the one just before it is not
+        known here (another scheduler ran it), they are read from the store first: the store, not
+        this executor's memory, holds a task instance's OOM tries and what they reached."""
+        known = [t for t in self.tries(family) if t.try_number < try_number]
+        if try_number <= 1 or any(t.try_number == try_number - 1 for t in known) or self._store is None:
+            return known
+        try:
+            stored = self._store.tries_of(*family)
+        except CarmaError as exc:
+            log.warning(
+                "carma store unreachable: try %d of %s is planned from what this executor saw (%s)",
+                try_number,
+                ".".join(str(p) for p in family),
+                exc,
+            )
+            return known
+        numbers = {t.try_number for t in known}
+        for rec in stored:
+            if rec.outcome.finished and rec.try_number < try_number and rec.try_number not in numbers:
+                self.add_try(family, ended_try(rec))
+                numbers.add(rec.try_number)
+        return sorted((t for t in self.tries(family) if t.try_number < try_number), key=lambda t: t.try_number)
+
+
+def ended_try(rec: PlacementRecord) -> EndedTry:
+    """How a stored try ended; one that never started (``started_at`` None) did not run."""
+    ran = rec.started_at is not None
+    return EndedTry(rec.try_number, rec.outcome.value, rec.peak_mib, rec.estimate_mib or 0, rec.gpu_uuids, ran)
+
 
 def use_model(policy: object, model: InterferenceModel) -> None:
     """Hand the fitted model to a policy that predicts interference (core/policies/predictive.py)."""
@@ -121,4 +170,13 @@ def use_model(policy: object, model: InterferenceModel) -> None:
         use(model)
 
 
-__all__ = ["EndedTry", "Family", "Learned", "use_model"]
+def use_durations(policy: object, learned: Learned) -> None:
+    """Hand the solo run times measured since the last call to a policy that forecasts completion
+    times (core/policies/completion_time.py), as the simulator does when a job ends."""
+    learn = getattr(policy, "learn_duration", None)
+    for kind, seconds in learned.take_new_solos():
+        if learn is not None:
+            learn(kind, seconds)
+
+
+__all__ = ["EndedTry", "Family", "Learned", "ended_try", "use_durations", "use_model"]

@@ -1,6 +1,7 @@
 """What an ended try teaches (issue 13): the task's activity, its solo run time, and, for a try
-that shared its GPUs, one observation of interference for its GPU model.  No I/O: the store
-writes are returned."""
+that shared its GPUs, one observation of interference for its GPU model, naming its own task
+type and its co-tenants' (issue 23: their pressure is learned).  No I/O: the store writes are
+returned."""
 
 from __future__ import annotations
 
@@ -87,6 +88,7 @@ def learn_from_success(
                 utc(now),
                 ti.run_id,
                 ti.map_index,
+                seen.co_tasks,
             )
         )
     run_s = now - attempt.started_at
@@ -99,7 +101,8 @@ def learn_from_success(
     if solo is None or gpu_model is None:
         return writes  # no baseline yet: the stretch of this try is not known
     own = learned.activity(ti.dag_id, ti.task_id).sm_activity
-    # the task type (its label without the map index) gets its own sensitivity (core/task_terms.py)
+    # the task type (its label without the map index) gets its own sensitivity, and the segments
+    # name the co-tenants' types (telemetry.py), whose pressure is fitted from it (core/task_terms.py)
     observation = CollocationObservation(run_s / solo, own, seen.segments, f"{ti.dag_id}.{ti.task_id}")
     if not observation.informative:
         return writes

@@ -36,6 +36,7 @@ SHARED_PLACEMENTS = f"{PREFIX}.shared_placements"
 WAITING = f"{PREFIX}.waiting"
 RUNNING = f"{PREFIX}.running"
 PENDING_WRITES = f"{PREFIX}.store.pending_writes"
+PARKED_WRITES = f"{PREFIX}.store.parked_writes"
 WAIT_TIME = f"{PREFIX}.wait_time"
 OOM = f"{PREFIX}.oom"
 NEVER_FITS = f"{PREFIX}.never_fits"
@@ -68,6 +69,7 @@ ALL_METRICS: dict[str, str] = {
     WAITING: "g",
     RUNNING: "g",
     PENDING_WRITES: "g",
+    PARKED_WRITES: "c",
     WAIT_TIME: "ms",
     OOM: "c",
     NEVER_FITS: "c",
@@ -143,6 +145,12 @@ def pending_writes(count: int) -> None:
     stats.gauge(PENDING_WRITES, count)
 
 
+def parked_write(write: str) -> None:
+    """The store refused a write for good (a constraint, a value, the schema): it was parked in
+    ``parked-writes.jsonl`` under the state folder and the writes behind it went on (writer.py)."""
+    stats.incr(PARKED_WRITES, tags=_tags(write=write))
+
+
 def wait_seconds(seconds: float) -> None:
     """How long a task waited, from hand-over to placement (a timer, sent in milliseconds)."""
     stats.timing(WAIT_TIME, timedelta(seconds=max(0.0, seconds)))
@@ -186,6 +194,7 @@ __all__ = [
     "gpu_key",
     "never_fits",
     "oom",
+    "parked_write",
     "pending_writes",
     "placed",
     "recovery",

@@ -1,7 +1,14 @@
-"""The executor's parts, built once from its settings at ``start()`` (tests pass fakes)."""
+"""The executor's parts, built once from its settings at ``start()`` (tests pass fakes).
+
+:func:`build_parts` registers how to close each part it makes on the caller's ``ExitStack``
+(runtime.py), so a start that fails half-way closes what it made; the monitor is checked first,
+before anything that costs a thread, a process or a connection.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,7 +16,9 @@ from typing import TYPE_CHECKING
 from carma_airflow.core.estimators import MemoryEstimator, make_estimator
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.interference_aware import InterferenceAware
+from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import Backfill, QueueDiscipline, make_queue
 from carma_airflow.core.recovery import RecoverySettings
 from carma_airflow.core.settings import PlacementSettings
@@ -37,39 +46,61 @@ class Parts:
 
 
 def build_parts(
-    settings: CarmaSettings, *, background_writes: bool, monitor: GpuSource | None = None, store: Store | None = None
+    settings: CarmaSettings,
+    stack: ExitStack,
+    *,
+    background_writes: bool,
+    close_timeout_s: Callable[[], float],
+    monitor: GpuSource | None = None,
+    store: Store | None = None,
 ) -> Parts:
+    """Build and start the parts; each one's close goes on ``stack`` as it is made (a monitor the
+    caller passes in is stopped too, as at the executor's end; a store it passes in is left open).
+    ``close_timeout_s``: how long the writer and the launcher get when they are closed."""
     from carma_airflow.monitor.sampler import Monitor, make_probe
     from carma_airflow.store.store import Store
 
     state = Path(settings.state_dir)
     (state / "results").mkdir(parents=True, exist_ok=True)
     ledger_path = state / "simulated-gpus.json"
+    if monitor is None and settings.dispatch != "celery":
+        probe = make_probe(settings.gpu_backend, settings.simulated_gpus, ledger_path, host=settings.host)
+        stack.callback(probe.close)
+        local = Monitor(probe, period_s=settings.sample_period)
+        local.sample_once()  # fail fast with the probe's own message (no driver, bad spec)
+        local.start()
+        monitor = local
+    if monitor is not None:
+        stack.callback(monitor.stop)
     if store is None:
-        store = Store(settings.store_url)
+        store = stack.enter_context(Store(settings.store_url))  # its pooled connections go at the close
         store.migrate()
-    writer = StoreWriter(store, background=background_writes)
+    writer = StoreWriter(  # held and parked writes under the state folder; telemetry retention
+        store, background=background_writes, state_dir=state, retention_s=settings.telemetry_retention_s
+    )
+    stack.callback(lambda: writer.close(timeout_s=close_timeout_s()))
     local_launcher: LauncherProcess | None = None
     launcher: Launcher
     if settings.dispatch != "celery":
         # a fresh interpreter (exec'd, not forked): the threads of this process do not matter
-        local_launcher = LauncherProcess()
-        launcher = local_launcher
+        process = LauncherProcess()
+        stack.callback(lambda: process.close(timeout_s=close_timeout_s()))
+        launcher = local_launcher = process
     else:
         # GPUs of every host come from their agents through the store; tries go to the chosen
         # host's Celery queue (carma_airflow.distributed)
         from carma_airflow.distributed.dispatch import celery_backend
 
         launcher, cluster_monitor = celery_backend(settings, store)
-        monitor = monitor or cluster_monitor
-    if monitor is None:
-        probe = make_probe(settings.gpu_backend, settings.simulated_gpus, ledger_path, host=settings.host)
-        local = Monitor(probe, period_s=settings.sample_period)
-        local.sample_once()  # fail fast with the probe's own message (no driver, bad spec)
-        local.start()
-        monitor = local
+        close = getattr(launcher, "close", None)
+        if close is not None:  # remote tries: pending dispatch-end writes and revokes
+            stack.callback(lambda: close(timeout_s=close_timeout_s()))
+        if monitor is None:
+            monitor = cluster_monitor
+            stack.callback(monitor.stop)
+    assert monitor is not None  # this host's, the cluster's, or the caller's
     policy = make_policy(settings.policy)
-    if isinstance(policy, InterferenceAware):
+    if isinstance(policy, (InterferenceAware, CompletionTime, Predictive)):  # the policies that cap tenants
         policy.max_tenants = settings.max_tenants
     placer = Placer(
         policy,

@@ -17,7 +17,18 @@ mode (``[carma] schedulers``):
   other one keeps its GPU tries waiting with the reason, in its log and in ``carma why``.
 
 A gone executor's published reservations keep counting until its tries are adopted or reset
-(:mod:`carma_airflow.executor.adoption`); its row is forgotten an hour after its last beat.
+(:mod:`carma_airflow.executor.restart`); its row is forgotten an hour after its last beat.
+
+**The view cannot lie.**  What this executor knows of the others is one immutable
+:class:`PeerView` (the executors' rows, which of them are alive, the exclusive mode's refusal),
+read in one transaction and published whole under the lock, by the heartbeat thread or a
+shared pass; a pass reads it once.  Until the first read succeeds (registration failed: the
+store was unreachable at start) the view is *unknown*: registration is retried at every beat,
+nothing is placed (the tries wait with the reason), and every owner is *unknown*, never gone,
+so no try of a live peer is reconciled, adopted, closed or unreserved on a guess.  An owner is
+gone only when the view says so: it stopped, its heartbeat was older than the timeout when the
+view was read, or (same host) its process is gone; an owner with no row is gone only when its
+try is older than the hour after which rows are forgotten (else it may not have registered yet).
 """
 
 from __future__ import annotations
@@ -31,30 +42,23 @@ import time
 import weakref
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.cycle import CycleResult, SchedulingCycle
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.gpu import GpuState
+from carma_airflow.executor.peer_leftovers import count_gone_placements, reap
+from carma_airflow.executor.peer_view import FORGET_AFTER_S, OwnerState, PeerView, beat_period, pid_exists
 from carma_airflow.executor.shared_ledger import SharedLedger, record_of
 from carma_airflow.settings import CarmaSettings
-from carma_airflow.store.peers import ExecutorRecord, ReservationPass, ReservationRecord
-from carma_airflow.store.records import PlacementRecord, TryOutcome
-from carma_airflow.taskrun.outcome import read_result
+from carma_airflow.store.peers import ExecutorRecord, ReservationPass
 
 if TYPE_CHECKING:
     from carma_airflow.store.store import Store
 
 log = logging.getLogger("carma_airflow.executor")
-
-FORGET_AFTER_S = 3600.0  # a gone executor's row (and what it still had published) is dropped after this
-
-
-def beat_period(timeout_s: float) -> float:
-    """Seconds between two heartbeats: several per timeout, at most every 5 s."""
-    return max(0.2, min(5.0, timeout_s / 6))
 
 
 class Peers:
@@ -70,17 +74,33 @@ class Peers:
         self.sqlite = store.masked_url.startswith("sqlite")
         self.exclusive = self.sqlite or self.mode == "one"
         self.ledger = SharedLedger(seen_after_s=settings.lock_seconds)
-        self.shared = False  # all our reservations are published and our row says so
-        self.peers_alive = False
-        self.refusal: str | None = None  # exclusive mode, not the one that places: why
-        self.executors: dict[str, ExecutorRecord] = {}  # as of the last beat or pass
         self.started_at = time.time()
-        self._lock = threading.Lock()  # a pass against a switch to shared mode by the beat thread
+        # Everything below is written under this lock only: the heartbeat thread and the
+        # placement pass both publish views and switch the shared flag (an RLock: a shared pass
+        # holds it while it learns the executors its transaction read).
+        self._lock = threading.RLock()
+        self._view = PeerView(known=False, error="not registered yet")
+        self._shared = False  # all our reservations are published and our row says so
+        self._takeover = False  # exclusive mode: the one that placed is gone, its running tries count
+        self._registered = False
+        self._reconcile_due = False  # restart.reconcile waited for a known view
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._registered = False
         self._beat_failed = False
-        self._takeover = False  # exclusive mode: the one that placed is gone, its running tries count
+
+    # -- what the placement pass and restart read ---------------------------------------------
+    @property
+    def view(self) -> PeerView:
+        """The latest view (one immutable object: read it once per decision)."""
+        return self._view
+
+    @property
+    def shared(self) -> bool:
+        return self._shared
+
+    @property
+    def refusal(self) -> str | None:
+        return self._view.refusal
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -111,13 +131,50 @@ class Peers:
                 if not quiet:  # at interpreter exit logging may be gone already
                     log.warning("carma store unreachable when stopping: peers see this one gone later (%s)", exc)
 
+    def defer_reconcile(self) -> None:
+        """restart.reconcile found the view unknown: it runs again once the view is known."""
+        with self._lock:
+            self._reconcile_due = True
+
+    def reconcile_due(self) -> bool:
+        """True once, when a deferred reconciliation may run now (the view is known)."""
+        with self._lock:
+            due = self._reconcile_due and self._view.known
+            if due:
+                self._reconcile_due = False
+            return due
+
+    def refresh(self, max_age_s: float = 0.0) -> PeerView:
+        """The view read again from the store now, unless it is younger than ``max_age_s`` (for a
+        decision that may do I/O, such as adopting a try Airflow hands over); the last view if the
+        store is unreachable (or this executor is not registered yet)."""
+        view = self._view
+        now = time.time()
+        if not self._registered or (view.known and now - view.at < max_age_s):
+            return view
+        try:
+            rows = self.store.executors()
+        except CarmaError as exc:
+            log.warning("carma store unreachable: the other executors are judged from the last beat (%s)", exc)
+            return view
+        return self._learn(rows, now)
+
     def _register(self) -> None:
         now = time.time()
         rec = ExecutorRecord(self.me, self.host, os.getpid(), _at(self.started_at), _at(now))
         try:
             rows = self.store.register_executor(rec)
         except CarmaError as exc:
-            log.warning("carma store unreachable: this executor is not registered yet (%s)", exc)
+            error = " ".join(str(exc).split())
+            log.warning(
+                "carma store unreachable: this executor is not registered yet, registration is retried "
+                "every %.1f s and GPU tries wait until it succeeds (%s)",
+                beat_period(self.timeout_s),
+                error,
+            )
+            with self._lock:
+                if not self._view.known:
+                    self._view = PeerView(known=False, error=error)
             return
         self._registered = True
         self._learn(rows, now)
@@ -147,32 +204,38 @@ class Peers:
         self._beat_failed = False
         if self.me not in {r.id for r in rows}:
             self._registered = False  # forgotten by a peer (we were gone an hour): register again
-        self._learn(rows, now)
+        view = self._learn(rows, now)
         gone = [r.id for r in rows if r.id != self.me and now - r.heartbeat_at.timestamp() > FORGET_AFTER_S]
         if gone:
             self._forget(gone)
-        if any(r.id != self.me and not self.alive(r, now) for r in rows):
-            self._reap(now)
-        if not self.exclusive and not self.shared and (self.peers_alive or self.mode == "several"):
+        if any(r.id != self.me and r.id not in view.peers for r in rows):
+            reap(self, now)
+        if not self.exclusive and not self._shared and (view.peers_alive or self.mode == "several"):
             self._switch_to_shared()
 
-    def _learn(self, rows: Sequence[ExecutorRecord], now: float) -> None:
-        self.executors = {r.id: r for r in rows}
+    def _learn(self, rows: Sequence[ExecutorRecord], now: float) -> PeerView:
+        """Publish the view these rows (read at ``now``) make; returns it."""
+        executors = {r.id: r for r in rows}
         alive = [r for r in rows if r.id != self.me and self.alive(r, now)]
-        self.peers_alive = bool(alive)
-        if not self.exclusive:
-            return
-        mine = self.executors.get(self.me)
-        started = mine.started_at if mine is not None else _at(self.started_at)
-        first = min([(r.started_at, r.id) for r in alive] + [(started, self.me)])
-        refusal = None if first[1] == self.me else self._refusal_text(self.executors[first[1]])
-        if refusal != self.refusal:
-            if refusal is not None:
-                log.error("%s", refusal)
-            else:
-                log.info("CarmaExecutor %s places GPU tries: no other CarmaExecutor is alive on this store", self.me)
-                self._takeover = self.refusal is not None
-        self.refusal = refusal
+        refusal: str | None = None
+        if self.exclusive:
+            mine = executors.get(self.me)
+            started = mine.started_at if mine is not None else _at(self.started_at)
+            first = min([(r.started_at, r.id) for r in alive] + [(started, self.me)])
+            refusal = None if first[1] == self.me else self._refusal_text(executors[first[1]])
+        view = PeerView(True, now, MappingProxyType(executors), frozenset(r.id for r in alive), refusal)
+        with self._lock:
+            before = self._view
+            if before.known and before.at > now:
+                return before  # a newer read was published meanwhile (a pass beside the beat)
+            self._view = view
+            if self.exclusive and refusal != before.refusal:
+                if refusal is not None:
+                    log.error("%s", refusal)
+                else:
+                    log.info("CarmaExecutor %s places GPU tries: no other CarmaExecutor is alive here", self.me)
+                    self._takeover = self._takeover or before.refusal is not None
+        return view
 
     def _refusal_text(self, other: ExecutorRecord) -> str:
         why = (
@@ -192,123 +255,82 @@ class Peers:
             return
         log.info("Forgot CarmaExecutors gone for over %.0f s: %s", FORGET_AFTER_S, ", ".join(ids))
 
-    def _count_gone_placements(self, now: float) -> None:
-        """Exclusive mode, after the executor that placed is gone: its tries that still run (it
-        published nothing) count as tenants until they are adopted or end; read while any does."""
-        try:
-            rows = self.store.running()
-        except CarmaError as exc:
-            log.warning("carma store unreachable: the gone executor's tries are not counted (%s)", exc)
-            return
-        self._takeover = False
-        held = [
-            ReservationRecord(r.key, r.owner or "", r.label, r.gpu_uuids, r.estimate_mib or 0, r.decided_at.timestamp())
-            for r in rows
-            if r.outcome is TryOutcome.RUNNING
-            and r.owner not in (None, self.me)
-            and r.gpu_uuids
-            and self.owner_gone(r.owner, now)
-            and (r.host not in (self.host, None) or r.pid is None or _pid_exists(r.pid))
-        ]
-        self.ledger.lay_over([r for r in held if r.key not in self.ledger or r.key in self.ledger.foreign])
+    def owner_state(self, owner: str | None, now: float, written_at: float | None = None) -> OwnerState:
+        """What the view says of ``owner`` (see :meth:`PeerView.owner_state`)."""
+        return self._view.owner_state(owner, self.me, written_at)
 
-    def _reap(self, now: float) -> None:
-        """Reservations of gone executors whose try is over (its process on this host has ended,
-        it never started, or its end is recorded) stop counting: the peers' passes drop them."""
-        try:
-            others = [r for r in self.store.shared_reservations() if r.owner != self.me]
-            over = []
-            for res in others:
-                if not self.owner_gone(res.owner, now):
-                    continue
-                rec = self.store.placement(res.key)
-                if rec is None or rec.outcome.finished:
-                    over.append(res.key)
-                elif rec.pid is None:
-                    if now - res.since > 4 * self.timeout_s:  # placed, never launched: its owner died between
-                        over.append(res.key)
-                elif rec.host in (self.host, None) and not _pid_exists(rec.pid):
-                    over.append(res.key)
-                    self._conclude(rec, now)
-            if over:
-                self.store.drop_reservations(over)
-                log.info("Reservations of gone CarmaExecutors released (their tries ended): %s", ", ".join(over))
-        except CarmaError as exc:
-            log.debug("carma store unreachable while reaping gone executors' reservations: %s", exc)
-
-    def _conclude(self, rec: PlacementRecord, now: float) -> None:
-        """A gone executor's try whose process ended before any executor adopted it: its end,
-        from its result file, in the store (Airflow has the try's outcome from the task itself)."""
-        result = read_result(Path(self.state_dir) / "results" / f"{rec.ti_id}.json") if rec.ti_id else None
-        if result is None:
-            outcome, summary = TryOutcome.FAILED, "ended while its executor was gone; no result file"
-        elif result.is_oom:
-            outcome, summary = TryOutcome.OOM, "CUDA out of memory (ended while its executor was gone)"
-        else:
-            outcome = TryOutcome.SUCCESS if result.succeeded else TryOutcome.FAILED
-            summary = f"{outcome.value} (ended while its executor was gone)"
-        peak = result.peak_mib if result is not None else None
-        self.store.mark_ended(rec.key, now, outcome, peak, summary)
-
-    def owner_gone(self, owner: str | None, now: float) -> bool:
-        """Whether the executor ``owner`` is gone (None: a try written before owners were kept)."""
-        if owner is None or owner == self.me:
-            return owner is None
-        rec = self.executors.get(owner)
-        return rec is None or not self.alive(rec, now)
+    def owner_gone(self, owner: str | None, now: float, written_at: float | None = None) -> bool:
+        """Whether the view says executor ``owner`` is gone; unknown is not gone (see :meth:`owner_state`)."""
+        return self.owner_state(owner, now, written_at) is OwnerState.GONE
 
     def alive(self, rec: ExecutorRecord, now: float) -> bool:
         """Beat within the timeout, not stopped, and (on this host) its process still exists:
         a scheduler killed and started again at once does not wait out its predecessor's beat."""
         if not rec.alive(now, self.timeout_s):
             return False
-        return rec.host != self.host or rec.pid == os.getpid() or _pid_exists(rec.pid)
+        return rec.host != self.host or rec.pid == os.getpid() or pid_exists(rec.pid)
 
     # -- the placement pass -----------------------------------------------------------------
     def run_pass(self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool) -> CycleResult:
         """One scheduling pass over ``gpus``, as the mode says (see the module docstring)."""
+        view = self._view
+        if not view.known:
+            reason = (
+                "waiting: this CarmaExecutor has not read the other schedulers' state from the carma store yet "
+                f"(registration failed: {view.error}); it places once its registration, retried every "
+                f"{beat_period(self.timeout_s):.0f} s, succeeds"
+            )
+            return _all_wait(cycle, now, gpus, reason)
         if self.exclusive:
-            if self.refusal is not None:
-                return _all_wait(cycle, now, gpus, self.refusal)
-            if self._takeover or self.ledger.foreign:
-                self._count_gone_placements(now)
+            if view.refusal is not None:
+                return _all_wait(cycle, now, gpus, view.refusal)
+            if (self._takeover or self.ledger.foreign) and count_gone_placements(self, now):
+                with self._lock:
+                    self._takeover = False
             return cycle.run(now, gpus, waiting_decisions=why)
         with self._lock:
-            if not (self.shared or self.peers_alive or self.ledger.foreign or self.mode == "several"):
+            if not (self._shared or view.peers_alive or self.ledger.foreign or self.mode == "several"):
                 return cycle.run(now, gpus, waiting_decisions=why)  # single: no store I/O
         return self._shared_pass(cycle, now, gpus, why)
 
     def _shared_pass(self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool) -> CycleResult:
         hosts = {g.host for g in gpus} | {self.host}
         result: CycleResult | None = None
-        try:
-            with self._lock, self.store.reservation_pass(self.me, hosts) as txn:
-                result = self._decide(txn, cycle, now, gpus, why)
-        except CarmaError as exc:
-            if result is not None:  # decided, not published: nothing of it may start
-                for p in result.placed:
-                    cycle.release(p.request.key)
-                    cycle.submit(p.request, now, prior_ooms=p.prior_ooms)
-            log.warning("carma store unreachable in a shared placement pass: GPU tries wait (%s)", exc)
-            reason = f"waiting: the carma store is unreachable, the peers' GPU reservations cannot be counted ({exc})"
-            return _all_wait(cycle, now, gpus, reason)
+        with self._lock:
+            shared_before = self._shared
+            try:
+                with self.store.reservation_pass(self.me, hosts) as txn:
+                    result = self._decide(txn, cycle, now, gpus, why)
+            except CarmaError as exc:
+                self._shared = shared_before  # the row's flag did not commit either
+                if result is not None:  # decided, not published: nothing of it may start
+                    for p in result.placed:
+                        cycle.release(p.request.key)
+                        cycle.submit(p.request, now, prior_ooms=p.prior_ooms)
+                log.warning("carma store unreachable in a shared placement pass: GPU tries wait (%s)", exc)
+                reason = (
+                    f"waiting: the carma store is unreachable, the peers' GPU reservations cannot be counted ({exc})"
+                )
+                return _all_wait(cycle, now, gpus, reason)
         return result
 
     def _decide(
         self, txn: ReservationPass, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool
     ) -> CycleResult:
-        self._learn(txn.executors, now)
-        alive = [e for e in txn.executors if e.id != self.me and self.alive(e, now)]
+        """Under the lock and the store's transaction: the mode switches and the pass itself
+        (if the transaction then fails to commit, the caller puts the shared flag back)."""
+        view = self._learn(txn.executors, now)
+        alive = [e for e in txn.executors if e.id in view.peers]
         self.ledger.lay_over(txn.others)
         if not alive and self.mode != "several":
-            if self.shared:
+            if self._shared:
                 txn.set_shared(False)  # alone again: a newcomer waits until we publish everything
-                self.shared = False
+                self._shared = False
             return cycle.run(now, gpus, waiting_decisions=why)
-        if not self.shared:  # first pass next to a peer: everything we hold goes out first
+        if not self._shared:  # first pass next to a peer: everything we hold goes out first
             txn.replace_mine(record_of(r, self.me) for r in self.ledger.mine())
             txn.set_shared(True)
-            self.shared = True
+            self._shared = True
         unshared = [e for e in alive if not e.shared]
         if unshared:
             e = unshared[0]
@@ -322,24 +344,25 @@ class Peers:
         return result
 
     def _switch_to_shared(self) -> None:
-        """A peer is alive: publish all we hold and mark our row shared (the beat thread)."""
-        try:
-            with self._lock, self.store.reservation_pass(self.me, {self.host}) as txn:
-                mine = self.ledger.mine()
-                released = set(self.ledger.drain_released())
-                txn.replace_mine(record_of(r, self.me) for r in mine if r.key not in released)
-                txn.set_shared(True)
-                self.shared = True
-        except CarmaError as exc:
-            self.shared = False
-            log.warning("carma store unreachable: cannot share reservations with peers yet (%s)", exc)
-            return
+        """A peer is alive: publish all we hold and mark our row shared (the beat thread); the
+        flag is set only once the transaction has committed, under the lock throughout."""
+        with self._lock:
+            try:
+                with self.store.reservation_pass(self.me, {self.host}) as txn:
+                    mine = self.ledger.mine()
+                    released = set(self.ledger.drain_released())
+                    txn.replace_mine(record_of(r, self.me) for r in mine if r.key not in released)
+                    txn.set_shared(True)
+            except CarmaError as exc:
+                log.warning("carma store unreachable: cannot share reservations with peers yet (%s)", exc)
+                return
+            self._shared = True
         log.info("CarmaExecutor %s shares its GPU reservations with peer schedulers (%d published)", self.me, len(mine))
 
     def publish_adopted(self, key: str) -> None:
         """A try adopted from a gone peer: its reservation is ours in the store (adopt time: I/O is fine)."""
         res = self.ledger.get(key)
-        if res is None or not self.shared:
+        if res is None or not self._shared:
             return
         try:
             with self._lock, self.store.reservation_pass(self.me, ()) as txn:
@@ -355,16 +378,6 @@ def _all_wait(cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], reas
     return CycleResult(now, view, waiting=waiting)
 
 
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _close_at_exit(ref: weakref.ref[Peers]) -> None:
     peers = ref()
     if peers is not None:
@@ -375,4 +388,4 @@ def _at(t: float) -> datetime:
     return datetime.fromtimestamp(t, tz=timezone.utc)
 
 
-__all__ = ["FORGET_AFTER_S", "Peers", "beat_period"]
+__all__ = ["FORGET_AFTER_S", "OwnerState", "PeerView", "Peers", "beat_period"]

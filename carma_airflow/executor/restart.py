@@ -82,6 +82,19 @@ def closed_at_restart(rec: PlacementRecord, now: float) -> MarkEnded:
     return MarkEnded(rec.key, now, TryOutcome.FAILED, None, "not running when the executor restarted; requeued")
 
 
+def keep_orphan(flow: TryFlow, orphan: Try) -> Try:
+    """A try an earlier executor started, in the flow's book: its GPUs stay reserved until it ends
+    or the scheduler hands it over; ended already, it is concluded now (the flow's end path)."""
+    flow.tries.add(orphan)
+    ended = orphan.handle.poll() if orphan.handle is not None else None
+    if ended is not None:
+        flow.end(orphan, ended)
+        return orphan
+    assert orphan.request is not None
+    flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
+    return orphan
+
+
 def reconcile(flow: TryFlow) -> None:
     """At start: the tries whose owner is gone (this host's earlier executor, a dead peer), read once.
 
@@ -95,26 +108,25 @@ def reconcile(flow: TryFlow) -> None:
         return
     now = time.time()
     peers = flow.peers
+    if not peers.view.known:  # registration failed: an owner not known is not gone (peers.py)
+        log.warning("carma store: the other executors are not known yet; earlier tries are reconciled once they are")
+        peers.defer_reconcile()
+        return
     claimed, closed = [], []
     for rec in left:
-        if not peers.owner_gone(rec.owner, now):
-            continue  # a live peer placed it: its own
+        if not peers.owner_gone(rec.owner, now, rec.decided_at.timestamp()):
+            continue  # a live peer placed it (or its owner is not known yet): its own
         handle = None
         if rec.outcome == TryOutcome.RUNNING:
             handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)
         if handle is None:
-            flow._write(closed_at_restart(rec, now))
+            flow.write(closed_at_restart(rec, now))
             closed.append(rec.key)
             continue
-        orphan = flow.tries.add(orphan_of(rec, handle, now))
+        orphan = keep_orphan(flow, orphan_of(rec, handle, now))
         claimed.append(rec.key)
-        ended = handle.poll()
-        if ended is not None:
-            flow._finish(orphan, ended)
-            continue
-        assert orphan.request is not None
-        flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
-        log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
+        if orphan.state is TryState.ORPHAN:
+            log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
     try:
         flow.store.claim_tries(claimed, peers.me)
         flow.store.drop_reservations(closed + claimed)  # ours now: published again when shared
@@ -132,22 +144,29 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     except CarmaError as exc:
         log.warning("carma store unreachable: %s not adopted (%s)", ti.key, exc)
         return None
+    peers.refresh()  # the executors as they stand now: one may have stopped since the last beat
     now = time.time()
-    if rec is not None and rec.outcome == TryOutcome.WAITING and peers.owner_gone(rec.owner, now):
-        flow._write(closed_at_restart(rec, now))  # it waited in a dead executor: Airflow resets it
+    gone = rec is not None and peers.owner_gone(rec.owner, now, rec.decided_at.timestamp())
+    if rec is not None and rec.outcome == TryOutcome.WAITING and gone:
+        flow.write(closed_at_restart(rec, now))  # it waited in a dead executor: Airflow resets it
     if rec is None or rec.outcome != TryOutcome.RUNNING:
         return None
-    if not peers.owner_gone(rec.owner, now):
-        log.warning("Airflow hands over %s of CarmaExecutor %s, which still beats; adopting it", ti.key, rec.owner)
+    if not gone:  # its owner beats (or is not known yet): its try, whatever Airflow thinks
+        log.warning(
+            "Airflow hands over %s of CarmaExecutor %s, which is %s to this one; not adopted (Airflow resets it). "
+            "Keep [carma] peer_timeout_seconds at most [scheduler] scheduler_health_check_threshold",
+            ti.key,
+            rec.owner,
+            peers.owner_state(rec.owner, now, rec.decided_at.timestamp()).value,
+        )
+        return None
     handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)
     peers.ledger.forget_foreign(rkey)
     if handle is None or handle.poll() is not None:
         with contextlib.suppress(CarmaError):  # reset by Airflow: what its owner published stops counting
             flow.store.drop_reservations([rkey])
         return None
-    orphan = flow.tries.add(orphan_of(rec, handle, now))
-    assert orphan.request is not None
-    flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
+    orphan = keep_orphan(flow, orphan_of(rec, handle, now))
     try:
         flow.store.claim_tries([rkey], peers.me)
     except CarmaError as exc:
@@ -156,4 +175,13 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     return orphan
 
 
-__all__ = ["StoredTi", "adopt_from_store", "closed_at_restart", "orphan_of", "reattach", "reconcile", "request_of"]
+__all__ = [
+    "StoredTi",
+    "adopt_from_store",
+    "closed_at_restart",
+    "keep_orphan",
+    "orphan_of",
+    "reattach",
+    "reconcile",
+    "request_of",
+]

@@ -10,7 +10,7 @@ audit log, and hands them to the flow once the start succeeds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 FIRST_RETRY_S = 5.0
@@ -47,9 +47,19 @@ class Standby:
     def hold(self, key: Any, workload: Any) -> None:
         self.held.setdefault(key, workload)
 
-    def take_held(self) -> Iterator[tuple[Any, Any]]:
-        held, self.held = self.held, {}
-        yield from held.items()
+    def take_held(self, take: Callable[[Any, Any], object]) -> list[tuple[Any, Exception]]:
+        """Hand each held try to ``take(key, workload)``, in hand-over order.  One that raises stays
+        held (tried again later) and the rest go on; returns those, each with its exception."""
+        failed: list[tuple[Any, Exception]] = []
+        for key, workload in list(self.held.items()):
+            try:
+                take(key, workload)
+            except Exception as exc:
+                failed.append((key, exc))
+                continue
+            if self.held.get(key) is workload:
+                del self.held[key]
+        return failed
 
 
 __all__ = ["Standby"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from carma_airflow.checkpoint import CHECKPOINT_ENV, TRY_NUMBER_ENV
 from carma_airflow.core.fencing import Fence
 from carma_airflow.taskrun.fence_env import fence_env
 from carma_airflow.taskrun.outcome import PLACEMENT_ENV, PRIOR_OOMS_ENV, RESULT_ENV, SIM_LEDGER_ENV
@@ -29,6 +30,8 @@ def gpu_task_env(
     guards: bool = True,
     sim_ledger: str | None = None,
     fence: Fence | None = None,
+    checkpoint_dir: str | None = None,
+    try_number: int | None = None,
 ) -> dict[str, str]:
     """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order,
     and the cap it is held to (``fence``, carma_airflow/taskrun/fence_env.py)."""
@@ -45,6 +48,10 @@ def gpu_task_env(
         env[SIM_LEDGER_ENV] = sim_ledger
     if fence is not None:
         env.update(fence_env(fence))
+    if checkpoint_dir is not None:  # the task instance's, the same for all its tries (carma_airflow/checkpoint.py)
+        env[CHECKPOINT_ENV] = checkpoint_dir
+    if try_number is not None:
+        env[TRY_NUMBER_ENV] = str(try_number)
     return env
 
 

@@ -5,6 +5,9 @@ Per process where the monitor offers it (NVML's per-process utilisation; the sim
 ledger): a process belongs to the try whose launcher session it runs in (the launcher starts
 each try with ``setsid``, so the session id is the try's pid).  Otherwise the GPU's SM activity
 counts for a try only while it is the GPU's one tenant.  Each new monitor sample is counted once.
+Each set of co-tenants is kept with their task types (their labels without a map index, as the
+interference terms are kept), so that an ended try's observation names whom it shared with and
+the pressure each type puts on others is learned (issue 23).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.interference import Segment
+from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.taskrun.procstat import session_of
@@ -28,7 +32,8 @@ class _Watch:
     alone_n: int = 0
     shared_n: int = 0
     samples_n: int = 0
-    co_tenants: dict[tuple[str, ...], tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+    # co-tenant try keys -> (samples, their activities, their task types, in the same order)
+    co_tenants: dict[tuple[str, ...], tuple[int, tuple[float, ...], tuple[str, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +42,8 @@ class Seen:
 
     activity: ActivitySample | None  # its own SM activity, if measured
     alone: bool  # no co-tenant in any sample (its run time is a solo run time)
-    segments: tuple[Segment, ...]  # the shares of its samples per set of co-tenants (their activities)
+    segments: tuple[Segment, ...]  # the shares of its samples per set of co-tenants (their activities, types)
+    co_tasks: tuple[str, ...] = ()  # the task types it shared its GPUs with at some time, sorted
 
 
 class Attribution:
@@ -76,8 +82,9 @@ class Attribution:
             watch.shared_n += 1
             key = tuple(sorted(others))
             acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
-            count, _ = watch.co_tenants.get(key, (0, acts))
-            watch.co_tenants[key] = (count + 1, acts)
+            names = tuple(task_type(t.label) for t in others.values())
+            count = watch.co_tenants.get(key, (0,))[0]
+            watch.co_tenants[key] = (count + 1, acts, names)
 
     def _in(self, pid: int, session: int) -> bool:
         if pid not in self._sessions:
@@ -110,8 +117,9 @@ class Attribution:
             activity = ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone")
         alone_share = (watch.samples_n - watch.shared_n) / watch.samples_n
         segments = [Segment(alone_share, ())] if alone_share > 0 else []
-        segments += [Segment(n / watch.samples_n, acts) for n, acts in watch.co_tenants.values()]
-        return Seen(activity, watch.shared_n == 0, tuple(segments))
+        segments += [Segment(n / watch.samples_n, acts, names) for n, acts, names in watch.co_tenants.values()]
+        co_tasks = tuple(sorted({name for _, _, names in watch.co_tenants.values() for name in names}))
+        return Seen(activity, watch.shared_n == 0, tuple(segments), co_tasks)
 
 
 __all__ = ["Attribution", "Seen", "session_of"]

@@ -1,15 +1,21 @@
-"""A try is one object with a typed state machine (issue 12).
+"""A try is one object with a typed state machine, and the book that owns every try's state (issue 12, 24).
 
-    DEFERRED --> WAITING --> RUNNING --> ENDED
-        \\           \\  \\ (withdrawn)      ^
-         +-----------+--> REFUSED -------+
-    ORPHAN (an earlier executor's, still running) --> RUNNING (adopted) | ENDED
+    DEFERRED --> WAITING --> RUNNING ------------> ENDED
+        \\           \\  \\ (withdrawn)    \\            ^
+         +-----------+--> REFUSED ----+--> STOPPING --+
+    ORPHAN (an earlier executor's, still running) --> RUNNING (adopted) | STOPPING | ENDED
 
-DEFERRED: its previous try's process is still ending (its outcome decides this try's plan).
-WAITING: planned, in the placer's queue.  RUNNING: placed on GPUs, its process started.
-REFUSED: runs without GPUs as a process that fails at once with the reason (never fits, bad
-config).  ORPHAN: started by an earlier executor on this host, not handed over by the scheduler
-yet.  A :class:`TryBook` keeps every try of the executor, indexed by state.
+DEFERRED: an earlier try of its task instance (or the same try, revoked) is still ending: its
+outcome decides this try's plan.  WAITING: planned, in the placer's queue.  RUNNING: placed on
+GPUs, its process started.  REFUSED: runs without GPUs as a process that fails at once with the
+reason (never fits, bad config).  ORPHAN: started by an earlier executor on this host, not handed
+over by the scheduler yet.  STOPPING: the scheduler took it back (revoked, or superseded by a
+newer try): its process is being killed and reaped, its GPUs stay reserved until then, its end is
+not reported, and its key is free: the scheduler may hand the same key over again (a new try of
+the book, DEFERRED until this one has ended).
+
+A :class:`TryBook` keeps every try of the executor, indexed by state; every move goes through
+:meth:`TryBook.move`.  What Airflow sees (``has_task``, ``running``) is read from it.
 """
 
 from __future__ import annotations
@@ -39,17 +45,23 @@ class TryState(enum.Enum):
     RUNNING = "running"
     REFUSED = "refused"
     ORPHAN = "orphan"
+    STOPPING = "stopping"
     ENDED = "ended"
 
 
 _MOVES: dict[TryState, frozenset[TryState]] = {
     TryState.DEFERRED: frozenset({TryState.WAITING, TryState.REFUSED, TryState.ENDED}),  # ENDED: withdrawn
     TryState.WAITING: frozenset({TryState.RUNNING, TryState.REFUSED, TryState.ENDED}),  # ENDED: withdrawn
-    TryState.RUNNING: frozenset({TryState.ENDED}),
-    TryState.REFUSED: frozenset({TryState.ENDED}),
-    TryState.ORPHAN: frozenset({TryState.RUNNING, TryState.ENDED}),
+    TryState.RUNNING: frozenset({TryState.STOPPING, TryState.ENDED}),
+    TryState.REFUSED: frozenset({TryState.STOPPING, TryState.ENDED}),
+    TryState.ORPHAN: frozenset({TryState.RUNNING, TryState.STOPPING, TryState.ENDED}),
+    TryState.STOPPING: frozenset({TryState.ENDED}),
     TryState.ENDED: frozenset(),
 }
+# known by request key, not by TaskInstanceKey: an orphan has none yet, a stopping try gave its up
+_BY_RKEY = frozenset({TryState.ORPHAN, TryState.STOPPING})
+# what Airflow counts in the executor's ``running``: started for the scheduler, not taken back
+STARTED = (TryState.RUNNING, TryState.REFUSED)
 
 
 class TryStateError(CarmaError):
@@ -77,7 +89,6 @@ class Try:
     recorded_at: float = 0.0
     activity_told: bool = False  # its measured activity was given to the cycle while it runs
     taken_at: float = 0.0  # when the scheduler handed it over
-    revoked: bool = False  # the scheduler took it back (stuck in queued): its end is not reported
 
     def worth_recording(self, summary: str, now: float) -> bool:
         """Whether a new waiting reason goes to the store and log: its kind changed (the
@@ -94,13 +105,16 @@ class TryBook:
     """Every try of the executor by key and by state; moves go through :meth:`move`."""
 
     def __init__(self) -> None:
-        self._by_key: dict[Any, Try] = {}
-        self._orphans: dict[str, Try] = {}  # by request key: they have no TaskInstanceKey yet
+        self._by_key: dict[Any, Try] = {}  # what the scheduler handed over and has not taken back
+        self._by_rkey: dict[str, Try] = {}  # ORPHAN and STOPPING tries, by request key
         self._by_state: dict[TryState, dict[Any, Try]] = {s: {} for s in TryState}
 
     def add(self, attempt: Try) -> Try:
+        """A try handed over (DEFERRED), or an orphan an earlier executor left (ORPHAN)."""
         if attempt.state is TryState.ORPHAN:
-            self._orphans[attempt.rkey] = attempt
+            if attempt.rkey in self._by_rkey:
+                raise TryStateError(f"try {attempt.rkey} is already known")
+            self._by_rkey[attempt.rkey] = attempt
             self._by_state[TryState.ORPHAN][attempt.rkey] = attempt
             return attempt
         if attempt.key in self._by_key:
@@ -112,46 +126,75 @@ class TryBook:
     def move(self, attempt: Try, to: TryState) -> None:
         if to not in _MOVES[attempt.state]:
             raise TryStateError(f"try {attempt.rkey}: {attempt.state.value} -> {to.value} is not a move")
-        index = attempt.rkey if attempt.state is TryState.ORPHAN else attempt.key
-        del self._by_state[attempt.state][index]
-        if attempt.state is TryState.ORPHAN:
-            del self._orphans[attempt.rkey]
-            if to is not TryState.ENDED:  # adopted: now known by its TaskInstanceKey
-                self._by_key[attempt.key] = attempt
+        if to is TryState.STOPPING and attempt.rkey in self._by_rkey and attempt.state is not TryState.ORPHAN:
+            raise TryStateError(f"try {attempt.rkey} is stopping already")  # a bug: the same key started twice
+        frm = attempt.state
+        if frm in _BY_RKEY:
+            del self._by_state[frm][attempt.rkey]
+            del self._by_rkey[attempt.rkey]
+        else:
+            del self._by_state[frm][attempt.key]
+            if to in _BY_RKEY or to is TryState.ENDED:
+                del self._by_key[attempt.key]  # the scheduler may hand this key over again
         attempt.state = to
         if to is TryState.ENDED:
-            self._by_key.pop(attempt.key, None)
             return
+        if to in _BY_RKEY:
+            self._by_rkey[attempt.rkey] = attempt
+            self._by_state[to][attempt.rkey] = attempt
+            return
+        if frm is TryState.ORPHAN:  # adopted: now known by its TaskInstanceKey
+            self._by_key[attempt.key] = attempt
         self._by_state[to][attempt.key] = attempt
 
     def get(self, key: Any) -> Try | None:
+        """The try the scheduler handed over as ``key`` and has not taken back."""
         return self._by_key.get(key)
 
     def orphan(self, rkey: str) -> Try | None:
-        return self._orphans.get(rkey)
+        attempt = self._by_rkey.get(rkey)
+        return attempt if attempt is not None and attempt.state is TryState.ORPHAN else None
 
     def __contains__(self, key: object) -> bool:
+        """Whether the scheduler's ``key`` is a try of this executor (``has_task``)."""
         return key in self._by_key
 
     def __len__(self) -> int:
-        return len(self._by_key) + len(self._orphans)
+        return len(self._by_key) + len(self._by_rkey)
 
     def in_state(self, state: TryState) -> Mapping[Any, Try]:
-        """A read-only live view of the tries in ``state`` (ORPHAN: by request key)."""
+        """A read-only live view of the tries in ``state`` (ORPHAN, STOPPING: by request key)."""
         return MappingProxyType(self._by_state[state])
+
+    def started(self) -> Iterator[Any]:
+        """The keys Airflow counts as running here: started for it, not taken back."""
+        for state in STARTED:
+            yield from self._by_state[state]
+
+    def count_started(self) -> int:
+        return sum(len(self._by_state[state]) for state in STARTED)
 
     def all(self) -> Iterator[Try]:
         yield from list(self._by_key.values())
-        yield from list(self._orphans.values())
+        yield from list(self._by_rkey.values())
+
+    def waits_for_earlier(self, attempt: Try) -> bool:
+        """Whether an earlier try of ``attempt``'s task instance still runs here, or the same try the
+        scheduler took back is still being stopped: ``attempt`` is planned once that one has ended."""
+        ti = attempt.ti
+        family, number = (ti.dag_id, ti.task_id, ti.run_id, ti.map_index), ti.try_number
+        running = (TryState.RUNNING, TryState.ORPHAN, TryState.STOPPING)
+        return attempt.rkey in self._by_state[TryState.STOPPING] or any(
+            (t.ti.dag_id, t.ti.task_id, t.ti.run_id, t.ti.map_index) == family and t.ti.try_number < number
+            for state in running
+            for t in self._by_state[state].values()
+        )
 
     def holding_gpus(self) -> Iterator[Try]:
-        """Tries whose processes run on GPUs (adopted or not)."""
+        """Tries whose processes run on GPUs (adopted or not), and those being stopped."""
         yield from list(self._by_state[TryState.RUNNING].values())
-        yield from list(self._orphans.values())
-
-    def forget_all(self) -> None:
-        """Drop every try (a test's way of killing an executor; tries' processes run on)."""
-        self.__init__()  # type: ignore[misc]
+        yield from list(self._by_state[TryState.ORPHAN].values())
+        yield from list(self._by_state[TryState.STOPPING].values())
 
 
-__all__ = ["WAIT_RECORD_S", "Try", "TryBook", "TryState", "TryStateError"]
+__all__ = ["STARTED", "WAIT_RECORD_S", "Try", "TryBook", "TryState", "TryStateError"]

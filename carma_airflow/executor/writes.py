@@ -6,9 +6,13 @@ signature is a type error here, not a write silently dropped on the writer threa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+import json
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
+
+from carma_airflow.store import records
 
 if TYPE_CHECKING:
     from carma_airflow.store.records import OomRecord, PlacementRecord, SampleRecord, TryOutcome
@@ -85,12 +89,20 @@ class AddActivity:
     at: datetime
     run_id: str | None = None
     map_index: int | None = None
+    co_tasks: tuple[str, ...] | None = None  # the task types the try shared its GPUs with (issue 23)
     name: str = "add_activity"
     best_effort: bool = False
 
     def apply(self, store: Store) -> None:
         store.add_activity(
-            self.dag_id, self.task_id, self.sm_activity, self.source, self.at, self.run_id, self.map_index
+            self.dag_id,
+            self.task_id,
+            self.sm_activity,
+            self.source,
+            self.at,
+            self.run_id,
+            self.map_index,
+            co_tasks=self.co_tasks,
         )
 
 
@@ -131,6 +143,64 @@ class PutSnapshot:
         store.put_snapshot(self.snapshot, self.at, self.body)
 
 
+# -- held writes on disk (writer.py: what the store had not taken when the executor stopped) ----
+
+
+class UnreadableWriteError(ValueError):
+    """A line of a held-writes file that is not a write this version knows."""
+
+
+def encode_write(write: StoreWrite) -> str:
+    """One line of JSON for ``write`` (a dataclass of this module), read back by :func:`decode_write`."""
+    return json.dumps(_encode(write), separators=(",", ":"), sort_keys=True)
+
+
+def decode_write(line: str) -> StoreWrite:
+    """The write :func:`encode_write` wrote; :class:`UnreadableWriteError` if it is not one."""
+    try:
+        value = _decode(json.loads(line))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UnreadableWriteError(f"not a held store write ({exc}): {line[:200]!r}") from None
+    if type(value).__name__ not in _WRITES:
+        raise UnreadableWriteError(f"not a held store write: {line[:200]!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _encode(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {"__t": type(value).__name__, "f": {f.name: _encode(getattr(value, f.name)) for f in fields(value)}}
+    if isinstance(value, datetime):
+        return {"__dt": value.isoformat()}
+    if isinstance(value, enum.Enum):
+        return {"__e": type(value).__name__, "v": value.value}
+    if isinstance(value, tuple):
+        return {"__tup": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {"__d": {str(k): _encode(v) for k, v in value.items()}}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"a store write cannot hold a {type(value).__name__} ({value!r})")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__t" in value:
+        cls = _KNOWN[value["__t"]]
+        return cls(**{name: _decode(v) for name, v in value["f"].items()})
+    if "__dt" in value:
+        return datetime.fromisoformat(value["__dt"])
+    if "__e" in value:
+        return _ENUMS[value["__e"]](value["v"])
+    if "__tup" in value:
+        return tuple(_decode(v) for v in value["__tup"])
+    return {k: _decode(v) for k, v in value["__d"].items()}
+
+
 __all__ = [
     "AddActivity",
     "AddPeak",
@@ -140,5 +210,19 @@ __all__ = [
     "RecordSamples",
     "SaveDocument",
     "StoreWrite",
+    "UnreadableWriteError",
     "UpsertPlacement",
+    "decode_write",
+    "encode_write",
 ]
+
+
+# what a held-writes file may name: the writes of this module and the records they carry
+_WRITES: dict[str, type] = {
+    name: obj for name, obj in list(globals().items()) if isinstance(obj, type) and is_dataclass(obj)
+}
+_KNOWN: dict[str, type] = {
+    **_WRITES,
+    **{name: obj for name, obj in vars(records).items() if isinstance(obj, type) and is_dataclass(obj)},
+}
+_ENUMS: dict[str, type[enum.Enum]] = {"TryOutcome": records.TryOutcome}

@@ -6,6 +6,12 @@ reads it once a second.  Each operation opens the lock file afresh, so forked pr
 threads exclude each other too; the JSON file is replaced atomically, so a reader never sees
 half a write.
 
+Fences: a process passes the cap its mechanism set (``cap_mib``: a framework or MPS cap, fixed
+at its start or re-read from its cap file) with each allocation; the driver's hard limit is held
+here, per *leaf* (the simulated cgroup of one try, :meth:`Ledger.set_limits`, written by the
+executor at placement and re-set as it would re-set NVML's), and counts every process of the
+leaf.  An allocation past either fails in the process that asked ("past its cap").
+
 Entries of processes that died without releasing (killed, crashed) are dropped the next time
 anyone looks.  The largest total a process held on one GPU (its *peak*) is kept for an hour
 after it released or died, so an executor can read what a finished task reached.
@@ -186,16 +192,20 @@ class Ledger:
         promise_mib: int | None = None,
         cap_mib: int | None = None,
         live_cap: bool = False,
+        leaf: str | None = None,
+        held_by: str = "",
     ) -> None:
         """Add ``mib`` to what ``pid`` holds on ``uuid``, or raise :class:`SimulatedCudaOOM`.
 
         ``ordinal`` is the GPU's number as the process sees it (its place in
         CUDA_VISIBLE_DEVICES), used in the OOM message; by default the ledger index.
 
-        A fenced process (core/fencing.py) names its ``promise_mib`` and ``cap_mib``: an
-        allocation that would take it past ``cap_mib``, or (``live_cap``) into memory a fenced
-        co-tenant was promised and does not hold yet, fails in this process with a CUDA OOM
-        "past its cap" even where the GPU has room; its co-tenants' promises stay theirs.
+        A fenced process (core/fencing.py) names its ``promise_mib`` and ``cap_mib`` (what its
+        mechanism is set to now; ``held_by`` says which, for the message): an allocation that
+        would take it past ``cap_mib``, or past its ``leaf``'s hard limit on this GPU
+        (:meth:`set_limits`, every process of the leaf together), fails in this process with a
+        CUDA OOM "past its cap" even where the GPU has room.  ``live_cap`` (the GPU kit's dry
+        run only) also refuses memory a fenced co-tenant was promised and does not hold yet.
         """
         if mib < 0:
             raise LedgerError(f"cannot allocate a negative amount ({mib} MiB) on {uuid}")
@@ -214,7 +224,17 @@ class Ledger:
             if limit is not None and held + mib > limit:
                 if changed:
                     self._write(data)
-                raise cuda_oom(gpu, uuid, ordinal, mib, free, total, held, self.path, cap=(limit, promise_mib or 0))
+                cap = (limit, promise_mib or 0)
+                raise cuda_oom(gpu, uuid, ordinal, mib, free, total, held, self.path, cap, label=label, held_by=held_by)
+            hard = data.get("limits", {}).get(leaf, {}).get(uuid) if leaf else None
+            if hard is not None:  # [soft, hard]: the leaf's processes together
+                in_leaf = sum(int(a["mib"]) for a in data["allocations"] if a["uuid"] == uuid and a.get("leaf") == leaf)
+                if in_leaf + mib > int(hard[1]):
+                    if changed:
+                        self._write(data)
+                    cap = (int(hard[1]), int(hard[0]))
+                    by = "the driver's hard limit of its cgroup leaf (the ledger plays it)"
+                    raise cuda_oom(gpu, uuid, ordinal, mib, free, total, held, self.path, cap, label=label, held_by=by)
             if free < mib:
                 if changed:
                     self._write(data)
@@ -228,6 +248,8 @@ class Ledger:
                 mine.update(mib=held + mib, profile=prof, label=label)
             if promise_mib is not None:
                 mine["promise"] = int(promise_mib)
+            if leaf:
+                mine["leaf"] = leaf
             peaks: dict[str, Any] = data["peaks"]
             entry = peaks.get(str(pid))
             if entry is None or entry.get("released_at") is not None:  # new process (or a reused PID)
@@ -247,6 +269,34 @@ class Ledger:
                 entry["released_at"] = now
             self._drop_dead(data)
             self._write(data)
+
+    def set_limits(self, leaf: str, limits: dict[str, tuple[int, int]]) -> None:
+        """The driver's limits of one try's leaf, per GPU: ``{uuid: (soft_mib, hard_mib)}`` (what
+        NVML's per-cgroup call sets on a real host); replaces what the leaf had."""
+        with self._locked(exclusive=True):
+            data = self._read()
+            for uuid in limits:
+                self._find_gpu(data, uuid)
+            data.setdefault("limits", {})[leaf] = {u: [int(s), int(h)] for u, (s, h) in limits.items()}
+            self._write(data)
+
+    def limits(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Every leaf's limits: ``{leaf: {uuid: (soft_mib, hard_mib)}}``."""
+        with self._locked(exclusive=False):
+            data = self._read()
+        return {
+            leaf: {u: (int(v[0]), int(v[1])) for u, v in per.items()} for leaf, per in data.get("limits", {}).items()
+        }
+
+    def drop_limits(self, leaves: list[str]) -> None:
+        """The leaves of ended tries go (the kernel clears a removed cgroup's limits with it)."""
+        with self._locked(exclusive=True):
+            data = self._read()
+            held = data.get("limits", {})
+            if any(leaf in held for leaf in leaves):
+                for leaf in leaves:
+                    held.pop(leaf, None)
+                self._write(data)
 
     def set_fault(self, uuid: str, message: str | None) -> None:
         """Make ``uuid``'s samples carry ``error=message`` (None clears it): for reliability tests."""

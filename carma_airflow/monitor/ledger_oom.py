@@ -53,7 +53,11 @@ def cap_of(
     allocations: Iterable[dict[str, Any]], uuid: str, pid: int, total: int, cap_mib: int | None, live: bool
 ) -> int:
     """What ``pid`` may hold on ``uuid``: its fixed cap, and (live) no more than what its
-    fenced co-tenants were not promised (core.fencing.protective_cap_mib)."""
+    fenced co-tenants were not promised (core.fencing.protective_cap_mib).
+
+    ``live`` is the ledger re-reading its co-tenants on every allocation, which no real mechanism
+    does: the executor's simulated tries never ask for it (they are held by their mechanism's
+    cap, taskrun/isolation.py); the GPU kit's dry run still may."""
     limit = total if cap_mib is None else int(cap_mib)
     if live:
         others = [
@@ -73,14 +77,21 @@ def cuda_oom(
     held: int,
     ledger: object,
     cap: tuple[int, int] | None = None,
+    *,
+    label: str = "",
+    held_by: str = "",
 ) -> SimulatedCudaOOM:
-    """The error for a refused allocation; ``cap``: (limit, promise) when the process hit its cap."""
+    """The error for a refused allocation; ``cap``: (limit, promise) when the process hit its cap,
+    ``held_by``: what set that cap (``framework cap, fixed at the try's start``), ``label``: the try."""
     number = gpu["index"] if ordinal is None else ordinal
     fence = ""
-    if cap is not None:  # as PyTorch's capped allocator words it, and why
+    if cap is not None:  # as PyTorch's capped allocator words it, and why: the one stopped is named
+        who = f"this try ({label})" if label else "this try"
+        by = f"{held_by}; " if held_by else ""
         fence = (
-            f"{format_size(cap[0])} allowed; {PAST_CAP} of {format_size(cap[0])} (placed with "
-            f"{format_size(cap[1])}; the rest of the GPU is promised to its co-tenants). "
+            f"{format_size(cap[0])} allowed; {who} is {PAST_CAP} of {format_size(cap[0])} ({by}promised "
+            f"{format_size(cap[1])}; the rest of the GPU is promised to its co-tenants, placed or not yet "
+            "allocating). "
         )
     return SimulatedCudaOOM(
         f"CUDA out of memory. Tried to allocate {format_size(mib)}. GPU {number} has a total capacity "

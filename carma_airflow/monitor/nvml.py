@@ -21,6 +21,7 @@ the UUID it had; it never makes :meth:`NvmlProbe.sample` raise.  Without a drive
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import logging
 import os
@@ -97,6 +98,10 @@ def driver_memory_limits(module: Any = None, cgroup_root: str = "/sys/fs/cgroup"
     return DriverLimits(True, f"{MEMORY_LIMITS_FN} present, cgroup v2, root")
 
 
+class _MemoryLimits(ctypes.Structure):  # nvmlSetMemoryLimits_v1_t as NVML documents it (a binding without it)
+    _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong)]
+
+
 class _Gpm:
     """GPM sample buffers of one device: two, used in turn, so each reading spans one period."""
 
@@ -154,6 +159,20 @@ class NvmlProbe:
             except nv.NVMLError as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
             self._nv = None
+
+    # -- driver caps (taskrun/driver_cap.py): NVML's one write, made here, under the lock ------
+
+    def set_memory_limits(self, uuid: str, namespace: str, soft: int, hard: int) -> None:
+        """Hold the processes of the cgroup ``namespace`` (its full sysfs path) to ``soft`` /
+        ``hard`` bytes on GPU ``uuid``: ``nvmlDeviceSetMemoryLimits_v1(handle, limits)`` (r615+),
+        with this probe's ``nvmlInit``, under its lock.  Raises what the binding raises
+        (AttributeError where it has no such function); the caller says what to do."""
+        with self._lock:
+            nv = self._ensure_init()
+            fn = getattr(nv, MEMORY_LIMITS_FN)
+            handle = nv.nvmlDeviceGetHandleByUUID(uuid)
+            struct = getattr(nv, "c_nvmlSetMemoryLimits_v1_t", None) or _MemoryLimits
+            fn(handle, struct(nameSpace=namespace.encode(), softLimit=soft, hardLimit=hard))
 
     def _ensure_init(self) -> Any:
         if self._nv is not None:
@@ -333,17 +352,23 @@ class NvmlProbe:
         """Each process's share of SM time since this device's last reading (0..1), or None.
 
         ``nvmlDeviceGetProcessUtilization`` answers with the samples newer than the timestamp it
-        is given (the newest one of the previous answer, kept per device).  None where the device
-        cannot tell (MIG instances, older drivers: "not supported"), where no sample is newer
-        ("not found"), or on any other NVML error: per-process readings never fail a sample.
+        is given (the newest one of the previous answer, kept per device).  "Not found" means no
+        sample is newer: no process ran a kernel in the interval, an idle interval (``{}``: every
+        process's share is 0), not a missing one; leaving it out biased activity upward, as only
+        busy intervals were counted.  None where the device cannot tell (MIG instances, older
+        drivers: "not supported"), or on any other NVML error: per-process readings never fail a
+        sample.
         """
         fn = getattr(nv, "nvmlDeviceGetProcessUtilization", None)
         if fn is None:
             return None
         seen = self._util_seen.get(uuid, 0)
+        not_found = getattr(nv, "NVMLError_NotFound", None)
         try:
             samples = self._call(fn, handle, seen, name="nvmlDeviceGetProcessUtilization")
         except nv.NVMLError as exc:
+            if isinstance(not_found, type) and isinstance(exc, not_found):
+                return {}  # no kernel of any process since the last reading: all idle
             log.debug("nvmlDeviceGetProcessUtilization on %s: %s (per-process SM time left out)", uuid, exc)
             return None
         if samples is None:

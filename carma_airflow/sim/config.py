@@ -14,7 +14,7 @@ from carma_airflow.core.sharing import SharingModel
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     gpus: tuple[GpuSpec, ...]
-    policy: str = "interference-aware"
+    policy: str = "completion-time"
     estimator: str = "gpumemnet"  # "history" (or "history+X"): learned memory ahead of X (sim/memory.py)
     queue: str = "backfill"
     recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
@@ -34,7 +34,15 @@ class SimConfig:
     warm_runs: int = 0
     # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
     memory_growth: float = 0.0
-    isolation: str = "none"  # none | caps: who crashes when tenants' memory exceeds a GPU
+    # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),
+    # the mechanism asked for (auto | framework | mps | driver | none: auto resolves on the host as
+    # the executor's does) and the cap rule (promise | protective | live; None: the executor's default)
+    host: str = "framework"
+    isolation: str = "none"
+    cap_rule: str | None = None
+    # a job's tries save a checkpoint every this many seconds of running (0: never): a try that
+    # crashes resumes its job from the last one instead of from zero
+    checkpoint_every_s: float = 0.0
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:

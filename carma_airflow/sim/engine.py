@@ -38,22 +38,23 @@ from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
-from carma_airflow.sim.fencing import Refusal, SimIsolation, bounded_recovery
+from carma_airflow.sim.fencing import CrashTally, Refusal, bounded_recovery, crash_reason, sim_fence
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
-from carma_airflow.sim.learning import Knowledge, TrySegment
+from carma_airflow.sim.learning import Knowledge, TrySegment, solo_duration
 from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory, memory_estimator
 from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
 from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival
 
-ARRIVE, RAMP, FINISH, WAKE, GROW = 0, 1, 2, 3, 4
+ARRIVE, RAMP, FINISH, WAKE, GROW, SAVE = 0, 1, 2, 3, 4, 5
 
 
 class Simulation:
@@ -76,8 +77,17 @@ class Simulation:
         self.estimator = memory_estimator(config)
         self.peaks = peaks.copy() if peaks is not None else LearnedPeaks()  # learned memory (sim/memory.py)
         self.model = config.sharing
-        isolation = SimIsolation.parse(config.isolation)
-        self.board = SimGpus(config.gpus, config.sharing, config.settings.risk, isolation, config.settings.lock_s)
+        self.fence = sim_fence(config)  # the host's mechanism and cap rule, resolved as the executor does
+        if config.checkpoint_every_s < 0:
+            raise ValueError(f"checkpoint_every_s must be >= 0, got {config.checkpoint_every_s}")
+        self.board = SimGpus(
+            config.gpus,
+            config.sharing,
+            config.settings.risk,
+            self.fence.model,
+            0,  # a simulated GPU's memory is all usable (no driver or context overhead): a cap leaves nothing spare
+            config.settings.lock_s,
+        )
         self.board.growth, self.board.seed = config.memory_growth, config.seed
         self.board.margin_mib = config.settings.headroom_mib
         self.gpus = self.board.gpus
@@ -87,15 +97,14 @@ class Simulation:
         self.jobs: dict[int, JobRecord] = {}
         self.req_arrival: dict[str, Arrival] = {}
         self.timeline: list[TimelineEntry] = []
-        self.oom_crashes = 0
-        self.victims = 0  # OOM crashes of tries that asked for no more than their promise (sim/fencing.py)
+        self.crashes = CrashTally()  # OOM crashes, their victims and the GPU-seconds they threw away
         self.retries = 0
         self.passes = 0
         self.now = 0.0
         self.wakes: set[float] = set()
         self.never_fits: list[NeverFit] = []
         # knowledge, learned from simulated telemetry and ended tries only (see the module doc)
-        self.predictive = policy if isinstance(policy, Predictive) else None
+        self.predictive = policy if isinstance(policy, Predictive | CompletionTime) else None
         self.know = Knowledge(
             noise=config.telemetry_noise,
             seed=config.seed,
@@ -125,6 +134,8 @@ class Simulation:
             self.board.truth = make_truth(self.cfg.truth, self.cfg.sharing, [a.task.name for a in arrivals])
         if self.cfg.warm_runs:
             self.peaks = warm_peaks(self.cfg, arrivals)
+        if any(a.grows_to_mib is not None for a in arrivals):  # a hand-built trace's own growth
+            self.cycle.recovery = bounded_recovery(self.cfg, grows=True)
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
             self.jobs[a.job_id] = JobRecord(a)
@@ -155,6 +166,9 @@ class Simulation:
             self._ramp(run)
         elif kind == GROW:
             self._grow(run)
+        elif kind == SAVE:
+            self._save(run)
+            return False
         elif version == run.version and run.ramped:
             self._finish(run)
         else:
@@ -257,14 +271,24 @@ class Simulation:
         scale = self.cfg.activity_scale
         true = reported if scale == 1.0 else scaled(reported, scale)
         run = SimRun(
-            arrival, request, gpu_ids, self.now, true, arrival.task.solo_s, reported, last=self.now, seg_start=self.now
+            arrival,
+            request,
+            gpu_ids,
+            self.now,
+            true,
+            arrival.task.solo_s - job.saved_work,  # resumed from the job's last checkpoint
+            reported,
+            last=self.now,
+            seg_start=self.now,
         )
         run.seg_work = run.remaining
+        run.resumed_work = run.saved_work = job.saved_work
+        run.load_s = self.model.ramp_s if arrival.load_s is None else arrival.load_s
         gpus = self.board.put(run, self.now)
         self._rerate(gpus, self.board.closure(gpus))
         if not run.seg_with:
             self._alone(run)
-        self._push(self.now + self.model.ramp_s, RAMP, (run, -1))
+        self._push(self.now + run.load_s, RAMP, (run, -1))
         if self.placer.policy.uses_lock:
             self._wake(self.now + self.cfg.settings.lock_s)
 
@@ -280,6 +304,15 @@ class Simulation:
         later = self.board.growth_in(run)
         if later is not None:
             self._push(self.now + later, GROW, (run, -1))
+        if self.cfg.checkpoint_every_s > 0:
+            self._push(self.now + self.cfg.checkpoint_every_s, SAVE, (run, -1))
+
+    def _save(self, run: SimRun) -> None:
+        """The try saves a checkpoint: its job resumes from here if a later try must start again."""
+        self.board.advance(self.board.closure([self.gpus[i] for i in run.gpus]), self.now)
+        run.saved_work, run.saved_at = max(run.saved_work, run.done_work), self.now
+        if run.remaining > 0:
+            self._push(self.now + self.cfg.checkpoint_every_s, SAVE, (run, -1))
 
     def _grow(self, run: SimRun) -> None:
         """The try's true peak exceeds the catalogue's (``--memory-growth``, sim/fencing.py)."""
@@ -299,6 +332,7 @@ class Simulation:
         job.end = self.now
         job.outcome = "success"
         job.last_run_s = self.now - run.start
+        job.last_resumed_s = run.resumed_work
         self.peaks.add(run.arrival.task.name, run.held)  # what the GPU held for it (telemetry)
         self.timeline.append(
             TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "success")
@@ -306,21 +340,29 @@ class Simulation:
 
     def _crash(self, run: SimRun, refused: Refusal) -> None:
         self._remove(run)
-        self.oom_crashes += 1
-        self.victims += refused.victim
+        lost = self.crashes.count(run.start, run.saved_at, len(run.gpus), refused.victim, self.now)
         job = self.jobs[run.arrival.job_id]
         job.ooms += 1
+        job.saved_work = max(job.saved_work, run.saved_work)  # the next try resumes from here
+        reason = crash_reason(run, refused)
         self.timeline.append(
-            TimelineEntry(run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now, "oom")
+            TimelineEntry(
+                run.arrival.job_id,
+                run.arrival.task.name,
+                tuple(run.gpus),
+                run.start,
+                self.now,
+                "oom",
+                reason=reason,
+                lost_gpu_s=round(lost, 3),
+            )
         )
         self.know.forget(run.request.key, run.arrival.task)
         # the cycle releases the try's GPUs, plans the next try in the configured mode (it counts
         # the OOM tries itself) and queues it
         plan = self.cycle.recover(
             run.request.key,
-            Failure(FailureKind.CAP_OOM, "simulated, past its cap")
-            if refused.past_cap
-            else Failure(FailureKind.CUDA_OOM, "simulated CUDA out of memory"),
+            Failure(FailureKind.CAP_OOM, reason) if refused.past_cap else Failure(FailureKind.CUDA_OOM, reason),
             now=self.now,
             peak_mib=refused.reached_mib,
         )
@@ -339,7 +381,16 @@ class Simulation:
         if not run.seg_with:
             self.know.shared(key, self.now, self._tell)  # its last seconds alone may give its sample
         self.know.forget(key, task)
-        self.know.ended(key, task, self.now - run.start, run.segments, self.gpus[run.gpus[0]].spec.name)
+        duration = self.now - run.start
+        if run.resumed_work > 0:  # a try resumed from a checkpoint: its duration for the whole work
+            duration *= task.solo_s / max(1e-9, task.solo_s - run.resumed_work)
+        self.know.ended(key, task, duration, run.segments, self.gpus[run.gpus[0]].spec.name)
+        if isinstance(self.predictive, CompletionTime):
+            alone_s = solo_duration(
+                run.segments, duration, self.now - run.start, self.cfg.progress_reports, self.know.sample_s
+            )
+            if alone_s is not None:
+                self.predictive.learn_duration(task.name, alone_s)
 
     def _lose(self, job_id: int) -> None:
         job = self.jobs[job_id]
@@ -360,8 +411,12 @@ class Simulation:
             gpus=self.gpus,
             timeline=self.timeline,
             makespan_s=makespan,
-            oom_crashes=self.oom_crashes,
-            victims=self.victims,
+            oom_crashes=self.crashes.oom_crashes,
+            victims=self.crashes.victims,
+            fence=self.fence.summary(),
+            checkpoint_every_s=self.cfg.checkpoint_every_s,
+            crashed_gpu_s=self.crashes.crashed_gpu_s,
+            lost_gpu_s=self.crashes.lost_gpu_s,
             retries=self.retries,
             passes=self.passes,
             never_fits=self.never_fits,

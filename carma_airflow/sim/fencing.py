@@ -4,53 +4,115 @@ Two truths the placer never reads:
 
 * **Memory growth** (``--memory-growth G``): each job's true peak exceeds the catalogue's by a
   seeded share ``g`` in ``[0, G)``, reached late in its run (between half and nine tenths of its
-  solo work), as training does at a validation step or a longer sequence.
-* **Isolation** (``--isolation none|caps``).  Unfenced, an allocation fails only where the GPU
-  has no room left, and when a grower takes the last of it the try that allocates next crashes,
-  whoever grew (:func:`next_allocator`): a co-tenant that stayed within its promise is then a
-  *victim*.  (A try's first allocation, at the end of its ramp, fails in that try, as before.)  Fenced (the simulated
-  ledger's live rule, core/fencing.py), a try may hold no more than its GPU less what its
-  co-tenants were promised (or hold, when they hold more): only a try past its cap crashes, and
-  one within its promise always gets it.  ``fixed`` plays a cap set once when the process
-  starts (framework, MPS): its reservation plus the margin, the whole GPU when exclusive, so an
-  underestimate crashes even where nobody was promised the memory.
+  solo work), as training does at a validation step or a longer sequence.  A hand-built trace
+  may instead give a job's ``grows_to_mib`` and ``grows_after_s``, and its ``load_s`` (seconds on
+  the CPU before its first allocation; by default the sharing model's ramp).
+* **The fence** (``--host``, ``--isolation``, ``--cap-rule``): the host's mechanisms (a profile:
+  ``framework`` only, an MPS daemon, or NVML per-cgroup ``driver`` limits), the mechanism asked
+  for (``auto`` resolves on that host exactly as the executor's does, taskrun/isolation.py) and
+  the cap rule (``promise``, ``protective``, ``live``; the executor's default unless given).  The
+  model of each mechanism is core/fencing.py's :class:`~carma_airflow.core.fencing.FenceModel`,
+  the one the executor's simulated GPUs use: a cap set at the try's start, or (``live`` under
+  framework or driver) re-set a few seconds after each co-tenant arrives or leaves; between the
+  arrival and the re-set the old cap holds (the exposure window).
 
-A try's *promise* is its reservation as the placer counts it (core/facts.py): the whole
-reservation until it has allocated and its lock window (``lock_s``) has passed, then what it
-holds (the placer trusts observed memory and offers the rest of the reservation to newcomers).
-A victim is a try that crashed asking for no more than its promise.
+Unfenced, an allocation fails only where the GPU has no room left, and when a grower takes the
+last of it the try that allocates next crashes, whoever grew (:func:`next_allocator`): a
+co-tenant that stayed within what the placer counted for it is then a *victim*.  (A try's first allocation, at
+the end of its load, fails in that try.)  Fenced, an allocation past the try's cap fails in the
+try that asked, "past its cap".
+
+**A promise holds from placement**: a placed try counts against every co-tenant's cap at its
+promise (its reservation, plus the margin under a cap fixed at the start), or what it holds when
+it holds more, from the moment it is placed, whether or not it has allocated yet, until it has
+allocated and the placer's lock window has passed; from then on at what it holds, as the
+placer counts it (core/fencing.counted_mib: the placer offers the rest to newcomers then).
+A victim is a try that crashed asking for no more than the placer counted for it.
 """
 
 from __future__ import annotations
 
-import enum
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.core.fencing import protective_cap_mib
+from carma_airflow.core.fencing import PAST_CAP, CapRule, FenceModel, IsolationMode
 from carma_airflow.core.recovery import RecoverySettings
 
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
+    from carma_airflow.sim.gpus import SimRun
+    from carma_airflow.sim.workload import Arrival
+    from carma_airflow.taskrun.isolation import HostIsolation
 
 T = TypeVar("T")
 GROWTH_START, GROWTH_END = 0.5, 0.9  # when a job grows, as a share of its solo work
 
+# --host: what a GPU host offers to fence its tries (taskrun/isolation.HostIsolation)
+HOST_PROFILES = ("framework", "mps", "driver")
+DEFAULT_HOST = "framework"  # the common real host: no MPS daemon, no r615+ driver with cgroup v2
 
-class SimIsolation(enum.Enum):
-    NONE = "none"
-    CAPS = "caps"  # live: the GPU less the co-tenants' promises, re-read on every allocation
-    FIXED = "fixed"  # set once at the start: reservation + margin (the whole GPU when exclusive)
 
-    @classmethod
-    def parse(cls, text: str) -> SimIsolation:
-        try:
-            return cls(text.strip().lower())
-        except ValueError:
-            raise ConfigError(f"--isolation {text!r}: use none, caps or fixed") from None
+def host_profile(text: str) -> HostIsolation:
+    """A ``--host`` profile as the executor's host detection would report it."""
+    from carma_airflow.taskrun.isolation import HostIsolation
+
+    name = parse_host(text)
+    if name == "mps":
+        return HostIsolation("nvml", mps_daemon=True, driver_why="no r615+ driver with cgroup v2 on this host")
+    if name == "driver":
+        return HostIsolation("nvml", driver_limits=True, driver_why="r615+ driver, cgroup v2, root")
+    return HostIsolation("nvml", driver_why="no r615+ driver with cgroup v2 on this host")
+
+
+def parse_host(text: str) -> str:
+    name = str(text).strip().lower()
+    if name not in HOST_PROFILES:
+        raise ConfigError(f"--host {text!r}: use one of {' | '.join(HOST_PROFILES)}")
+    return name
+
+
+def default_cap_rule(mode: IsolationMode) -> CapRule:
+    """The executor's default ``[carma] isolation_cap`` (carma_airflow/settings.py) as ``mode``
+    plays it (``live`` under MPS, which reads its limit once, is ``promise``)."""
+    from carma_airflow.settings import OPTIONS
+
+    text = next(o.default for o in OPTIONS if o.name == "isolation_cap")
+    return FenceModel.of(mode, CapRule.parse(text)).rule
+
+
+@dataclass(frozen=True, slots=True)
+class SimFence:
+    """What a simulation fences with, and why (its result says it)."""
+
+    host: str
+    requested: IsolationMode
+    model: FenceModel
+    why: str
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "isolation": self.requested.value,
+            "mechanism": self.model.mode.value,
+            "cap_rule": self.model.rule.value if self.model.fenced else "-",
+            "fence": self.model.describe(),
+        }
+
+
+def sim_fence(config: SimConfig) -> SimFence:
+    """Resolve ``config``'s host, isolation and cap rule as the executor would on that host
+    (ConfigError for a mechanism the host lacks or a name nobody knows)."""
+    from carma_airflow.taskrun.isolation import resolve
+
+    host = parse_host(config.host)
+    requested = IsolationMode.parse(config.isolation, where="--isolation")
+    resolved = resolve(requested, host_profile(host))
+    rule = default_cap_rule(resolved.mode) if config.cap_rule is None else CapRule.parse(config.cap_rule, "--cap-rule")
+    model = FenceModel.of(resolved.mode, rule)
+    return SimFence(host, requested, model, resolved.why)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,58 +134,59 @@ def growth_of(job_id: int, growth: float, seed: int = 0) -> Growth | None:
     return Growth(rng.uniform(0.0, growth), rng.uniform(GROWTH_START, GROWTH_END))
 
 
+def job_growth(arrival: Arrival, growth: float, seed: int, load_s: float) -> tuple[int, float] | None:
+    """A job's growth as ``(extra MiB, the solo work done when it grows)``: the trace's own
+    (``grows_to_mib``, ``grows_after_s`` past its first allocation, ``load_s`` in), else the
+    seeded draw; None when it does not grow."""
+    task = arrival.task
+    if arrival.grows_to_mib is not None:
+        extra = arrival.grows_to_mib - task.peak_mib
+        return (extra, min(task.solo_s, load_s + (arrival.grows_after_s or 0.0))) if extra > 0 else None
+    g = growth_of(arrival.job_id, growth, seed)
+    if g is None or g.extra_mib(task.peak_mib) <= 0:
+        return None
+    return g.extra_mib(task.peak_mib), g.at * task.solo_s
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """An allocation that failed: a CUDA OOM in the try that asked."""
 
     reached_mib: int  # what the try reached: held + free (full GPU) or held + asked (past its cap)
     past_cap: bool  # it hit its own cap while the GPU had room (or would have)
-    victim: bool  # it asked for no more than its promise: someone else took its memory
-
-
-def promised(reservation_mib: int, held_mib: int, allocated: bool, age_s: float, lock_s: float) -> int:
-    """What the placer counts for a try now: its reservation until it allocated and its lock
-    window passed, then what it holds."""
-    if not allocated or age_s < lock_s:
-        return max(reservation_mib, held_mib)
-    return held_mib
+    victim: bool  # it asked for no more than the placer counts for it: someone else took its memory
+    cap_mib: int | None = None  # the cap it hit (past_cap)
 
 
 def allocate(
-    isolation: SimIsolation,
     *,
     total_mib: int,
     used_mib: int,
     held_mib: int,
     asked_mib: int,
-    promise_mib: int,
-    others: Iterable[tuple[int, int]],
-    fixed_cap_mib: int | None = None,
+    counted_mib: int,
+    cap_mib: int | None,
 ) -> Refusal | None:
     """Whether a try holding ``held_mib`` on a GPU gets ``asked_mib`` more (None) or crashes.
 
-    ``promise_mib``: what the try was promised (:func:`promised`); ``others``: each co-tenant's
-    ``(promise_mib, held_mib)`` on that GPU; ``fixed_cap_mib``: its cap under ``FIXED``.
-    """
-    victim = held_mib + asked_mib <= promise_mib
-    cap = None
-    if isolation is SimIsolation.CAPS:
-        cap = protective_cap_mib(total_mib, 0, others)
-    elif isolation is SimIsolation.FIXED:
-        cap = fixed_cap_mib
-    if cap is not None and held_mib + asked_mib > cap:
-        return Refusal(held_mib + asked_mib, True, victim)
+    ``counted_mib``: what the placer counts for the try now (core/fencing.counted_mib of its
+    reservation: a refused try that asked for no more is a victim); ``cap_mib``: what the try may
+    hold there now (``FenceModel.may_hold_mib``; None unfenced)."""
+    victim = held_mib + asked_mib <= counted_mib
+    if cap_mib is not None and held_mib + asked_mib > cap_mib:
+        return Refusal(held_mib + asked_mib, True, victim, cap_mib)
     free = total_mib - used_mib
     if asked_mib > free:
         return Refusal(held_mib + max(0, free), False, victim)
     return None
 
 
-def bounded_recovery(config: SimConfig) -> RecoverySettings:
-    """The recovery settings with retries bounded by the largest GPU, when memory grows (an OOM
-    retry asking more than any GPU offers would never fit; it gets a GPU to itself instead)."""
+def bounded_recovery(config: SimConfig, grows: bool = False) -> RecoverySettings:
+    """The recovery settings with retries bounded by the largest GPU, when memory grows
+    (``--memory-growth``, or ``grows``: a trace's own growth): an OOM retry asking more than any
+    GPU offers would never fit; it gets a GPU to itself instead."""
     rs = config.recovery_settings
-    if config.memory_growth <= 0 or rs.max_request_mib is not None or not config.gpus:
+    if (config.memory_growth <= 0 and not grows) or rs.max_request_mib is not None or not config.gpus:
         return rs
     s = config.settings
     largest = max(g.memory_mib for g in config.gpus) - s.reserve_mib - s.headroom_mib
@@ -145,17 +208,68 @@ def worst(refusals: Iterable[Refusal | None]) -> Refusal | None:
     found = [r for r in refusals if r is not None]
     if not found:
         return None
-    return Refusal(min(r.reached_mib for r in found), any(r.past_cap for r in found), any(r.victim for r in found))
+    caps = [r.cap_mib for r in found if r.cap_mib is not None]
+    return Refusal(
+        min(r.reached_mib for r in found),
+        any(r.past_cap for r in found),
+        any(r.victim for r in found),
+        min(caps) if caps else None,
+    )
+
+
+@dataclass(slots=True)
+class CrashTally:
+    """What the OOM crashes of a run cost: how many, how many were victims (asked for no more than
+    the placer counted for them), and the GPU-seconds the crashed tries had run and threw away."""
+
+    oom_crashes: int = 0
+    victims: int = 0
+    crashed_gpu_s: float = 0.0  # all thrown away without checkpoints
+    lost_gpu_s: float = 0.0  # thrown away: since the try's last checkpoint (or its start)
+
+    def count(self, started: float, saved_at: float | None, gpus: int, victim: bool, now: float) -> float:
+        """One crash at ``now`` of a try started at ``started`` on ``gpus`` GPUs that last saved a
+        checkpoint at ``saved_at``: the GPU-seconds it threw away."""
+        ran = (now - started) * gpus
+        lost = ran if saved_at is None else (now - saved_at) * gpus
+        self.oom_crashes += 1
+        self.victims += victim
+        self.crashed_gpu_s += ran
+        self.lost_gpu_s += lost
+        return lost
+
+
+def crash_reason(run: SimRun, refused: Refusal) -> str:
+    """What a crashed try's log would say: a cap OOM names the try past its cap (the grower)."""
+    placed = run.request.memory.mib
+    if refused.past_cap:
+        return (
+            f"simulated CUDA out of memory: {run.request.label} {PAST_CAP} of {refused.cap_mib} MiB at "
+            f"{refused.reached_mib} MiB (placed with {placed} MiB; the rest of the GPU is promised to its co-tenants)"
+        )
+    why = "a co-tenant took memory promised to it" if refused.victim else "it grew past its reservation"
+    return (
+        f"simulated CUDA out of memory: {run.request.label}'s GPU was full at {refused.reached_mib} MiB "
+        f"(placed with {placed} MiB; {why})"
+    )
 
 
 __all__ = [
+    "DEFAULT_HOST",
+    "HOST_PROFILES",
+    "CrashTally",
     "Growth",
     "Refusal",
-    "SimIsolation",
+    "SimFence",
     "allocate",
     "bounded_recovery",
+    "crash_reason",
+    "default_cap_rule",
     "growth_of",
+    "host_profile",
+    "job_growth",
     "next_allocator",
-    "promised",
+    "parse_host",
+    "sim_fence",
     "worst",
 ]

@@ -9,14 +9,16 @@ what a GPU is at that instant.  Rates come from the truth (:mod:`carma_airflow.s
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from carma_airflow.core.fencing import FenceModel, IsolationMode, Tenant, counted_mib
 from carma_airflow.core.gpu import GpuSpec, GpuState
 from carma_airflow.core.risk import MetricWindow, RiskSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
 from carma_airflow.core.task import TaskRequest
-from carma_airflow.sim.fencing import Refusal, SimIsolation, allocate, growth_of, next_allocator, promised, worst
+from carma_airflow.sim.fencing import Refusal, allocate, job_growth, next_allocator, worst
 from carma_airflow.sim.learning import TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals
 from carma_airflow.sim.truth import SharingTruth, Truth
@@ -45,6 +47,19 @@ class SimRun:
     seg_work: float = 0.0  # ``remaining`` when the segment began
     seg_with: tuple[str, ...] = ()
     segments: list[TrySegment] = field(default_factory=list)
+    # the fence (sim/fencing.py): its promise from placement, the cap set at its start per GPU
+    promise: int = 0
+    caps: list[int | None] = field(default_factory=list)
+    load_s: float = 0.0  # seconds on the CPU before its first allocation
+    # checkpoints: the job's solo work saved by its last checkpoint, and when this try saved it
+    saved_work: float = 0.0
+    saved_at: float | None = None
+    resumed_work: float = 0.0  # the job's work already done when this try started
+
+    @property
+    def done_work(self) -> float:
+        """The job's solo work done by now (the resumed part included)."""
+        return self.arrival.task.solo_s - self.remaining
 
 
 @dataclass(eq=False, slots=True)
@@ -62,6 +77,7 @@ class SimGpu:
     integ: GpuIntegrals = field(default_factory=GpuIntegrals)
     since: float = 0.0
     cached: GpuState | None = None
+    left: list[tuple[SimRun, float]] = field(default_factory=list)  # recent departures (a live cap's window)
 
 
 def scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
@@ -69,6 +85,38 @@ def scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
     return ActivityProfile(
         min(1.0, p.sm_activity * scale), min(1.0, p.sm_occupancy * scale), min(1.0, p.dram_activity * scale)
     )
+
+
+def _window_runs(
+    history: Sequence[tuple[float, float, float, float]], now: float, width: int
+) -> list[tuple[tuple[float, float, float], int]]:
+    """The monitor's window at ``now`` as runs of equal samples, oldest first: sample ``s`` (0 the
+    latest, ``width - 1`` the oldest) reads the last history entry at or before ``now - s`` (the
+    first entry if none).  Counted per entry, not per sample: the window is a few steps."""
+    times = [h[0] for h in history]
+    first = max(0, bisect.bisect_right(times, now - (width - 1)) - 1)  # the oldest sample's entry
+
+    def reaching(t: float) -> int:  # samples s in [0, width) with now - s >= t
+        s = math.floor(now - t)
+        while s >= 0 and now - s < t:
+            s -= 1
+        while s + 1 < width and now - (s + 1) >= t:
+            s += 1
+        return max(0, min(width, s + 1))
+
+    out = []
+    later = 0  # samples that read a later entry
+    for j in range(len(history) - 1, first, -1):
+        n = reaching(times[j]) - later
+        if n > 0:
+            h = history[j]
+            out.append(((h[1], h[2], h[3]), n))
+            later += n
+    h = history[first]
+    if width - later > 0:
+        out.append(((h[1], h[2], h[3]), width - later))
+    out.reverse()
+    return out
 
 
 class SimGpus:
@@ -79,15 +127,17 @@ class SimGpus:
         specs: Sequence[GpuSpec],
         model: SharingModel,
         risk: RiskSettings,
-        isolation: SimIsolation = SimIsolation.NONE,
+        fence: FenceModel | None = None,
+        reserve_mib: int = 0,
         lock_s: float = 30.0,
     ) -> None:
         self.model = model
         self.truth: Truth = SharingTruth(model)  # what slows tenants down (sim/truth.py)
-        self.isolation = isolation  # who crashes when memory runs out (sim/fencing.py)
-        self.lock_s = lock_s  # how long the placer counts a try at its reservation (sim/fencing.promised)
+        self.fence = fence or FenceModel(IsolationMode.NONE)  # who crashes when memory runs out (sim/fencing.py)
+        self.reserve_mib = reserve_mib  # kept free on every GPU: a protective or live cap leaves it
+        self.lock_s = lock_s  # the placer counts a try at its reservation this long (core/fencing.counted_mib)
         self.growth = 0.0  # the truth: true peaks exceed the catalogue's by up to this share
-        self.margin_mib = 2048  # a fixed cap's room above the reservation (SimIsolation.FIXED)
+        self.margin_mib = 2048  # a promise's room above the reservation
         self.seed = 0
         self.risk = risk
         self.window = risk.window
@@ -111,14 +161,7 @@ class SimGpus:
         if settled:
             window = MetricWindow.constant(g.smact, g.smocc, g.drama, risk)
         else:
-            times = [h[0] for h in g.history]
-            samples = []
-            for s in range(self.window - 1, -1, -1):  # oldest sample first
-                k = max(0, bisect.bisect_right(times, now - s) - 1)
-                samples.append(g.history[k])
-            window = MetricWindow(
-                tuple(x[1] for x in samples), tuple(x[2] for x in samples), tuple(x[3] for x in samples), risk
-            )
+            window = MetricWindow.from_runs(_window_runs(g.history, now, self.window), risk)
         return GpuState(
             uuid=g.uuid,
             index=g.index,
@@ -192,46 +235,101 @@ class SimGpus:
 
     # -- tenancy and memory -----------------------------------------------------------------
     def put(self, run: SimRun, now: float) -> list[SimGpu]:
-        """A try starts on its GPUs (it holds no memory until its ramp); returns its GPUs."""
+        """A try starts on its GPUs (it holds no memory until its load ends); its promise counts
+        against its co-tenants from now on, and its cap is set (sim/fencing.py); returns its GPUs."""
         gpus = [self.gpus[i] for i in run.gpus]
         self.advance(self.closure(gpus), now)
+        fence = self.fence
+        run.promise = fence.promise_mib(  # under a live cap no margin (core/fencing.FenceModel.margin_mib)
+            run.request.memory.mib, fence.margin_mib(self.margin_mib), min(g.spec.memory_mib for g in gpus)
+        )
+        run.caps = [
+            fence.start_cap_mib(
+                promise_mib=run.promise,
+                total_mib=g.spec.memory_mib,
+                reserve_mib=self.reserve_mib,
+                co_tenants=[Tenant(self._counted(o, now), o.held) for o in g.runs],
+                exclusive=run.request.needs_idle_gpu,
+            )
+            for g in gpus
+        ]
         for g in gpus:
             g.runs.append(run)
         return gpus
 
     def ramp(self, run: SimRun, now: float) -> Refusal | None:
-        """The try allocates its peak at the end of its ramp.  None: it got it (the GPUs hold
-        it from now); else a CUDA OOM, with what the try reached (sim/fencing.py)."""
+        """The try allocates its peak when its load ends.  None: it got it (the GPUs hold it from
+        now); else a CUDA OOM, with what the try reached (sim/fencing.py)."""
         refused = self.allocate(run, run.arrival.task.peak_mib, now)
         run.ramped = refused is None
         return refused
 
     # -- memory growth (sim/fencing.py) -----------------------------------------------------
     def growth_in(self, run: SimRun) -> float | None:
-        """Seconds from now (its ramp) until the try grows, at its current rate; None: it does not."""
-        growth = growth_of(run.arrival.job_id, self.growth, self.seed)
-        if growth is None or growth.extra_mib(run.arrival.task.peak_mib) <= 0:
+        """Seconds from now (its first allocation) until the try grows, at its current rate;
+        None: it does not."""
+        growth = job_growth(run.arrival, self.growth, self.seed, run.load_s)
+        if growth is None:
             return None
-        done = run.arrival.task.solo_s - run.remaining  # solo work done by now
-        return max(0.0, growth.at * run.arrival.task.solo_s - done) / run.rate
+        return max(0.0, growth[1] - run.done_work) / run.rate
 
     def growth_mib(self, run: SimRun) -> int:
-        growth = growth_of(run.arrival.job_id, self.growth, self.seed)
-        return 0 if growth is None else growth.extra_mib(run.arrival.task.peak_mib)
+        growth = job_growth(run.arrival, self.growth, self.seed, run.load_s)
+        return 0 if growth is None else growth[0]
 
     def who_crashes(self, run: SimRun, refused: Refusal, now: float) -> tuple[SimRun, Refusal]:
-        """The try whose allocation fails when ``run`` is refused: itself when fenced (past its
-        cap); unfenced, whoever allocates next, a co-tenant as often as the grower itself."""
+        """The try whose allocation fails when ``run`` is refused: itself when past its cap;
+        otherwise (a full GPU) whoever allocates next, a co-tenant as often as the grower itself."""
         if refused.past_cap:
             return run, refused
         crowd = [o for i in run.gpus for o in self.gpus[i].runs if o is not run and o.ramped]
         hit = next_allocator(crowd, run.arrival.job_id, now, self.seed)
         if hit is None:
             return run, refused
-        return hit, Refusal(hit.held, False, hit.held <= max(self.promised(hit, now), hit.request.memory.mib))
+        return hit, Refusal(hit.held, False, hit.held <= self.counted(hit, now))
 
-    def promised(self, run: SimRun, now: float) -> int:
-        return promised(run.request.memory.mib, run.held, run.ramped, now - run.start, self.lock_s)
+    def seen(self, run: SimRun, g: SimGpu, now: float) -> list[Tenant]:
+        """``run``'s co-tenants on ``g`` as its fence last saw them: every try placed there, from its
+        placement, whether or not it allocated (a promise holds from placement: :meth:`_counted`); under a live cap
+        re-set ``reset_s`` after each change, one that arrived since then is not seen yet and one
+        that left since then still counts (the exposure window)."""
+        lag = self.fence.reset_s if self.fence.live else 0.0
+        if lag <= 0:
+            return [Tenant(self._counted(o, now), o.held) for o in g.runs if o is not run]
+        since = now - lag
+        out = [
+            Tenant(self._counted(o, now), o.held)
+            for o in g.runs
+            if o is not run and (o.start <= run.start or o.start <= since)
+        ]
+        # gone since the last re-set: still counted as it was when it left
+        out += [Tenant(self._counted(o, left), 0) for o, left in g.left if left > since and left > run.start]
+        return out
+
+    def counted(self, run: SimRun, now: float) -> int:
+        """What the placer counts for ``run`` now: its reservation until it has allocated and its
+        lock window has passed, then what it holds (a refused try that asked no more is a victim)."""
+        return counted_mib(
+            run.request.memory.mib, run.held, allocated=run.ramped, age_s=now - run.start, lock_s=self.lock_s
+        )
+
+    def _counted(self, o: SimRun, now: float) -> int:
+        """What co-tenant ``o`` counts for in a cap now (core/fencing.counted_mib): its promise from
+        its placement until it has allocated and the placer's lock window has passed, then what it
+        holds (the placer offers the rest of its reservation to newcomers then)."""
+        return counted_mib(o.promise, o.held, allocated=o.ramped, age_s=now - o.start, lock_s=self.lock_s)
+
+    def cap_of(self, run: SimRun, k: int, now: float) -> int | None:
+        """What ``run`` may hold on its ``k``-th GPU now (None: unfenced)."""
+        g = self.gpus[run.gpus[k]]
+        return self.fence.may_hold_mib(
+            start_cap_mib=run.caps[k] if k < len(run.caps) else None,
+            promise_mib=self._counted(run, now),  # a live cap's floor: what the placer still keeps for it
+            total_mib=g.spec.memory_mib,
+            reserve_mib=self.reserve_mib,
+            co_tenants=self.seen(run, g, now),
+            exclusive=run.request.needs_idle_gpu,
+        )
 
     def allocate(self, run: SimRun, mib: int, now: float) -> Refusal | None:
         """The try asks ``mib`` more on each of its GPUs: all of it, or a refusal (a CUDA OOM)."""
@@ -239,18 +337,14 @@ class SimGpus:
         self.advance(self.closure(gpus), now)
         refused = worst(
             allocate(
-                self.isolation,
                 total_mib=g.spec.memory_mib,
                 used_mib=g.used,
                 held_mib=run.held,
                 asked_mib=mib,
-                promise_mib=self.promised(run, now),
-                others=[(self.promised(o, now), o.held) for o in g.runs if o is not run],
-                fixed_cap_mib=g.spec.memory_mib
-                if run.request.needs_idle_gpu
-                else min(g.spec.memory_mib, run.request.memory.mib + self.margin_mib),
+                counted_mib=self.counted(run, now),
+                cap_mib=self.cap_of(run, k, now),
             )
-            for g in gpus
+            for k, g in enumerate(gpus)
         )
         if refused is not None:
             return refused
@@ -267,9 +361,13 @@ class SimGpus:
         closure = self.closure(gpus)
         self.advance(closure, now)
         run.alive = False
+        lag = self.fence.reset_s if self.fence.live else 0.0
         for g in gpus:
             g.runs.remove(run)
             g.used -= run.held
+            if lag > 0:
+                g.left = [(o, t) for o, t in g.left if t > now - lag]
+                g.left.append((run, now))
         return gpus, closure
 
 

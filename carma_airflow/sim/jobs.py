@@ -22,6 +22,8 @@ class JobRecord:
     outcome: str = "pending"
     last_run_s: float = 0.0
     gpus: tuple[int, ...] = ()
+    saved_work: float = 0.0  # solo seconds of work its last checkpoint saved (a retry resumes there)
+    last_resumed_s: float = 0.0  # the work its last try resumed from
 
 
 def makespan_of(jobs: Sequence[JobRecord], arrivals: Sequence[Arrival]) -> tuple[float, float]:
@@ -46,6 +48,10 @@ def build_result(
     passes: int,
     never_fits: Sequence[NeverFit],
     victims: int = 0,
+    fence: dict[str, object] | None = None,
+    checkpoint_every_s: float = 0.0,
+    crashed_gpu_s: float = 0.0,
+    lost_gpu_s: float = 0.0,
 ) -> SimResult:
     records = tuple(
         TaskRecord(
@@ -60,6 +66,7 @@ def build_result(
             solo_s=j.arrival.task.solo_s,
             tries=j.tries,
             oom_crashes=j.ooms,
+            resumed_s=j.last_resumed_s,
             outcome="success" if j.outcome == "success" else "lost",
         )
         for j in sorted(jobs, key=lambda j: j.arrival.job_id)
@@ -79,6 +86,10 @@ def build_result(
         makespan_s=makespan_s,
         oom_crashes=oom_crashes,
         victims=victims,
+        fence=dict(fence or {}),
+        checkpoint_every_s=checkpoint_every_s,
+        crashed_gpu_s=crashed_gpu_s,
+        lost_gpu_s=lost_gpu_s,
         retries=retries,
         passes=passes,
         never_fits=tuple(never_fits),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from carma_airflow.core.activity import (
@@ -39,7 +39,8 @@ from carma_airflow.sim.workload import TaskType
 
 SAMPLE_S = 10.0  # seconds alone (after its ramp) that give a try's per-process activity sample
 REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
-REFIT_BATCH = 16  # ... this many at a time
+REFIT_BATCH = 16  # ... this many at a time (or an eighth of those in, if more: a refit costs
+# more the more it rests on, and a deep queue's thousands of tries would refit every few passes)
 SURE = 0.3  # the predictive policy's default min_confidence, for the counts of note_placed
 
 
@@ -220,7 +221,8 @@ class Knowledge:
         """The interference model with the observations since the last call, or None (nothing new,
         or fewer than a batch once the fit rests on many: a refit costs milliseconds)."""
         waiting = sum(len(v) for v in self._pending.values())
-        if not waiting or (self.observations >= REFIT_BATCH_AFTER and waiting < REFIT_BATCH):
+        batch = max(REFIT_BATCH, self.observations // 8)
+        if not waiting or (self.observations >= REFIT_BATCH_AFTER and waiting < batch):
             return None
         model = self.interference
         for spec, observations in self._pending.items():
@@ -241,3 +243,19 @@ def _moved(old: ActivityEstimate | None, new: ActivityEstimate) -> bool:
     if old is None:
         return True
     return abs(old.sm_activity - new.sm_activity) > 0.01 or abs(old.confidence - new.confidence) > 0.05
+
+
+def solo_duration(
+    segments: Sequence[TrySegment], duration_s: float, ran_s: float, progress: bool, sample_s: float
+) -> float | None:
+    """How long an ended try (``duration_s`` for its whole work, ``ran_s`` on its GPUs) would have
+    run alone, as a driver can know it: measured when it was alone all along, else (with progress
+    reports) its work over its speed while alone, if it was alone long enough to measure; None when
+    it cannot be known."""
+    alone = [s for s in segments if not s.with_types]
+    secs, work = sum(s.seconds for s in alone), sum(s.work for s in alone)
+    if secs >= ran_s - 1e-9:
+        return duration_s
+    if progress and secs >= sample_s and work > 0:
+        return float(duration_s / max(1e-9, ran_s) * sum(s.work for s in segments) * secs / work)
+    return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -41,6 +41,8 @@ class TimelineEntry:
     start: float
     end: float
     outcome: str  # success | oom
+    reason: str = ""  # an OOM's: who was stopped, and why (sim/engine.crash_reason)
+    lost_gpu_s: float = 0.0  # an OOM's: GPU-seconds thrown away (since its last checkpoint, or its start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class TaskRecord:
     tries: int
     oom_crashes: int
     outcome: str  # success | lost
+    resumed_s: float = 0.0  # solo work its last try resumed from (a checkpoint); 0: from the start
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +86,12 @@ class SimResult:
     retries: int
     passes: int
     never_fits: tuple[NeverFit, ...] = ()
-    victims: int = 0  # OOM crashes of tries that asked for no more than their promise (sim/fencing.py)
+    victims: int = 0  # OOM crashes of tries that asked for no more than the placer counted (sim/fencing.py)
+    # the fence modelled (sim/fencing.SimFence.summary: host, isolation, mechanism, cap_rule, fence)
+    fence: dict[str, Any] = field(default_factory=dict)
+    checkpoint_every_s: float = 0.0
+    crashed_gpu_s: float = 0.0  # GPU-seconds the crashed tries had run: all lost without checkpoints
+    lost_gpu_s: float = 0.0  # ... of which thrown away (since each one's last checkpoint)
 
     def frame(self) -> pd.DataFrame:
         """One row per task."""
@@ -96,7 +104,7 @@ class SimResult:
         n_gpu = max(1, len(self.integrals))
         denom = span * n_gpu
         jct = done["end_s"] - done["submit_s"]
-        slow = done["run_s"] / done["solo_s"]
+        slow = done["run_s"] / (done["solo_s"] - done["resumed_s"])
         return {
             "policy": self.policy,
             "estimator": self.estimator,
@@ -108,6 +116,10 @@ class SimResult:
             "lost": int((df["outcome"] != "success").sum()),
             "oom_crashes": self.oom_crashes,
             "victims": self.victims,
+            **self.fence,
+            "checkpoint_every_s": self.checkpoint_every_s,
+            "crashed_gpu_s": round(self.crashed_gpu_s, 1),
+            "lost_gpu_s": round(self.lost_gpu_s, 1),
             "retries": self.retries,
             "makespan_s": round(self.makespan_s, 1),
             "mean_wait_s": round(float(done["wait_s"].mean()), 1) if len(done) else 0.0,

@@ -63,6 +63,10 @@ class Arrival:
     submit_s: float
     task: TaskType
     declared_mib: int | None = None
+    # a hand-built trace's truths for this job (optional trace columns; sim/fencing.py):
+    load_s: float | None = None  # seconds on the CPU before its first allocation (None: the ramp, ramp_s)
+    grows_to_mib: int | None = None  # the true peak it reaches (None: the seeded --memory-growth draw)
+    grows_after_s: float | None = None  # ... after this many seconds of solo work past its first allocation
 
 
 def packaged(name: str) -> Path:
@@ -109,6 +113,19 @@ def _int_or_none(value: object, where: str, column: str, whole: bool = False) ->
     return int(number)
 
 
+def _seconds_or_none(value: object, where: str, column: str) -> float | None:
+    """An optional cell as a finite number >= 0 (None if empty)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return None
+    try:
+        number = float(str(value))
+    except ValueError:
+        raise WorkloadError(f"{where}: column {column} must be a number, got {brief(value)}") from None
+    if not math.isfinite(number) or number < 0 or number > _MAX_NUMBER:
+        raise WorkloadError(f"{where}: column {column} must be a finite number >= 0, got {brief(value)}")
+    return number
+
+
 def load_catalog(path: str | Path) -> dict[str, TaskType]:
     """Read a task catalogue (see shared/workloads/README.md for the columns)."""
     frame = _read_csv(path, "catalog", CATALOG_COLUMNS)
@@ -150,9 +167,15 @@ def load_catalog(path: str | Path) -> dict[str, TaskType]:
 
 
 def load_trace(path: str | Path, catalog: dict[str, TaskType]) -> list[Arrival]:
-    """Read a trace of arrivals; every task must be in the catalogue."""
+    """Read a trace of arrivals; every task must be in the catalogue.
+
+    Optional columns: ``memory_mib`` (what the DAG declares), and a hand-built trace's truths:
+    ``load_s`` (seconds the try spends on the CPU, loading data, before its first allocation),
+    ``grows_to_mib`` and ``grows_after_s`` (the true peak it grows to, that many seconds of solo
+    work after its first allocation; instead of the seeded ``--memory-growth`` draw)."""
     frame = _read_csv(path, "trace", TRACE_COLUMNS)
     has_declared = "memory_mib" in frame.columns
+    optional = [c for c in ("load_s", "grows_to_mib", "grows_after_s") if c in frame.columns]
     out: list[Arrival] = []
     for i, row in enumerate(frame.to_dict("records"), start=2):
         where = f"trace line {i}"
@@ -169,7 +192,21 @@ def load_trace(path: str | Path, catalog: dict[str, TaskType]) -> list[Arrival]:
         if job is None or not math.isfinite(submit_s) or submit_s < 0:
             raise WorkloadError(f"{where}: job_id and submit_s must be numbers >= 0")
         declared = _int_or_none(row["memory_mib"], where, "memory_mib") if has_declared else None
-        out.append(Arrival(job, submit_s, task, declared or None))
+        truths = {c: _seconds_or_none(row[c], where, c) for c in optional}
+        grows_to = truths.get("grows_to_mib")
+        if grows_to is not None and grows_to < task.peak_mib:
+            raise WorkloadError(f"{where}: grows_to_mib {grows_to:g} is below the task's peak ({task.peak_mib} MiB)")
+        out.append(
+            Arrival(
+                job,
+                submit_s,
+                task,
+                declared or None,
+                load_s=truths.get("load_s"),
+                grows_to_mib=None if grows_to is None else int(grows_to),
+                grows_after_s=truths.get("grows_after_s"),
+            )
+        )
     ids = [a.job_id for a in out]
     if len(set(ids)) != len(ids):
         raise WorkloadError("trace has duplicate job_id values; each arrival needs its own id")

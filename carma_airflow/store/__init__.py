@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from carma_airflow.store.errors import RecordError, StoreError
+from carma_airflow.store.errors import RecordError, StoreError, StoreRefusedError, StoreUnreachableError
 from carma_airflow.store.records import (
     ACTIVE_OUTCOMES,
     FINISHED_OUTCOMES,
+    ActivityRecord,
     OomRecord,
     PlacementRecord,
     SampleRecord,
@@ -26,12 +27,15 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVE_OUTCOMES",
     "FINISHED_OUTCOMES",
+    "ActivityRecord",
     "OomRecord",
     "PlacementRecord",
     "RecordError",
     "SampleRecord",
     "Store",
     "StoreError",
+    "StoreRefusedError",
+    "StoreUnreachableError",
     "TryOutcome",
     "default_url",
     "try_outcome",

@@ -2,7 +2,8 @@
 
 :class:`StoreBase` holds what every part of :class:`~carma_airflow.store.store.Store` shares:
 the URL, the engine, one transaction per call (:meth:`StoreBase._session`), the translation of
-driver errors into :class:`StoreError` with a hint, and the schema migrations.  The parts
+driver errors into a :class:`StoreError` of the right kind (:class:`StoreUnreachableError`: try again
+later; :class:`StoreRefusedError`: this call can never succeed) with a hint, and the schema migrations.  The parts
 (samples, tries, history, snapshots, hosts) add their tables' calls on top of it.
 
 SQLite (the default, a file in AIRFLOW_HOME) runs in WAL mode with a busy timeout, and every
@@ -30,7 +31,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import Executable
 
-from carma_airflow.store.errors import RecordError, StoreError
+from carma_airflow.store.errors import RecordError, StoreError, StoreRefusedError, StoreUnreachableError
 from carma_airflow.store.schema import VERSION_TABLE, Base
 from carma_airflow.store.url import default_url, mask_password
 
@@ -204,7 +205,7 @@ class StoreBase:
         except (sa_exc.DBAPIError, sa_exc.TimeoutError) as exc:
             raise self._error(exc) from exc
 
-    def _error(self, exc: sa_exc.SQLAlchemyError) -> StoreError:
+    def _error(self, exc: sa_exc.SQLAlchemyError) -> StoreUnreachableError | StoreRefusedError:
         orig = getattr(exc, "orig", None)
         detail = " ".join(str(orig if orig is not None else exc).split())
         if self._url.password:
@@ -219,6 +220,11 @@ class StoreBase:
             )
         elif self._sqlite and "unable to open" in lowered:
             hint = "check that the file's directory exists and that this user may write to it"
+        elif str(getattr(orig, "sqlstate", "")) in ("55P03", "40001", "40P01", "57014"):
+            hint = (
+                "another session held a lock, or the database rolled this transaction back to keep "
+                "concurrent ones consistent; the same call made again should pass"
+            )
         elif isinstance(exc, sa_exc.IntegrityError):
             hint = "a record broke a constraint of the store: check the values the caller passed"
         elif isinstance(exc, (sa_exc.OperationalError, sa_exc.TimeoutError)):
@@ -228,7 +234,43 @@ class StoreBase:
             )
         else:
             hint = "check that the schema is current (Store(url).migrate())"
-        return StoreError(f"CARMA store at {self._masked} failed: {detail} ({hint})")
+        kind = StoreRefusedError if is_permanent(exc) else StoreUnreachableError
+        return kind(f"CARMA store at {self._masked} failed: {detail} ({hint})")
+
+
+# PostgreSQL SQLSTATE classes of errors that the same statement meets again however often it is
+# retried: data exceptions (22), integrity constraints (23), syntax or access rule violations,
+# missing tables and columns included (42), features not supported (0A), WITH CHECK OPTION (44).
+_PERMANENT_SQLSTATE_CLASSES = frozenset({"22", "23", "42", "0A", "44"})
+_PERMANENT_TYPES: tuple[type[sa_exc.DBAPIError], ...] = (
+    sa_exc.IntegrityError,
+    sa_exc.DataError,
+    sa_exc.ProgrammingError,
+    sa_exc.NotSupportedError,
+)
+_SQLITE_SCHEMA = ("no such table", "no such column", "has no column named")
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a driver error is a refusal (retrying cannot help) rather than a transient failure.
+
+    Transient: the connection was lost or refused, a lock or the pool timed out, the database
+    rolled the transaction back (serialisation failure 40001, deadlock 40P01), the server is
+    shutting down or out of connections.  Permanent: a constraint broke, a value does not fit,
+    the schema lacks a table or column.  An error SQLAlchemy itself invalidated the connection
+    for is always transient.
+    """
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return False
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str) and len(sqlstate) == 5:
+        return sqlstate[:2] in _PERMANENT_SQLSTATE_CLASSES
+    if isinstance(exc, _PERMANENT_TYPES):
+        return True
+    if isinstance(orig, sqlite3.OperationalError):
+        return any(text_ in str(orig).lower() for text_ in _SQLITE_SCHEMA)
+    return False
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:

@@ -1,11 +1,15 @@
-"""What the estimators learn from: the memory peaks and the solo SM activity of ended tries."""
+"""What the estimators learn from: the memory peaks and the solo SM activity of ended tries
+(with the task types each try shared its GPUs with)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sqlalchemy import select
 
 from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
 from carma_airflow.store.errors import RecordError
+from carma_airflow.store.records import ActivityRecord
 from carma_airflow.store.schema import ACTIVITY_SOURCE_VALUES, ActivityHistoryRow, MemoryHistoryRow
 
 
@@ -73,11 +77,15 @@ class HistoryStore(StoreBase):
         at: Moment,
         run_id: str | None = None,
         map_index: int | None = None,
+        *,
+        co_tasks: Sequence[str] | None = None,
     ) -> None:
         """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
 
         ``source``: ``"process"`` (per-process SM utilisation), ``"gpu-alone"`` (the GPU's SM
         activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
+        ``co_tasks``: the task types the try shared its GPUs with (empty: alone throughout; None:
+        not known).
         """
         if source not in ACTIVITY_SOURCE_VALUES:
             raise RecordError(
@@ -89,6 +97,7 @@ class HistoryStore(StoreBase):
                 f"SM activity of {dag_id}.{task_id} must be a share of SM time between 0 and 1, got {sm_activity!r} "
                 "(divide a percentage by 100)"
             )
+        names = _co_tasks(dag_id, task_id, co_tasks)
         row = ActivityHistoryRow(
             dag_id=dag_id,
             task_id=task_id,
@@ -97,6 +106,7 @@ class HistoryStore(StoreBase):
             at=utc(at),
             run_id=run_id,
             map_index=map_index,
+            co_tasks=names,
         )
         with self._session(write=True) as session:
             session.add(row)
@@ -131,3 +141,41 @@ class HistoryStore(StoreBase):
         with self._session() as session:
             rows = [(str(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in session.execute(stmt)]
         return list(reversed(rows))
+
+    def activity_records(self, dag_id: str, task_id: str, limit: int = 10) -> list[ActivityRecord]:
+        """The latest ``limit`` activities of a task as records, oldest first, with the task types
+        each try shared its GPUs with (None for rows written before revision 0007)."""
+        check_limit(limit)
+        stmt = (
+            select(ActivityHistoryRow)
+            .where(ActivityHistoryRow.dag_id == dag_id, ActivityHistoryRow.task_id == task_id)
+            .order_by(ActivityHistoryRow.at.desc(), ActivityHistoryRow.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [
+                ActivityRecord(
+                    r.dag_id,
+                    r.task_id,
+                    float(r.sm_activity),
+                    r.source,
+                    r.at,
+                    r.run_id,
+                    r.map_index,
+                    None if r.co_tasks is None else tuple(str(n) for n in r.co_tasks),
+                )
+                for r in session.scalars(stmt)
+            ]
+        return list(reversed(rows))
+
+
+def _co_tasks(dag_id: str, task_id: str, co_tasks: Sequence[str] | None) -> list[str] | None:
+    """The co-tenants' task types as stored: distinct, sorted; None stays None (not recorded)."""
+    if co_tasks is None:
+        return None
+    if isinstance(co_tasks, str) or not all(isinstance(n, str) and n for n in co_tasks):
+        raise RecordError(
+            f"co-tenant task types of {dag_id}.{task_id} must be a list of non-empty names "
+            f"(dag_id.task_id), got {co_tasks!r}"
+        )
+    return sorted(set(co_tasks))

@@ -182,6 +182,24 @@ DISPATCH_STATES = ("sent", "ended", "lost")
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityRecord:
+    """One learned solo SM activity of an ended try, and whom the try shared its GPUs with.
+
+    ``co_tasks``: the task types of its co-tenants (``()``: alone throughout); None where not
+    recorded (rows written before revision 0007, a declared hint).
+    """
+
+    dag_id: str
+    task_id: str
+    sm_activity: float
+    source: str
+    at: datetime
+    run_id: str | None = None
+    map_index: int | None = None
+    co_tasks: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DispatchRecord:
     """One try sent to a host's Celery queue, and how that dispatch ended.
 

@@ -105,6 +105,18 @@ class SampleStore(StoreBase):
         with self._session() as session:
             return [_sample_record(row) for row in session.scalars(stmt)]
 
-    def prune_samples(self, before: Moment) -> int:
-        """Delete samples taken before ``before``; returns how many."""
-        return self._write(delete(GpuSampleRow).where(GpuSampleRow.at < utc(before)))
+    def prune_samples(self, before: Moment, limit: int | None = None) -> int:
+        """Delete samples taken before ``before`` (at most ``limit``, the oldest first, so that one
+        transaction stays short); returns how many.  Telemetry retention calls it in the
+        background (executor/writer.py); learned memory and activity are other tables, kept."""
+        stmt = delete(GpuSampleRow).where(GpuSampleRow.at < utc(before))
+        if limit is not None:
+            check_limit(limit)
+            oldest = select(GpuSampleRow.id).where(GpuSampleRow.at < utc(before)).order_by(GpuSampleRow.id).limit(limit)
+            stmt = delete(GpuSampleRow).where(GpuSampleRow.id.in_(oldest.scalar_subquery()))
+        return self._write(stmt)
+
+    def count_samples(self) -> int:
+        """How many samples the store holds (of every GPU)."""
+        with self._session() as session:
+            return int(session.scalar(select(func.count()).select_from(GpuSampleRow)) or 0)

@@ -76,7 +76,10 @@ class Base(DeclarativeBase):
 
 
 class GpuSampleRow(Base):
-    """One downsampled GPU reading (at most one per GPU per sampling interval)."""
+    """One downsampled GPU reading (at most one per GPU per sampling interval).
+
+    Kept for ``[carma] telemetry_retention`` (7 days by default): each executor's writer thread
+    deletes older rows every 10 minutes, in batches (executor/writer.py)."""
 
     __tablename__ = "carma_gpu_sample"
     __table_args__ = (Index(None, "gpu_uuid", "at"), Index(None, "at"))
@@ -137,7 +140,7 @@ class PlacementRow(Base):
 
 
 class OomEventRow(Base):
-    """A CUDA out-of-memory failure of one try (kept even when placements are pruned)."""
+    """A CUDA out-of-memory failure of one try (kept, as placements are: only GPU telemetry is pruned)."""
 
     __tablename__ = "carma_oom_event"
     __table_args__ = (Index(None, "placement_key"), Index(None, "dag_id", "task_id"))
@@ -176,6 +179,8 @@ class ActivityHistoryRow(Base):
 
     ``source``: ``process`` (per-process SM utilisation), ``gpu-alone`` (the GPU's SM activity
     while the try was its only tenant) or ``hint`` (the DAG author's declared value).
+    ``co_tasks``: the task types the try shared its GPUs with (``[]``: alone throughout); NULL
+    where not recorded (rows before 0007, a hint).
     """
 
     __tablename__ = "carma_activity_history"
@@ -193,6 +198,7 @@ class ActivityHistoryRow(Base):
     source: Mapped[str] = mapped_column(String(16))
     at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
+    co_tasks: Mapped[list[str] | None] = mapped_column(JSON)  # 0007
 
 
 class SnapshotRow(Base):

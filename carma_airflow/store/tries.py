@@ -201,6 +201,21 @@ class TryStore(StoreBase):
             stmt = stmt.where(PlacementRow.run_id == run_id)
         return self._placements(stmt)
 
+    def tries_of(self, dag_id: str, task_id: str, run_id: str, map_index: int = -1) -> list[PlacementRecord]:
+        """Every try of one task instance (one run, one map index), by try number: what the next
+        try's recovery plan and OOM budget are built from, whichever executor ran them."""
+        stmt = (
+            select(PlacementRow)
+            .where(
+                PlacementRow.dag_id == dag_id,
+                PlacementRow.task_id == task_id,
+                PlacementRow.run_id == run_id,
+                PlacementRow.map_index == map_index,
+            )
+            .order_by(PlacementRow.try_number, PlacementRow.id)
+        )
+        return self._placements(stmt)
+
     def running(self) -> list[PlacementRecord]:
         """Tries still waiting or running, oldest first (to rebuild reservations after a restart)."""
         active = [o.value for o in ACTIVE_OUTCOMES]

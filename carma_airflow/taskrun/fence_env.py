@@ -6,10 +6,14 @@ framework import hook and the GPU kit read it in processes that must not import 
 Per GPU lists follow the try's CUDA_VISIBLE_DEVICES order::
 
     CARMA_ISOLATION=framework            # the mode in force (core.fencing.IsolationMode)
-    CARMA_MEMORY_PROMISE_MIB=14336       # what it was placed with, plus the margin
-    CARMA_MEMORY_CAP_MIB=14336           # the most it may hold
-    CARMA_MEMORY_CAP_LIVE=1              # the mechanism tightens the cap to its co-tenants' promises
+    CARMA_MEMORY_PROMISE_MIB=14336       # what it was placed with, plus the margin (as the GPU counts it)
+    CARMA_MEMORY_CAP_MIB=13836           # what the mechanism is set to at the start (a framework's:
+                                         # the cap less the CUDA context its allocator cannot see)
+    CARMA_MEMORY_CAP_LIVE=1              # the cap is re-set as co-tenants come and go (isolation_cap = live)
+    CARMA_MEMORY_CAP_RULE=promise        # the cap rule it was set by (core.fencing.CapRule)
+    CARMA_CUDA_CONTEXT_MIB=500           # the CUDA context counted per GPU (core/cuda_context.py)
     CARMA_GPU_TOTAL_MIB=40960            # each GPU's memory, where the executor knows it (0: unknown)
+    CARMA_SIM_DRIVER_LEAF=<try id>       # simulated GPUs under driver: the ledger's leaf holding the try
 
 and, by mode, what the mechanism itself reads: ``XLA_CLIENT_MEM_FRACTION`` (JAX, with its
 deprecated name ``XLA_PYTHON_CLIENT_MEM_FRACTION``) for framework, and
@@ -19,7 +23,7 @@ deprecated name ``XLA_PYTHON_CLIENT_MEM_FRACTION``) for framework, and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from carma_airflow.core.fencing import Fence, IsolationMode
 
@@ -27,6 +31,10 @@ ISOLATION_ENV = "CARMA_ISOLATION"
 PROMISE_ENV = "CARMA_MEMORY_PROMISE_MIB"
 CAP_ENV = "CARMA_MEMORY_CAP_MIB"
 LIVE_ENV = "CARMA_MEMORY_CAP_LIVE"
+RULE_ENV = "CARMA_MEMORY_CAP_RULE"
+CONTEXT_ENV = "CARMA_CUDA_CONTEXT_MIB"
+SIM_LEAF_ENV = "CARMA_SIM_DRIVER_LEAF"
+SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"  # the simulated GPUs' ledger (same name as taskrun/outcome.py's)
 TOTAL_ENV = "CARMA_GPU_TOTAL_MIB"
 JAX_FRACTION_ENVS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -69,6 +77,8 @@ class TryFence:
     promise_mib: tuple[int, ...]
     cap_mib: tuple[int, ...]
     live: bool
+    rule: str = ""  # promise | protective | live, where the executor said
+    context_mib: tuple[int, ...] = field(default_factory=tuple)  # per GPU; () where not said
 
 
 def _ints(text: str | None) -> tuple[int, ...] | None:
@@ -95,18 +105,66 @@ def fence_from_env(environ: Mapping[str, str], gpus: int | None = None) -> TryFe
         return None
     if gpus is not None and len(cap) != gpus:
         return None
-    return TryFence(mode, promise, cap, environ.get(LIVE_ENV) == "1")
+    context = _ints(environ.get(CONTEXT_ENV))
+    rule = environ.get(RULE_ENV, "")
+    return TryFence(
+        mode, promise, cap, environ.get(LIVE_ENV) == "1", rule, context if context and len(context) == len(cap) else ()
+    )
+
+
+def _per_gpu(values: tuple[int, ...]) -> str:
+    if len(set(values)) == 1:
+        return f"{values[0]} MiB per GPU"
+    return ", ".join(f"{v} MiB" for v in values) + " per GPU"
+
+
+def describe_try_fence(fence: TryFence, environ: Mapping[str, str]) -> str:
+    """What holds the try, for its log and the scheduler's: ``capped at <cap per GPU> (<the
+    mechanism>, <fixed at the try's start | re-set as co-tenants come and go>; <the CUDA context
+    counted>)``.  Simulated GPUs say that the ledger plays the mechanism."""
+    simulated = bool(environ.get(SIM_LEDGER_ENV))
+    if fence.mode is IsolationMode.DRIVER:
+        if environ.get(SIM_LEAF_ENV):
+            what = "driver: its leaf's hard limit, which the simulated GPUs' ledger plays (no cgroup here)"
+        elif simulated:
+            what = "framework: simulated GPUs, no driver limit held"
+        else:
+            what = "driver: its cgroup's NVML limit, hard"
+    elif fence.mode is IsolationMode.MPS:
+        what = "mps: the client's pinned memory limit" + (", played by the simulated GPUs' ledger" if simulated else "")
+    else:
+        what = "framework: PyTorch's fraction" + (", played by the simulated GPUs' ledger" if simulated else "")
+    if fence.live:
+        how = "re-set as co-tenants come and go (the executor rewrites it, the try re-reads it once a second)"
+    elif fence.rule == "exclusive":
+        how = "fixed at the try's start: its whole GPU, which it has to itself"
+    elif fence.rule == "protective":
+        how = "fixed at the try's start: the GPU less the co-tenants placed by then"
+    elif fence.rule == "promise":
+        how = f"fixed at the try's start: its promise, {_per_gpu(fence.promise_mib)}"
+    else:
+        how = "fixed at the try's start"
+    context = ""
+    if fence.context_mib and any(fence.context_mib):
+        where = "within the limit" if fence.mode is IsolationMode.DRIVER else "outside the allocator's cap"
+        context = f"; CUDA context {_per_gpu(fence.context_mib)} counted {where}"
+    return f"capped at {_per_gpu(fence.cap_mib)} ({what}; {how}{context})"
 
 
 __all__ = [
     "CAP_ENV",
+    "CONTEXT_ENV",
     "ISOLATION_ENV",
     "JAX_FRACTION_ENVS",
     "LIVE_ENV",
     "MPS_LIMIT_ENV",
     "PROMISE_ENV",
+    "RULE_ENV",
+    "SIM_LEAF_ENV",
+    "SIM_LEDGER_ENV",
     "TOTAL_ENV",
     "TryFence",
+    "describe_try_fence",
     "fence_env",
     "fence_from_env",
 ]

@@ -13,6 +13,13 @@ import run, then applies the try's cap (carma_airflow/taskrun/fence_env.py) to t
   initialises (a RuntimeError there, e.g. the task touched the GPU first, is reported, not raised).
 * JAX needs no hook: its fraction is in the environment (``XLA_CLIENT_MEM_FRACTION``).
 
+A probe is not an import: ``importlib.util.find_spec("torch")`` (which ``transformers`` runs at
+its own import to see what is installed) asks the finder for a spec and never executes it, so the
+finder keeps waiting and acts only when a module is really executed; each framework is capped
+once.  A framework already imported when the hook is installed (by the DAG file, a plugin), or
+imported past it (a finder put ahead of ours later), is capped as soon as the hook sees it, and
+the try's log says so.
+
 Not covered by any of them: the CUDA context itself (~300-500 MiB per process), NCCL's own
 buffers, and allocations by other libraries (cuDNN/cuBLAS workspaces outside the allocator,
 CuPy, custom kernels).  docs/isolation.md lists what each mode covers.
@@ -24,16 +31,19 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.taskrun.driver_cap import note
-from carma_airflow.taskrun.fence_env import TryFence, fence_from_env
+from carma_airflow.taskrun.fence_env import TryFence, describe_try_fence, fence_from_env
 from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, CapFollower
 
 _MIB = 1024 * 1024
+# said of a framework the try had imported before its hook was installed (the DAG file, a plugin)
+EARLY = "was imported before the cap hook was installed (by the DAG file or a plugin); capped now: "
 Apply = Callable[[ModuleType, TryFence], str]
 
 
@@ -109,19 +119,21 @@ class _CapAfterExec(importlib.abc.Loader):
 
 
 class FrameworkCapFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader of the frameworks it caps, once each."""
+    """Finds nothing itself: wraps the loader of the frameworks it caps, and caps each one once,
+    when its module is executed (a ``find_spec`` probe leaves it waiting)."""
 
     def __init__(self, fence: TryFence, hooks: Mapping[str, Apply], report: Callable[[str], None]) -> None:
         self.fence = fence
-        self.hooks = dict(hooks)
+        self.hooks = dict(hooks)  # the frameworks not capped yet
         self.report = report
         self.applied: list[str] = []
+        self._lock = threading.Lock()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        hook = self.hooks.pop(fullname, None)
-        if hook is None:
+        self._catch_up()
+        if fullname not in self.hooks:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -129,21 +141,36 @@ class FrameworkCapFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _CapAfterExec(spec.loader, lambda module: self.apply(hook, module))
+                    spec.loader = _CapAfterExec(spec.loader, lambda module: self.apply(fullname, module))
                 return spec
         return None
 
-    def apply(self, hook: Apply, module: ModuleType) -> None:
+    def _catch_up(self) -> None:
+        """A framework imported past this finder (one put ahead of it in ``sys.meta_path``): cap it
+        now, once it has finished importing, and say it was late."""
+        for name in [n for n in self.hooks if n in sys.modules]:
+            module = sys.modules[name]
+            if not getattr(getattr(module, "__spec__", None), "_initializing", False):
+                self.apply(name, module, late="imported past the cap hook (a finder ahead of it); capped late: ")
+
+    def apply(self, name: str, module: ModuleType, late: str = "") -> None:
+        """Cap ``module`` with the hook for ``name`` (once: a second call does nothing)."""
+        with self._lock:
+            hook = self.hooks.pop(name, None)
+        if hook is None:
+            return
         try:
             said = hook(module, self.fence)
         except Exception as exc:  # a cap that cannot be set must not break the task's import
-            said = f"{module.__name__} NOT capped: {type(exc).__name__}: {exc}"
+            said = f"{name} NOT capped: {type(exc).__name__}: {exc}"
+        said = f"{name} {late}{said}" if late else said
         self.applied.append(said)
         self.report(said)
 
 
 def _print(text: str) -> None:
-    print(f"[carma] {text}", file=sys.stderr, flush=True)
+    # stdout, as the listener's lines: Airflow logs a task's stderr at level "error"
+    print(f"[carma] {text}", flush=True)
 
 
 def install_framework_caps(
@@ -161,11 +188,11 @@ def install_framework_caps(
         return f"memory: capped at {_caps(fence)} (caps already installed)"
     finder = FrameworkCapFinder(fence, hooks, report)
     for name in [n for n in finder.hooks if n in sys.modules]:
-        finder.apply(finder.hooks.pop(name), sys.modules[name])
+        finder.apply(name, sys.modules[name], late=EARLY)
     sys.meta_path.insert(0, finder)
-    if fence.mode is IsolationMode.DRIVER:
-        return f"memory: capped at {_caps(fence)} (driver: its cgroup's NVML limit, hard); frameworks as well"
-    return f"memory: capped at {_caps(fence)} ({fence.mode.value}); frameworks are capped when imported{note(environ)}"
+    if fence.mode is IsolationMode.DRIVER:  # the mechanism, its cap per GPU, fixed or live (fence_env.py)
+        return f"memory: {describe_try_fence(fence, environ)}; frameworks as well"
+    return f"memory: {describe_try_fence(fence, environ)}; frameworks are capped when imported{note(environ)}"
 
 
 __all__ = ["HOOKS", "FrameworkCapFinder", "cap_tensorflow", "cap_torch", "install_framework_caps"]

@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from carma_airflow.core.fencing import protective_cap_mib
+from carma_airflow.core.fencing import IsolationMode, protective_cap_mib
+from carma_airflow.taskrun.fence_env import SIM_LEAF_ENV, TryFence
 
 CAP_FILE_ENV = "CARMA_MEMORY_CAP_FILE"
 PERIOD_S = 1.0
@@ -83,4 +84,51 @@ class CapFollower(threading.Thread):
                 continue
 
 
-__all__ = ["CAP_FILE_ENV", "CapFollower", "live_caps", "read_caps", "write_caps"]
+class SimulatedCaps:
+    """What holds a try on simulated GPUs, as its real mechanism would (carma_airflow/testing.py):
+
+    * a framework or MPS cap set at the start (its environment), and under ``isolation_cap = live``
+      re-set by the same :class:`CapFollower` thread a real PyTorch try runs, from the cap file
+      the executor rewrites: a newcomer is exposed until the follower's next read;
+    * under ``driver``, the leaf's hard limit, which the ledger keeps and the executor re-sets
+      (executor/sim_driver.py); the process names its leaf on each allocation.
+
+    The ledger re-reads nothing on an allocation beyond what the mechanism set.
+    """
+
+    def __init__(self, fence: TryFence, environ: Mapping[str, str], period_s: float = PERIOD_S) -> None:
+        self.fence = fence
+        self.leaf = (environ.get(SIM_LEAF_ENV) or None) if fence.mode is IsolationMode.DRIVER else None
+        self.current = list(fence.cap_mib)
+        self.follower: CapFollower | None = None
+        path = environ.get(CAP_FILE_ENV)
+        if path and fence.mode in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER):
+            self.follower = CapFollower(path, self._apply, period_s)
+            self.follower.start()
+
+    def _apply(self, caps: tuple[int, ...]) -> None:
+        self.current[: len(caps)] = caps[: len(self.current)]
+
+    def cap_mib(self, ordinal: int) -> int | None:
+        """The cap the framework (or MPS) holds the process to now on its GPU ``ordinal``; None under
+        a simulated driver, where the leaf's hard limit holds it."""
+        return None if self.leaf else self.current[ordinal]
+
+    @property
+    def held_by(self) -> str:
+        """What set the cap, for the OOM message."""
+        mode = self.fence.mode
+        if self.leaf:
+            return "the driver's hard limit of its cgroup leaf (the ledger plays it)"
+        if mode is IsolationMode.MPS:
+            return "MPS's pinned memory limit, set at the client's start"
+        if self.follower is not None:
+            return "framework cap, re-set as co-tenants come and go (PyTorch's fraction, from its cap file)"
+        return "framework cap, fixed at the try's start (PyTorch's fraction)"
+
+    def stop(self) -> None:
+        if self.follower is not None:
+            self.follower.stopped.set()
+
+
+__all__ = ["CAP_FILE_ENV", "CapFollower", "SimulatedCaps", "live_caps", "read_caps", "write_caps"]

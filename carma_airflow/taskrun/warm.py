@@ -10,11 +10,16 @@ which on a 2-core machine halved the rate at which short tries finish (bench/dis
 Only imports: nothing here opens a connection, starts a thread or reads the DAG folder, so the
 launcher stays single-threaded and its fork safe.  A module missing from this installation (an
 optional provider) is skipped: the try then imports what it needs itself, as before.
+
+Never a GPU framework (:data:`FRAMEWORKS`): one imported in the launcher would be imported in
+every try before its cap hook is installed (taskrun/framework_hook.py), and its CUDA state
+forked.  :func:`preload` refuses to import one, and says so if a module it imported pulled one in.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 # Modules the task runner imports for a plain ``@task`` on Airflow 3.3, found by comparing
 # ``sys.modules`` inside a try started by the launcher with the launcher's own.
@@ -52,15 +57,26 @@ TASK_RUNNER_MODULES = (
 )
 
 
+# GPU frameworks and the libraries that import them: never imported in the launcher
+FRAMEWORKS = ("torch", "tensorflow", "jax", "transformers")
+
+
 def preload(modules: tuple[str, ...] = TASK_RUNNER_MODULES) -> list[str]:
     """Import ``modules`` and fill the caches every try's supervisor fills; return the modules
-    this installation does not have (and "ssl-context" if that cache could not be filled)."""
+    this installation does not have (and "ssl-context" if that cache could not be filled), and
+    any GPU framework that was asked for or pulled in (with why that is wrong)."""
     missing = []
+    before = {f for f in FRAMEWORKS if f in sys.modules}
     for name in modules:
+        if name.split(".")[0] in FRAMEWORKS:
+            missing.append(f"{name} (a GPU framework: never preloaded, or every try imports it before its cap hook)")
+            continue
         try:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
+    for framework in [f for f in FRAMEWORKS if f in sys.modules and f not in before]:
+        missing.append(f"{framework} (pulled in by the preload: every try imports it before its cap hook)")
     if not _ssl_context():
         missing.append("ssl-context")
     return missing

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow.core.checkpoints import resume_line
+from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.learned_view import MODEL_PREFIX, interference
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
@@ -175,9 +177,11 @@ def _placement(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, An
         "ended_at": _iso(p.ended_at),
         "estimate_mib": p.estimate_mib,
         "estimate_source": p.estimate_source,
+        "outgrew_declaration": outgrew_declaration(p.estimate_source),  # flagged: its runs outgrew its memory
         "peak_mib": p.peak_mib,
         "summary": p.summary,
         "policy": p.policy,
+        "resumed": resume_line(p.try_number, p.reasons),
     }
 
 
@@ -229,11 +233,15 @@ def _bar_detail(p: PlacementRecord, names: Mapping[str, str]) -> str:
     if p.ended_at is not None:
         parts.append(f"ended {_hms(p.ended_at)}")
     if p.estimate_mib is not None:
-        parts.append(f"estimate {p.estimate_mib} MiB ({p.estimate_source or '?'})")
+        flag = "declared memory outgrown: " if outgrew_declaration(p.estimate_source) else ""
+        parts.append(f"{flag}estimate {p.estimate_mib} MiB ({p.estimate_source or '?'})")
     if p.peak_mib is not None:
         parts.append(f"peak {p.peak_mib} MiB")
     if p.summary:
         parts.append(p.summary)
+    if (resumed := resume_line(p.try_number, p.reasons)) is not None:
+        parts.append(resumed)
+    parts += [line for line in p.reasons if "; cost " in line][:4]  # what each priced option was predicted to cost
     return "\n".join(parts)
 
 
@@ -269,6 +277,9 @@ def _recovery(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any
         TryOutcome.OOM: f"try {p.try_number} ran out of memory again on {where}",
         TryOutcome.FAILED: f"try {p.try_number} failed on {where or 'no GPU'}",
     }[p.outcome]
+    resumed = resume_line(p.try_number, p.reasons)
+    if resumed is not None:  # what the OOM cost: from its last checkpoint, not from zero
+        text = f"{text}; {resumed.split(' ', 2)[2]}"
     return {
         "try_number": p.try_number,
         "outcome": str(p.outcome),
@@ -277,6 +288,7 @@ def _recovery(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any
         "estimate_source": p.estimate_source,
         "text": text,
         "summary": p.summary,
+        "resumed": resumed,
     }
 
 

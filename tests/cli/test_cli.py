@@ -50,7 +50,7 @@ def test_simulate_json_has_the_contract_keys_and_defaults() -> None:
     assert code == 0
     data = json.loads(out)
     assert set(data) >= REQUIRED
-    assert data["policy"] == "interference-aware"
+    assert data["policy"] == "completion-time"
     assert data["estimator"] == "gpumemnet"
     assert data["queue"] == "backfill"
     assert data["tasks"] == 60 and data["completed"] + data["lost"] == 60
@@ -156,7 +156,11 @@ def test_the_simulated_truth_is_an_option() -> None:
 
 def test_warm_runs_fill_the_learned_memory_first() -> None:
     def ooms(*args: str) -> int:
-        code, out, err = run("simulate", "--trace", "t2", "--estimator", "history", "--json", *args)
+        # the paper's policy collocates maskrcnn where its underestimate OOMs (completion-time
+        # places it where it does not, so the cold run would prove nothing about warm runs)
+        code, out, err = run(
+            "simulate", "--trace", "t2", "--estimator", "history", "--policy", "interference-aware", "--json", *args
+        )
         assert code == 0, err
         return int(json.loads(out)["oom_crashes"])
 

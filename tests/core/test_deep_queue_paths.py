@@ -25,7 +25,15 @@ from carma_airflow.core.queueing import QueueDiscipline
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.waitlist import WaitList
 
-POLICIES = ("interference-aware", "most-free-memory", "best-fit", "first-fit", "exclusive", "least-utilised")
+POLICIES = (
+    "interference-aware",
+    "most-free-memory",
+    "best-fit",
+    "first-fit",
+    "exclusive",
+    "least-utilised",
+    "completion-time",
+)
 
 
 def _gpus(rng: random.Random, n: int) -> list[GpuState]:

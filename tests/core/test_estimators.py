@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from carma_airflow.core import TaskMemoryInfo, UnknownPolicyError, estimator_names, make_estimator
+from carma_airflow.core.estimators import outgrew_declaration, outgrown_peaks
 
 INFO = TaskMemoryInfo(
     declared_mib=None,
@@ -161,3 +162,72 @@ def test_unknown_estimator(bad: str) -> None:
     with pytest.raises(UnknownPolicyError, match="unknown estimator") as info:
         make_estimator(bad)
     assert "gpumemnet" in str(info.value)  # lists the known names
+
+
+# -- learning past a wrong declaration (issue 22) -------------------------------------------------
+
+
+def test_a_task_that_outgrew_its_declaration_is_reserved_by_its_history() -> None:
+    """Declared 8 GiB, peaked at 30000 MiB on its last two runs: the next run reserves the peak."""
+    info = TaskMemoryInfo(declared_mib=8192, history_mib=(30000, 30000))
+    need = make_estimator("history").estimate(info)
+    assert need is not None
+    assert need.mib == math.ceil(30000 * 1.1 / 256) * 256 == 33024
+    assert need.source == (
+        "outgrew its declaration: declared 8192 MiB; its last 2 runs peaked at 30000, 30000 MiB: "
+        "reserving 33024 MiB (30000 + 10 %); memory_policy='declared' keeps the declaration"
+    )
+    assert outgrew_declaration(need.source)
+
+
+def test_the_author_may_keep_the_declaration_and_is_told_it_was_outgrown() -> None:
+    info = TaskMemoryInfo(declared_mib=8192, history_mib=(30000, 30000), keep_declared=True)
+    need = make_estimator("history").estimate(info)
+    assert need is not None and need.mib == 8192
+    assert need.source == (
+        "outgrew its declaration, kept: declared 8192 MiB (memory_policy='declared'); "
+        "its last 2 runs peaked at 30000, 30000 MiB"
+    )
+    assert outgrew_declaration(need.source)
+
+
+@pytest.mark.parametrize(
+    ("history", "outgrown"),
+    [
+        ((30000, 30000), True),
+        ((30000,), True),  # the only run it has: a success above its declaration
+        ((30000, 8000), False),  # the latest run kept to it
+        ((8000, 30000, 30000), True),  # the last two
+        ((9000, 9000), False),  # within 10 % of 8192: a CUDA context, the allocator's jitter
+        ((9100, 9100), True),
+        ((), False),
+    ],
+)
+def test_which_histories_outgrow_a_declaration(history: tuple[int, ...], outgrown: bool) -> None:
+    info = TaskMemoryInfo(declared_mib=8192, history_mib=history)
+    assert bool(outgrown_peaks(info)) is outgrown
+    need = make_estimator("history").estimate(info)
+    assert need is not None
+    assert (need.source != "declared") is outgrown
+    assert (need.mib > 8192) is outgrown
+
+
+def test_a_declaration_above_the_history_is_kept() -> None:
+    """Over-declaring is the author's choice (headroom): history only raises a reservation."""
+    need = make_estimator("history").estimate(TaskMemoryInfo(declared_mib=20000, history_mib=(5000, 6000)))
+    assert need is not None and (need.mib, need.source) == (20000, "declared")
+
+
+@pytest.mark.parametrize("name", ["floor", "gpumemnet", "declared"])
+def test_without_history_in_the_chain_a_declaration_is_never_overridden(name: str) -> None:
+    need = make_estimator(name).estimate(TaskMemoryInfo(declared_mib=8192, history_mib=(30000, 30000)))
+    assert need is not None and (need.mib, need.source) == (8192, "declared")
+
+
+def test_a_map_index_that_outgrew_its_declaration_says_whose_runs() -> None:
+    info = TaskMemoryInfo(declared_mib=4096, history_mib=(9000, 9500), history_of="map index 3")
+    need = make_estimator("history").estimate(info)
+    assert need is not None and need.mib == math.ceil(9500 * 1.1 / 256) * 256
+    assert "its last 2 runs of map index 3 peaked at 9000, 9500 MiB" in need.source
+    assert "(9500 + 10 %)" in need.source
+    assert not outgrew_declaration("declared") and not outgrew_declaration(None)

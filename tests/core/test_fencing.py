@@ -79,3 +79,53 @@ def test_an_mps_servers_fault_is_a_gpu_fault_for_every_client() -> None:
     ):
         assert classify_failure("RuntimeError", text).kind is FailureKind.GPU_FAULT, text
     assert classify_failure("RuntimeError", "CUDA_ERROR_MPS_SERVER_NOT_READY").kind is FailureKind.GPU_FAULT
+
+
+def test_cap_rule_parse_normalises_or_names_the_rules() -> None:
+    assert CapRule.parse(" Live ") is CapRule.LIVE
+    with pytest.raises(ConfigError, match="promise \\| protective \\| live"):
+        CapRule.parse("fixed")
+
+
+def test_fence_model_of_each_mechanism() -> None:
+    from carma_airflow.core.fencing import RESET_S, FenceModel
+
+    # MPS reads its limit once: live asks for every co-tenant's promise kept, so the promise
+    assert FenceModel.of(IsolationMode.MPS, CapRule.LIVE).rule is CapRule.PROMISE
+    assert not FenceModel.of(IsolationMode.MPS, CapRule.LIVE).live
+    live = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE)
+    assert live.live and live.reset_s == RESET_S[IsolationMode.FRAMEWORK]
+    assert FenceModel.of(IsolationMode.DRIVER, CapRule.LIVE).reset_s < live.reset_s  # no follower thread
+    assert FenceModel.of(IsolationMode.NONE, CapRule.LIVE).fenced is False
+    with pytest.raises(ValueError, match="resolve auto"):
+        FenceModel(IsolationMode.AUTO)
+    assert "framework" in live.describe() and "re-set" in live.describe()
+
+
+def test_fence_model_start_cap_and_what_a_try_may_hold() -> None:
+    from carma_airflow.core.fencing import FenceModel, Tenant
+
+    neighbour = [Tenant(22528, 0)]  # placed, not allocated yet: its promise counts
+    common = {"promise_mib": 10240, "total_mib": 40960, "reserve_mib": 0}
+    promise = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.PROMISE)
+    assert promise.start_cap_mib(**common, co_tenants=neighbour) == 10240
+    assert promise.may_hold_mib(start_cap_mib=10240, **common, co_tenants=[]) == 10240  # fixed: never moves
+    protective = FenceModel.of(IsolationMode.MPS, CapRule.PROTECTIVE)
+    alone = protective.start_cap_mib(**common, co_tenants=[])
+    assert alone == 40960 and protective.may_hold_mib(start_cap_mib=alone, **common, co_tenants=neighbour) == 40960
+    live = FenceModel.of(IsolationMode.DRIVER, CapRule.LIVE)
+    assert live.may_hold_mib(start_cap_mib=40960, **common, co_tenants=neighbour) == 40960 - 22528
+    assert live.may_hold_mib(start_cap_mib=40960, **common, co_tenants=[Tenant(40000, 0)]) == 10240  # its floor
+    assert live.may_hold_mib(start_cap_mib=None, **common, co_tenants=neighbour, exclusive=True) == 40960
+    none = FenceModel.of(IsolationMode.NONE)
+    assert none.start_cap_mib(**common) is None and none.may_hold_mib(start_cap_mib=None, **common) is None
+
+
+def test_a_co_tenant_counts_at_its_promise_until_its_placer_trusts_what_it_holds() -> None:
+    from carma_airflow.core.fencing import counted_mib
+
+    assert counted_mib(22528, 0, allocated=False, age_s=100.0, lock_s=30.0) == 22528  # loading data on the CPU
+    assert counted_mib(22528, 12288, allocated=True, age_s=10.0, lock_s=30.0) == 22528
+    assert counted_mib(22528, 30000, allocated=True, age_s=10.0, lock_s=30.0) == 30000
+    assert counted_mib(22528, 12288, allocated=True, age_s=31.0, lock_s=30.0) == 12288
+    assert counted_mib(22528, 12288, allocated=True, age_s=1e9, lock_s=float("inf")) == 22528

@@ -203,3 +203,21 @@ def test_each_gpu_model_learns_its_own() -> None:
     assert model.fit_for("a100-40gb").beta < 0.35
     assert model.fit_for("h100-80gb").beta > 1.0
     assert model.fit_for("L4").beta == InterferenceSettings().cold_beta
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.5])
+def test_a_try_alone_runs_at_its_solo_speed_whatever_its_activity(scale: float) -> None:
+    # issue 23: the saturation term is relative to the tenant's own demand; before, a try alone with
+    # k * a > 1 was predicted max(1, k * a) slower than solo (1.2x here at k = 1.5)
+    for own in (0.3, 0.8, 1.0):
+        assert slowdown(own, (), 0.5, scale) == 1.0
+        assert slowdown(own, (0.0,), 0.5, scale) == 1.0
+    assert slowdown(0.8, (0.01,), 0.5, 1.5) < 1.03  # a near-idle co-tenant costs little (was 1.2x)...
+    assert slowdown(0.8, (0.6,), 0.5, 1.5) == pytest.approx((1.5 * 1.4 / 1.2) * (1 + 0.5 * 1.5 * 0.6))  # ... a busy one
+    fit = InterferenceFit.prior("x").observe_all(planted(0.5, 120, seed=3, scale=1.4))
+    assert fit.activity_scale > 1.2  # the fit itself says reported activity under-states demand
+    alone = fit.predict(0.9, ())
+    assert (alone.speed, alone.low, alone.high) == (1.0, 1.0, 1.0)
+    # a segment alone in a try's run counts at solo speed in its stretch
+    obs = CollocationObservation(1.0, 0.9, (Segment(0.5, ()), Segment(0.5, (0.5,))))
+    assert predicted_stretch(obs, 0.5, 1.5) == pytest.approx(1.0 / (0.5 + 0.5 / slowdown(0.9, (0.5,), 0.5, 1.5)))

@@ -65,7 +65,7 @@ def chosen_index(policy: Predictive, req: TaskRequest, *gpus: GpuState) -> int:
 def test_registered_but_not_the_default() -> None:
     assert make_policy("predictive").name == "predictive"
     assert make_policy("learned").name == "predictive"
-    assert DEFAULT_POLICY == "interference-aware"
+    assert DEFAULT_POLICY != "predictive"
 
 
 def test_prefers_the_gpu_whose_summed_rate_rises_most() -> None:
@@ -197,9 +197,9 @@ def test_wide_intervals_refuse_what_the_point_would_take() -> None:
     assert loose.refuses(f, req) is not None and tight.refuses(f, req) is None
 
 
-def test_unsure_it_orders_as_the_default_policy() -> None:
+def test_unsure_it_orders_as_its_fallback_interference_aware() -> None:
     rng = random.Random(3)
-    default = make_policy(DEFAULT_POLICY)
+    default = make_policy(PredictiveSettings().fallback)
     for _ in range(100):
         gpus = []
         for i in range(8):

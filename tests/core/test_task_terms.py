@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceSettings
 
 TYPES = [f"t{i}" for i in range(12)]
@@ -109,3 +111,45 @@ def test_without_terms_setting_the_fit_is_pooled() -> None:
     fit = InterferenceFit.prior("x", InterferenceSettings(task_terms=False)).observe_all(tries(train, seed=9))
     assert fit.task_terms() == {}
     assert fit.predict(0.5, (0.5,), "t1", ("t2",)).speed == fit.predict(0.5, (0.5,), "t3", ("t4",)).speed
+
+
+def _fifths(hits: list[tuple[float, bool]]) -> tuple[float, float]:
+    """Share within +-5 % of the bottom and the top fifth of predictions by confidence."""
+    ordered = [h for _, h in sorted(hits, key=lambda x: x[0])]
+    n = len(ordered) // 5
+    return sum(ordered[:n]) / n, sum(ordered[-n:]) / n
+
+
+def test_confidence_tells_the_predictions_that_land_close_from_those_that_do_not() -> None:
+    # issue 23: some task types run erratically (beside anyone), some are steady; a confidence that
+    # pools every residual promises each prediction the same; the fitted residual scale does not
+    sens, pres = world(0)
+    jitter = {t: 0.01 if i % 3 == 0 else 0.04 if i % 3 == 1 else 0.15 for i, t in enumerate(TYPES)}
+    rng = random.Random(21)
+
+    def observe(job: str, partner: str) -> CollocationObservation:
+        s = math.exp(-0.3 * sens[job] * pres[partner] + rng.gauss(0.0, jitter[job]))
+        return CollocationObservation.steady(1 / s, 0.5, (0.5,), task=job, co_tasks=(partner,))
+
+    train, test = split(11)
+    fit = InterferenceFit.prior("x").observe_all(observe(j, p) for j, p in train * 2)
+    hits, inside, confidences = [], 0, []
+    for j, p in test * 3:
+        seen = 1 / observe(j, p).stretch
+        pred = fit.predict(0.5, (0.5,), j, (p,))
+        hits.append((pred.confidence, abs(seen / pred.speed - 1.0) <= 0.05))
+        inside += pred.low <= seen <= pred.high
+        confidences.append(pred.confidence)
+    bottom, top = _fifths(hits)
+    assert top > bottom + 0.3 and top > 1.5 * bottom
+    assert sum(confidences) / len(confidences) == pytest.approx(sum(h for _, h in hits) / len(hits), abs=0.1)
+    assert 0.8 <= inside / len(hits) <= 0.97
+    # the steady types' predictions are the surer ones, and as sure as they turn out to be (the
+    # planted form is multiplicative, the fit's additive: steady types miss too)
+    for level in set(jitter.values()):
+        group = [(c, h) for (j, _), (c, h) in zip(test * 3, hits, strict=True) if jitter[j] == level]
+        said, got = sum(c for c, _ in group) / len(group), sum(h for _, h in group) / len(group)
+        assert said == pytest.approx(got, abs=0.12), level
+    steady = [c for (j, _), (c, _) in zip(test * 3, hits, strict=True) if jitter[j] == 0.01]
+    erratic = [c for (j, _), (c, _) in zip(test * 3, hits, strict=True) if jitter[j] == 0.15]
+    assert sum(steady) / len(steady) > sum(erratic) / len(erratic) + 0.15

@@ -95,6 +95,7 @@ def test_second_run_is_placed_with_the_peak_the_first_run_reached(executor: Carm
     first = workload("run1")
     ex.queue_workload(first, session=None)  # type: ignore[arg-type]
     ex.trigger_tasks(ex.parallelism)
+    ex.sync()  # the heartbeat's one placement pass, as BaseExecutor.heartbeat runs it after the hand-over
     need = ex.active[first.ti.key].request.memory
     assert (need.source, need.mib) == ("floor", 5120)  # nothing known yet: the floor
     run_to_end(ex, first.ti.key)
@@ -103,6 +104,7 @@ def test_second_run_is_placed_with_the_peak_the_first_run_reached(executor: Carm
     second = workload("run2")
     ex.queue_workload(second, session=None)  # type: ignore[arg-type]
     ex.trigger_tasks(ex.parallelism)
+    ex.sync()  # the heartbeat's one placement pass, as BaseExecutor.heartbeat runs it after the hand-over
     need = ex.active[second.ti.key].request.memory
     assert need.source == f"history (1 run(s), max {PEAK_MIB} MiB)"
     assert need.mib == 6656  # 6000 MiB + 10 %, rounded up to 256 MiB

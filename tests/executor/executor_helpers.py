@@ -132,9 +132,25 @@ def seen_env(task_id: str, try_number: int = 1) -> dict[str, Any]:
 
 
 def submit(ex: CarmaExecutor, *workloads: ExecuteTask) -> None:
+    """What the scheduler's heartbeat does with new tries: hand them over, then sync (the one
+    placement pass of the heartbeat)."""
     for w in workloads:
         ex.queue_workload(w, session=None)  # type: ignore[arg-type]
     ex.trigger_tasks(ex.parallelism - len(ex.running))  # what heartbeat() offers
+    ex.sync()
+
+
+def abandon(ex: CarmaExecutor) -> None:
+    """Kill an executor as far as its tries go: nothing of it runs any more (monitor, heartbeat to
+    its peers, its book of tries), its task processes run on."""
+    from carma_airflow.executor.tries import TryState
+
+    assert ex.flow is not None
+    ex.monitor.stop()
+    ex.flow.peers.close()  # its row in the store says it stopped (a killed one: its beat goes stale)
+    book = ex.flow.tries
+    for attempt in list(book.all()):  # forgotten, not ended: no store write, no report, GPUs untouched
+        book.move(attempt, TryState.ENDED)
 
 
 def run_until(ex: CarmaExecutor, done: Callable[[], bool], timeout: float = 20.0, *, flush: bool = True) -> None:

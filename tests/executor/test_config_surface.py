@@ -41,7 +41,7 @@ def test_airflow_config_list_shows_every_carma_option(tmp_path: Path) -> None:
 
 def test_settings_fill_defaults_and_reject_bad_values(tmp_path: Path) -> None:
     s = CarmaSettings.load(lambda name: None, str(tmp_path))
-    assert s.store_url == f"sqlite:///{tmp_path / 'carma.db'}" and s.policy == "interference-aware"
+    assert s.store_url == f"sqlite:///{tmp_path / 'carma.db'}" and s.policy == "completion-time"
     with pytest.raises(ConfigError, match=r"\[carma\] sample_period = 'often' is not a valid float"):
         CarmaSettings.load(lambda name: "often" if name == "sample_period" else None, str(tmp_path))
     with pytest.raises(ConfigError, match="unknown policy"):

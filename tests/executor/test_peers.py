@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from executor_helpers import make_workload, run_until, submit
+from executor_helpers import abandon, make_workload, run_until, seen_env, submit
 
 from carma_airflow.executor.peers import Peers
 from carma_airflow.keys import request_key
@@ -94,9 +94,7 @@ def test_a_second_executor_on_sqlite_places_nothing_and_says_why(executor_factor
     assert b.writer.flush() and a.writer.flush()
     assert "use PostgreSQL" in b.store.latest_for("dag", "b1")[0].summary
     # the first one dies: the second places from its next beat on, counting the try still running
-    a.monitor.stop()
-    _peers(a).close()
-    a.flow.tries.forget_all()
+    abandon(a)
     run_until(b, lambda: len(b.active) == 1, timeout=10)
     for _ in range(20):
         b.sync()
@@ -110,7 +108,7 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     executor_factory, pg_url: str
 ) -> None:
     opts = {"store_url": pg_url, "peer_timeout_seconds": "3"}
-    behaviour = {"a1": {"seconds": 8}}
+    behaviour = {"a1": {"seconds": 20}}  # outlives b's start on a loaded machine
     a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
     a1 = make_workload("a1", config=GIB16)
     submit(a, a1)
@@ -119,10 +117,7 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
     assert not b.flow.orphans  # a live peer's try is not a left-over
     # a dies now, after b started: Airflow hands its try over
-    a.monitor.stop()
-    _peers(a).close()
-    a.flow.tries.forget_all()
-    a.running.clear()
+    abandon(a)
     assert b.try_adopt_task_instances([a1.ti]) == []
     assert a1.key in b.active
     assert b.store.placement(request_key(a1.key)).owner == _peers(b).me
@@ -164,3 +159,117 @@ def test_a_gone_executors_ended_try_stops_counting_and_its_end_is_recorded(tmp_p
     rec = store.placement("k")
     assert rec is not None and rec.outcome == TryOutcome.SUCCESS and rec.peak_mib == 15000
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched(executor_factory, pg_url: str) -> None:
+    """B starts while its registration cannot be made (a real lock on ``carma_executor`` held by
+    another session, B's lock_timeout 0.3 s): B's view is unknown, not empty.  It places nothing,
+    reconciles nothing until its registration, retried at each beat, succeeds; then A, alive, keeps
+    its running try: not adopted, not closed, its reservation not dropped."""
+    opts = {"store_url": pg_url, "peer_timeout_seconds": "60"}  # a beat every 5 s
+    a = executor_factory(gpus="1xA100-40GB", behaviour={"a1": {"seconds": 25}, "b1": {"seconds": 1}}, **opts)
+    a1 = make_workload("a1", config=GIB16)
+    submit(a, a1)
+    run_until(a, lambda: a1.key in a.active, timeout=20)
+    assert a.writer.flush()
+    me_a, key = _peers(a).me, request_key(a1.key)
+
+    holder = sa.create_engine(pg_url)
+    conn = holder.connect()
+    conn.exec_driver_sql("BEGIN")
+    conn.exec_driver_sql("LOCK TABLE carma_executor IN ACCESS EXCLUSIVE MODE")
+    try:
+        impatient = {**opts, "store_url": pg_url + "?options=-c%20lock_timeout%3D300"}
+        b = executor_factory(gpus="1xA100-40GB", behaviour={"a1": {"seconds": 25}, "b1": {"seconds": 1}}, **impatient)
+        peers_b = _peers(b)
+        assert not peers_b.view.known and "lock" in (peers_b.view.error or "")
+        assert not peers_b.owner_gone(me_a, time.time()) and peers_b.owner_state(me_a, time.time()).value == "unknown"
+        assert not b.flow.orphans  # not reconciled on a guess
+        b1 = make_workload("b1", config=GIB16)
+        submit(b, b1)
+        assert b1.key in b.waiting and not b.active
+        assert "has not read the other schedulers' state" in b.waiting[b1.key].last_summary
+    finally:
+        conn.exec_driver_sql("ROLLBACK")
+        conn.close()
+        holder.dispose()
+
+    run_until(b, lambda: peers_b.view.known, timeout=20)  # the registration, retried, succeeds
+    run_until(b, lambda: (a.sync() or True) and b1.key not in b.waiting, timeout=30)
+    assert peers_b.owner_state(me_a, time.time()).value == "alive"
+    assert not b.flow.orphans and a1.key in a.active
+    rec = b.store.placement(key)
+    assert rec is not None and rec.owner == me_a and rec.outcome.value == "running"
+    run_until(a, lambda: _peers(a).shared, timeout=20)
+    assert [r.key for r in b.store.shared_reservations(owner=me_a)] == [key]  # still reserved, still A's
+    _close(a, b)
+
+
+OOM = {
+    "state": "up_for_retry",
+    "failure_kind": "cuda-oom",
+    "exc_type": "OutOfMemoryError",
+    "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+    "peak_mib": 10000,
+}
+
+
+@pytest.mark.postgres
+def test_the_next_try_after_an_oom_follows_the_recovery_plan_on_the_other_scheduler(
+    executor_factory, pg_url: str
+) -> None:
+    """Try 1 OOMs under A; Airflow hands try 2 to B: B reads the task instance's tries from the
+    store and places try 2 by the recovery plan, away from the GPU try 1 crashed on, with more
+    memory, counting one OOM try."""
+    opts = {"store_url": pg_url, "peer_timeout_seconds": "10"}
+    behaviour = {"t": {"seconds": 0.3, "result": OOM}}
+    a = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
+    b = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
+    first = make_workload("t", config={"memory": "2GiB"})
+    submit(a, first)
+    run_until(a, lambda: a.get_event_buffer().get(first.key) is not None or not (a.active or a.waiting), timeout=30)
+    run_until(a, lambda: not a.active and not a.waiting, timeout=30)
+    assert a.writer.flush()
+    crashed = seen_env("t")["CUDA_VISIBLE_DEVICES"]
+    assert a.store.latest_for("dag", "t")[0].outcome.value == "oom"
+    second = make_workload("t", try_number=2, config={"memory": "2GiB"})
+    submit(b, second)
+    run_until(b, lambda: (a.sync() or True) and second.key in b.active, timeout=30)
+    retry = b.active[second.key].request
+    assert retry is not None and retry.recovered and retry.memory.mib >= 12500
+    assert b.active[second.key].gpu_uuids != (crashed,) and crashed in retry.avoid_gpus
+    run_until(b, lambda: not b.active, timeout=30)
+    assert seen_env("t", 2)["CARMA_PRIOR_OOM_TRIES"] == "1"
+    _close(a, b)
+
+
+def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan(executor_factory) -> None:
+    """Try 1 of ``w`` OOMs; its try 2 only waited when its executor stopped (Airflow resets it and
+    hands try 3 over).  The never-run try 2 is no OOM try and does not hide try 1's OOM: try 3
+    is planned by the recovery planner, with one OOM try spent, not two and not none."""
+    behaviour = {"big": {"seconds": 30}, "w": {"seconds": 0.3, "result": OOM}}
+    a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, peer_timeout_seconds="3")
+    first = make_workload("w", config={"memory": "8GiB"})
+    submit(a, first)
+    run_until(a, lambda: not a.active and not a.waiting, timeout=30)
+    big = make_workload("big", config={"memory": "30GiB"})
+    second = make_workload("w", try_number=2, config={"memory": "8GiB"})
+    submit(a, big)
+    submit(a, second)
+    assert big.key in a.active and second.key in a.waiting  # planned at 12.5 GiB+: no room beside big
+    assert a.writer.flush()
+    abandon(a)  # the scheduler stops: big runs on, w's try 2 never ran
+    b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, peer_timeout_seconds="3")
+    assert b.writer.flush()
+    closed = b.store.placement(request_key(second.key))
+    assert closed is not None and closed.outcome.value == "failed" and closed.started_at is None
+    assert b.try_adopt_task_instances([big.ti]) == []  # the running one is adopted
+    third = make_workload("w", try_number=3, config={"memory": "8GiB"})
+    submit(b, third)
+    attempt = b.active.get(third.key) or b.waiting[third.key]
+    assert attempt.request is not None and attempt.request.recovered  # planned from try 1's OOM
+    assert attempt.request.memory.mib >= 12500 and attempt.prior_ooms == 1
+    run_until(b, lambda: not b.active and not b.waiting, timeout=60)
+    assert seen_env("w", 3)["CARMA_PRIOR_OOM_TRIES"] == "1"  # one OOM retry spent, the never-run try none
+    _close(b)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 from airflow.utils.state import TaskInstanceState
-from executor_helpers import make_workload, run_until, seen_env, submit
+from executor_helpers import abandon, make_workload, run_until, seen_env, submit
 from private_pg import PrivatePostgres
 from tcp_proxy import TcpProxy
 
@@ -141,10 +141,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     time.sleep(1.0)  # "short" ends while no executor watches it
     assert first.writer is not None and first.writer.flush()  # the launches were recorded
     # the executor dies: nothing of it runs any more, its task processes do
-    first.monitor.stop()
-    first.flow.peers.close()  # its row in the store says it stopped (a killed one: its beat goes stale)
-    first.flow.tries.forget_all()
-    first.running.clear()
+    abandon(first)
 
     second = executor_factory(gpus="2xA100-40GB")
     assert set(second.flow.orphans) == {first_key(long)}  # short ended: closed from its result file

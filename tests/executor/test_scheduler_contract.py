@@ -17,7 +17,7 @@ from airflow.utils.state import CallbackState, TaskInstanceState
 from executor_helpers import make_callback, make_workload, out_dir, run_until, seen_env, submit
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.takeback import SUPERSEDED_GRACE_S
+from carma_airflow.executor.flow import SUPERSEDED_GRACE_S
 
 
 def test_a_callback_runs_as_a_cpu_process_and_reports_its_state(executor_factory) -> None:

@@ -59,3 +59,19 @@ def test_a_try_never_sampled_teaches_nothing() -> None:
     seen = Attribution(session=SESSIONS.get)
     got = seen.conclude("nobody")
     assert got.activity is None and not got.alone and got.segments == ()
+
+
+def test_co_tenants_are_kept_with_their_task_types() -> None:
+    # issue 23: each set of co-tenants with their task types (a mapped instance's label without its
+    # index, as the interference terms are kept), in the order of their activities
+    seen = Attribution(session=SESSIONS.get)
+    a = _try("a", 100, "G0")
+    b = Tenant("b", "dag.b[3]", 1000, 0.0, activity=hinted_activity(0.7))
+    c = Tenant("c", "other.c", 1000, 0.0, activity=hinted_activity(0.2))
+    seen.observe({"G0": _sample("G0", 1.0, 0.9)}, [a], lambda u: [b])
+    seen.observe({"G0": _sample("G0", 2.0, 0.9)}, [a], lambda u: [b, c])
+    seen.observe({"G0": _sample("G0", 3.0, 0.9)}, [a], lambda u: [b, c])
+    got = seen.conclude("a")
+    by_share = sorted(got.segments, key=lambda s: s.share)
+    assert [(s.co_tenants, s.co_tasks) for s in by_share] == [((0.7,), ("dag.b",)), ((0.7, 0.2), ("dag.b", "other.c"))]
+    assert got.co_tasks == ("dag.b", "other.c") and not got.alone

@@ -63,3 +63,36 @@ def test_views_are_read_only() -> None:
     book.add(_try("a"))
     with pytest.raises(TypeError):
         book.in_state(TryState.DEFERRED)["b"] = _try("b")  # type: ignore[index]
+
+
+def test_a_started_try_taken_back_frees_its_key_while_it_stops() -> None:
+    book = TryBook()
+    first = book.add(_try("a"))
+    for state in (TryState.WAITING, TryState.RUNNING):
+        book.move(first, state)
+    assert list(book.started()) == ["a"] and book.count_started() == 1
+    book.move(first, TryState.STOPPING)  # revoked: its process is being reaped
+    assert "a" not in book and book.get("a") is None and list(book.started()) == []
+    assert dict(book.in_state(TryState.STOPPING)) == {first.rkey: first} and list(book.holding_gpus()) == [first]
+    again = book.add(_try("a"))  # the scheduler hands the same key over again: a new try
+    assert book.get("a") is again and len(book) == 2
+    with pytest.raises(TryStateError, match="stopping -> running"):
+        book.move(first, TryState.RUNNING)
+    book.move(first, TryState.ENDED)
+    assert book.get("a") is again and len(book) == 1 and not book.in_state(TryState.STOPPING)
+
+
+def test_a_refused_or_orphaned_try_can_be_stopped_and_a_key_stops_once() -> None:
+    book = TryBook()
+    refused = book.add(_try("r"))
+    book.move(refused, TryState.REFUSED)
+    assert list(book.started()) == ["r"]
+    book.move(refused, TryState.STOPPING)
+    orphan = book.add(Try(key=None, rkey="d/o/r/-1/1", ti=None, state=TryState.ORPHAN))
+    book.move(orphan, TryState.STOPPING)  # superseded before the scheduler handed it over
+    assert set(book.in_state(TryState.STOPPING)) == {refused.rkey, orphan.rkey}
+    same = book.add(_try("r"))
+    for state in (TryState.WAITING, TryState.RUNNING):
+        book.move(same, state)
+    with pytest.raises(TryStateError, match="stopping already"):
+        book.move(same, TryState.STOPPING)  # two processes of one try: a bug, refused

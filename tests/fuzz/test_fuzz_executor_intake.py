@@ -119,4 +119,4 @@ def test_junk_executor_config_fails_that_task_only(executor: CarmaExecutor, exec
             TaskInstanceState.SUCCESS,
             TaskInstanceState.FAILED,
         )
-        executor.flow.withdraw(w.key)  # leave the GPUs to the next example
+        executor.flow.takeback.withdraw(w.key)  # leave the GPUs to the next example

@@ -13,7 +13,7 @@ import logging
 import sys
 import threading
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -400,9 +400,9 @@ def test_each_process_has_its_share_of_sm_time_where_the_gpu_reports_it(fake: Fa
 def test_per_process_utilisation_reads_only_what_is_new_since_the_last_sample(fake: FakeNvml) -> None:
     probe = NvmlProbe()
     probe.sample()
-    # nothing new on the next sample: NVML says "not found"; the readings are missing, nothing fails
+    # nothing new on the next sample: NVML says "not found": no kernel ran, an idle interval
     again = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
-    assert again.ok and [p.sm_util for p in again.processes] == [None, None]
+    assert again.ok and [p.sm_util for p in again.processes] == [0.0, 0.0]
     fake.gpus[0].util_samples = [(101, 2_000, 50), (102, 3_000, 90), (101, 3_000, 100)]
     third = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
     assert [(p.pid, p.sm_util) for p in third.processes] == [(101, 1.0), (102, pytest.approx(0.9))]
@@ -423,3 +423,26 @@ def test_an_nvml_error_in_per_process_utilisation_never_fails_the_sample(
     monkeypatch.setattr(fake, "nvmlDeviceGetProcessUtilization", None)  # a pynvml too old to have it
     h100 = {s.uuid: s for s in NvmlProbe().sample()}["GPU-aaaa"]
     assert h100.ok and [p.sm_util for p in h100.processes] == [None, None]
+
+
+def test_idle_intervals_count_in_a_tries_measured_activity(fake: FakeNvml) -> None:
+    """Issue 24 item 8: a try busy in one interval of four and idle ("not found") in three is
+    measured at a quarter of its busy share, not at the busy share (only busy intervals counted)."""
+    from carma_airflow.executor.telemetry import Attribution
+    from carma_airflow.executor.tries import Try, TryState
+
+    class Handle:
+        pid = 101
+
+    probe = NvmlProbe()
+    attempt = Try(None, "dag/t/r/-1/1", None, TryState.RUNNING, gpu_uuids=("GPU-aaaa",), handle=Handle())  # type: ignore[arg-type]
+    seen = Attribution(session=lambda pid: 101 if pid == 101 else pid)  # 101 is the try's own process
+    fake.gpus[0].util_samples = [(101, 1_000, 80)]  # busy: 80 % of SM time in the first interval
+    fake.gpus[0].procs = [(101, 12 * GIB)]
+    for i in range(4):  # then three readings with no kernel since the last one: "not found"
+        gpu = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
+        assert gpu.processes[0].sm_util == (0.8 if i == 0 else 0.0)
+        seen.observe({"GPU-aaaa": replace(gpu, at=float(i))}, [attempt], lambda uuid: [])
+    measured = seen.conclude("dag/t/r/-1/1").activity
+    assert measured is not None and measured.source == "process"
+    assert measured.sm_activity == pytest.approx(0.2)  # 0.8 once in four intervals

@@ -93,3 +93,19 @@ def test_the_script_prints_every_gpu_and_the_targets(tmp_path: Path) -> None:
     assert "MAE new" in out.stdout and "targets met:" in out.stdout
     data = json.loads((tmp_path / "o.json").read_text())
     assert set(data["results"]) == {"new"}
+
+
+def test_pressure_splits_and_confidence_fifths_are_reported(tmp_path: Path) -> None:
+    # issue 23: learned without the co-tenants' types (the executor before) the pressure half is
+    # lost; a job never seen is its own split; the fifths by confidence are printed now and before
+    b = bench()
+    table = b.load_pairs(planted_table(tmp_path / "t.csv", types=10))
+    pair = b.evaluate(table, folds=5, seed=1)["old"]
+    assert pair["mae_new"] < 0.8 * pair["mae_own_only"]
+    assert pair["hit_q5"] > pair["hit_q1"] and all(f"hit_before_q{q}" in pair for q in range(1, 6))
+    config = b.evaluate(table, folds=5, seed=1, split="config")["old"]
+    assert config["n"] == pair["n"]  # every row is held out once, as a job never seen
+    assert config["mae_new"] > pair["mae_new"]  # an unseen job is harder than an unseen pair
+    assert b.quintile_hits([(0.1, False), (0.2, False), (0.3, True), (0.4, True), (0.5, True)]) == [0, 0, 1, 1, 1]
+    with pytest.raises(SystemExit, match="unknown split"):
+        b.evaluate(table, split="nope")

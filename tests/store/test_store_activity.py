@@ -92,3 +92,27 @@ def test_without_the_migration_the_error_says_to_migrate(tmp_path: Path) -> None
     with pytest.raises(StoreError, match=r"migrate\(\)"):
         store.activities("d", "t")
     store.close()
+
+
+def test_each_activity_keeps_the_task_types_its_try_shared_with(store: Store) -> None:
+    # issue 23: whom a try ran beside is recorded with what was learned of it (distinct, sorted);
+    # alone is an empty list, not knowing (a hint, an older writer) is None
+    store.add_activity("d", "t", 0.4, "process", at(1), "r1", -1, co_tasks=["d.b", "other.a", "d.b"])
+    store.add_activity("d", "t", 0.3, "gpu-alone", at(2), "r2", -1, co_tasks=[])
+    store.add_activity("d", "t", 0.5, "hint", at(3))
+    got = store.activity_records("d", "t")
+    assert [(r.sm_activity, r.source, r.co_tasks) for r in got] == [
+        (0.4, "process", ("d.b", "other.a")),
+        (0.3, "gpu-alone", ()),
+        (0.5, "hint", None),
+    ]
+    assert got[0].run_id == "r1" and got[0].map_index == -1 and got[0].at == at(1)
+    assert store.activities("d", "t") == [(0.4, "process"), (0.3, "gpu-alone"), (0.5, "hint")]  # unchanged
+    assert [r.sm_activity for r in store.activity_records("d", "t", limit=1)] == [0.5]
+
+
+@pytest.mark.parametrize("bad", ["d.b", ["d.b", ""], [3]])
+def test_co_tenant_types_must_be_a_list_of_names(store: Store, bad: object) -> None:
+    with pytest.raises(RecordError, match=r"co-tenant task types of d\.t must be a list of non-empty names"):
+        store.add_activity("d", "t", 0.4, "process", at(1), co_tasks=bad)  # type: ignore[arg-type]
+    assert store.activity_records("d", "t") == []

@@ -156,6 +156,40 @@ def test_downgrade_from_0006_to_0005_drops_only_the_peer_tables(store: Store, an
     assert store.executors() == [] and store.revision() == HEAD
 
 
+def test_upgrade_from_0006_keeps_learned_activities_without_co_tenant_types(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0006")  # a database from before co-tenant types were recorded
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_activity_history (dag_id, task_id, map_index, sm_activity, source, at, run_id)"
+                " VALUES ('d', 't', -1, 0.42, 'process', '2026-01-01 00:00:00+00:00', 'r1')"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD == "0007"
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=["d.u"])
+    got = [(r.sm_activity, r.run_id, r.co_tasks) for r in store.activity_records("d", "t")]
+    assert got == [(0.42, "r1", None), (0.5, "r2", ("d.u",))]
+    store.close()
+
+
+def test_downgrade_from_0007_to_0006_drops_only_the_co_tenant_types(store: Store, any_url: str) -> None:
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=["d.u"])
+    _downgrade(any_url, "0006")
+    engine = create_engine(any_url)
+    try:
+        columns = {c["name"] for c in inspect(engine).get_columns("carma_activity_history")}
+    finally:
+        engine.dispose()
+    assert "co_tasks" not in columns and store.revision() == "0006"
+    assert store.activities("d", "t") == [(0.5, "process")]  # the row itself stays
+    store.migrate()
+    assert [r.co_tasks for r in store.activity_records("d", "t")] == [None]
+
+
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:
     assert _diff(any_url, metadata) == []
 

@@ -108,6 +108,17 @@ def test_prune_samples_deletes_older_rows(store: Store) -> None:
     assert store.prune_samples(at(0)) == 0
 
 
+def test_prune_samples_in_batches_takes_the_oldest_first(store: Store) -> None:
+    store.record_samples([sample(uuid, seconds=s) for s in range(0, 300, 30) for uuid in ("GPU-aaaa", "GPU-bbbb")])
+    assert store.count_samples() == 20
+    assert store.prune_samples(at(150), limit=4) == 4  # of the 10 older than 150 s: the 4 oldest
+    assert store.count_samples() == 16 and min(s.at for s in store.samples()) == at(60)
+    assert store.prune_samples(at(150), limit=100) == 6
+    assert store.count_samples() == 10 and min(s.at for s in store.samples()) == at(150)
+    with pytest.raises(RecordError):
+        store.prune_samples(at(150), limit=0)
+
+
 def test_samples_with_non_utc_times_compare_in_utc(store: Store) -> None:
     from datetime import timedelta, timezone
 

@@ -3,7 +3,10 @@ its NVML limits, with a fake NVML function and a temporary directory as the cgro
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -14,6 +17,7 @@ from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.starter import TryStarter
+from carma_airflow.monitor.nvml import NvmlProbe
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.driver_cap import (
     CGROUP_LEAF_ENV,
@@ -21,7 +25,9 @@ from carma_airflow.taskrun.driver_cap import (
     DriverCapError,
     DriverCaps,
     enter_leaf,
+    nvml_owner,
     nvml_set_limit,
+    owner_folder,
 )
 from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.isolation import HostIsolation, resolve
@@ -41,9 +47,13 @@ def starter(tmp_path: Path, **options: str) -> TryStarter:
 
 def attempt(key: str, mib: int) -> Any:
     request = TaskRequest(key, key, MemoryNeed(mib, "declared"))
-    ti = SimpleNamespace(id=key, try_number=1, executor_config=None)
+    ti = SimpleNamespace(
+        id=key, try_number=1, executor_config=None, dag_id="dag", task_id=key, run_id="run", map_index=-1
+    )
     config = SimpleNamespace(isolation=None)
-    return SimpleNamespace(rkey=key, ti=ti, request=request, config=config, prior_ooms=0, taken_at=0.0, last_summary="")
+    return SimpleNamespace(
+        key=key, rkey=key, ti=ti, request=request, config=config, prior_ooms=0, taken_at=0.0, last_summary=""
+    )
 
 
 DRIVER_HOST = HostIsolation(
@@ -62,12 +72,20 @@ class FakeNvml:
         self.calls.append((uuid, leaf, soft, hard))
 
 
-def driver_starter(tmp_path: Path, nvml: FakeNvml, **options: str) -> Any:
+ME = f"gpuhost:{os.getpid()}:aaaa1111"  # an executor's peer id (executor/peers.py): host, pid, token
+PEER = f"gpuhost:{os.getppid()}:bbbb2222"  # another live executor on the same host
+
+
+def driver_starter(tmp_path: Path, nvml: FakeNvml, owner: str = ME, **options: str) -> Any:
     s = starter(tmp_path, isolation="driver", **options)
     s._host = DRIVER_HOST
     s._resolved.clear()
-    s.driver = DriverCaps(nvml, tmp_path / "cgroup")
+    s.driver = DriverCaps(nvml, tmp_path / "cgroup", owner=owner)
     return s
+
+
+def home(tmp_path: Path, owner: str = ME) -> Path:
+    return tmp_path / "cgroup" / "carma" / owner.replace(":", "_")
 
 
 def test_auto_and_driver_pick_driver_where_the_host_has_it() -> None:
@@ -80,17 +98,18 @@ def test_a_driver_try_gets_its_leaf_with_soft_promise_and_hard_cap(tmp_path: Pat
     nvml = FakeNvml()
     s = driver_starter(tmp_path, nvml)
     env = s.placed_env(attempt("a", 8192), DECISION)
-    leaf = tmp_path / "cgroup" / "carma" / "a"
+    leaf = home(tmp_path) / "a"  # under the executor's own id
     assert env["CARMA_ISOLATION"] == "driver" and env[CGROUP_LEAF_ENV] == str(leaf) and leaf.is_dir()
     assert nvml.calls == [(GPU, str(leaf), 10240 * MIB, 10240 * MIB)]
     s.refresh_caps(["a"])
     assert leaf.is_dir()  # still running
     s.refresh_caps([])
     assert not leaf.exists()  # ended: its leaf (and with it the limits) goes
+    assert nvml.calls[-1] == (GPU, str(leaf), 0, 10240 * MIB)  # its soft limit cleared first
 
 
 def test_a_leaf_still_holding_a_process_is_removed_later(tmp_path: Path) -> None:
-    caps = DriverCaps(FakeNvml(), tmp_path)
+    caps = DriverCaps(FakeNvml(), tmp_path, owner=ME)
     leaf = caps.open("a", "a", [GPU], [100], [200])
     (leaf / "cgroup.procs").write_text("123\n")  # a real leaf would be EBUSY; here: not empty
     caps.keep([])
@@ -100,15 +119,63 @@ def test_a_leaf_still_holding_a_process_is_removed_later(tmp_path: Path) -> None
     assert not leaf.exists() and not caps.stale
 
 
-def test_an_earlier_executors_empty_leaves_are_swept_and_busy_ones_kept(tmp_path: Path) -> None:
-    caps = DriverCaps(FakeNvml(), tmp_path)
-    empty, busy = tmp_path / "carma" / "old-1", tmp_path / "carma" / "old-2"
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_two_executors_on_one_host_never_remove_each_others_leaves(tmp_path: Path) -> None:
+    """Issue 22's target: two schedulers on one host under ``driver`` (the cgroup a temporary
+    folder, NVML faked).  Each one's new leaf survives the other's heartbeats, also before its
+    try has joined it; each removes its own when its try ends."""
+    nvml_a, nvml_b = FakeNvml(), FakeNvml()
+    a = driver_starter(tmp_path, nvml_a, owner=ME)
+    b = driver_starter(tmp_path, nvml_b, owner=PEER)
+    leaf_a = Path(a.placed_env(attempt("a", 8192), DECISION)[CGROUP_LEAF_ENV])
+    leaf_b = Path(b.placed_env(attempt("b", 4096), DECISION)[CGROUP_LEAF_ENV])
+    assert leaf_a.parent != leaf_b.parent  # each under its own executor id
+    for _ in range(3):  # heartbeats of both: neither try has joined its leaf yet
+        a.refresh_caps(["a"])
+        b.refresh_caps(["b"])
+    assert leaf_a.is_dir() and leaf_b.is_dir()
+    (leaf_b / "cgroup.procs").write_text("4242\n")  # b's try joins
+    a.refresh_caps([])  # a's try ended: its leaf goes, b's stays
+    assert not leaf_a.exists() and leaf_b.is_dir()
+    assert all(leaf == str(leaf_a) for _, leaf, _, _ in nvml_a.calls)  # a set limits on its own leaf only
+    (leaf_b / "cgroup.procs").unlink()  # b's try left
+    b.refresh_caps([])
+    assert not leaf_b.exists()
+    assert home(tmp_path, PEER).is_dir() and home(tmp_path, ME).is_dir()  # both executors still live
+
+
+def test_a_gone_executors_empty_leaves_are_swept_and_busy_ones_kept(tmp_path: Path) -> None:
+    nvml = FakeNvml()
+    caps = DriverCaps(nvml, tmp_path, owner=ME)
+    mine = caps.open("a", "a", [GPU], [100], [200])
+    gone = tmp_path / "carma" / f"gpuhost_{_dead_pid()}_cccc3333"  # its process no longer exists
+    empty, busy = gone / "t1", gone / "t2"
     empty.mkdir(parents=True)
     busy.mkdir()
-    (busy / "cgroup.procs").write_text("77\n")
-    mine = caps.open("a", "a", [GPU], [100], [200])
+    (busy / "cgroup.procs").write_text("77\n")  # an adopted try still runs in it
+    live = tmp_path / "carma" / PEER.replace(":", "_") / "t3"  # a live peer's leaf, not joined yet
+    live.mkdir(parents=True)
+    other_host = tmp_path / "carma" / f"otherhost_{_dead_pid()}_dddd4444" / "t4"
+    other_host.mkdir(parents=True)
+    unknown = tmp_path / "carma" / "some-other-tool" / "t5"  # a name that is no executor id
+    unknown.mkdir(parents=True)
     caps.keep(["a"])
     assert not empty.exists() and busy.exists() and mine.exists()
+    assert (GPU, str(empty), 0, 0) in nvml.calls  # soft limit cleared before it went
+    assert live.exists() and other_host.exists() and unknown.exists()
+    (busy / "cgroup.procs").unlink()
+    caps.keep(["a"])
+    assert not gone.exists()  # the gone executor's folder, once empty
+
+
+def test_an_owner_id_becomes_one_folder_name() -> None:
+    assert owner_folder("gpu-host.example:4242:ab12cd34") == "gpu-host.example_4242_ab12cd34"
+    assert owner_folder("a/b") == "a_b"
 
 
 def test_live_driver_caps_are_raised_and_tightened(tmp_path: Path) -> None:
@@ -136,30 +203,79 @@ def test_an_nvml_refusal_falls_back_to_framework_caps_and_says_so(tmp_path: Path
     env = s.placed_env(attempt("a", 8192), DECISION)
     assert env["CARMA_ISOLATION"] == "framework" and CGROUP_LEAF_ENV not in env
     assert "NotSupported" in env[FENCE_NOTE_ENV] and "framework caps only" in env[FENCE_NOTE_ENV]
-    assert not (tmp_path / "cgroup" / "carma" / "a").exists()  # no leaf left behind
+    assert not (home(tmp_path) / "a").exists()  # no leaf left behind
     line = install_framework_caps({**env, "CUDA_VISIBLE_DEVICES": GPU}, hooks={}, report=lambda _: None)
-    assert "(framework)" in line and "driver caps not in force" in line
+    assert "(framework" in line and "driver caps not in force" in line
 
 
-def test_a_wrong_binding_signature_is_a_typed_error_that_says_what_to_do() -> None:
+def _probe_with(monkeypatch: pytest.MonkeyPatch, **functions: Any) -> NvmlProbe:
+    """The monitor's NVML owner over a fake binding (pynvml is the boundary)."""
+    calls = {"init": 0}
+
+    def init() -> None:
+        calls["init"] += 1
+
+    nv = SimpleNamespace(nvmlInit=init, NVMLError=RuntimeError, **functions)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    probe = NvmlProbe()
+    probe.inits = calls  # type: ignore[attr-defined]
+    return probe
+
+
+def test_a_wrong_binding_signature_is_a_typed_error_that_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     def set_limits(handle: object) -> None:  # the binding takes something else than (handle, limits)
         raise AssertionError("not reached")
 
-    nv = SimpleNamespace(nvmlDeviceSetMemoryLimits_v1=set_limits, nvmlDeviceGetHandleByUUID=lambda u: "h")
+    probe = _probe_with(monkeypatch, nvmlDeviceSetMemoryLimits_v1=set_limits, nvmlDeviceGetHandleByUUID=lambda u: "h")
     with pytest.raises(DriverCapError, match=r"TypeError.*isolation = framework"):
-        nvml_set_limit(nv)(GPU, "/sys/fs/cgroup/carma/a", 1, 2)
+        nvml_set_limit(probe)(GPU, "/sys/fs/cgroup/carma/a", 1, 2)
 
 
-def test_the_binding_gets_one_struct_with_the_leaf_and_both_limits() -> None:
+def test_the_binding_gets_one_struct_with_the_leaf_and_both_limits_through_the_monitor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: list[Any] = []
-    nv = SimpleNamespace(
+    probe = _probe_with(
+        monkeypatch,
         nvmlDeviceSetMemoryLimits_v1=lambda handle, limits: seen.append((handle, limits)),
         nvmlDeviceGetHandleByUUID=lambda u: f"handle of {u}",
     )
-    nvml_set_limit(nv)(GPU, "/sys/fs/cgroup/carma/a", 1 * MIB, 2 * MIB)
+    set_limit = nvml_set_limit(probe)
+    set_limit(GPU, "/sys/fs/cgroup/carma/a", 1 * MIB, 2 * MIB)
+    set_limit(GPU, "/sys/fs/cgroup/carma/a", 0, 2 * MIB)
     handle, limits = seen[0]
     assert handle == f"handle of {GPU}"
     assert (limits.nameSpace, limits.softLimit, limits.hardLimit) == (b"/sys/fs/cgroup/carma/a", MIB, 2 * MIB)
+    assert probe.inits == {"init": 1}  # type: ignore[attr-defined]  # the probe's own nvmlInit, once
+    assert not probe._lock.locked()  # the call ran under the probe's lock and let it go
+
+
+def test_without_a_driver_the_limit_is_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+    with pytest.raises(DriverCapError, match=r"NoGpuDriverError.*isolation = framework"):
+        nvml_set_limit(NvmlProbe())(GPU, "/sys/fs/cgroup/carma/a", 1, 2)
+
+
+def test_the_starter_sets_limits_through_the_monitors_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The starter's own DriverCaps: under its executor id, its limits set by the NVML owner the
+    flow hands it (the monitor's probe); only the cgroup root is a temporary folder."""
+    seen: list[tuple[str, str, int, int]] = []
+
+    class Owner:
+        def set_memory_limits(self, uuid: str, namespace: str, soft: int, hard: int) -> None:
+            seen.append((uuid, namespace, soft, hard))
+
+    from carma_airflow.executor import starter as starter_module
+
+    monkeypatch.setattr(starter_module, "DriverCaps", functools.partial(DriverCaps, root=tmp_path / "cgroup"))
+    s = starter(tmp_path, isolation="driver")
+    s._host = DRIVER_HOST
+    s._resolved.clear()
+    s.driver_owner, s.nvml = ME, Owner()
+    env = s.placed_env(attempt("a", 8192), DECISION)
+    assert env[CGROUP_LEAF_ENV] == str(home(tmp_path) / "a")
+    assert seen == [(GPU, env[CGROUP_LEAF_ENV], 10240 * MIB, 10240 * MIB)]
+    assert nvml_owner(SimpleNamespace(probe=Owner())) is not None and nvml_owner(SimpleNamespace()) is None
 
 
 def test_the_try_moves_itself_into_its_leaf_or_falls_back(tmp_path: Path) -> None:
@@ -176,7 +292,6 @@ def test_the_try_moves_itself_into_its_leaf_or_falls_back(tmp_path: Path) -> Non
 
 def test_a_simulated_host_makes_no_leaves(tmp_path: Path) -> None:
     s = starter(tmp_path, isolation="driver", gpu_backend="simulated")
-    s.driver = DriverCaps(FakeNvml(), tmp_path / "cgroup")
     env = s.placed_env(attempt("a", 8192), DECISION)
     assert CGROUP_LEAF_ENV not in env and not (tmp_path / "cgroup").exists()
 
@@ -194,7 +309,8 @@ def test_the_installed_binding_takes_our_call(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer", lambda name: c_function)
     monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByUUID", lambda uuid: "handle")
-    nvml_set_limit(pynvml)(GPU, "/sys/fs/cgroup/carma/a", 3 * MIB, 4 * MIB)
+    monkeypatch.setattr(pynvml, "nvmlInit", lambda: None)  # no driver here: only the init is skipped
+    nvml_set_limit(NvmlProbe())(GPU, "/sys/fs/cgroup/carma/a", 3 * MIB, 4 * MIB)
     device, limits = seen[0]
     assert device == "handle" and type(limits).__name__ == "c_nvmlSetMemoryLimits_v1_t"
     name = limits.nameSpace  # the binding's structs read a char* back as str

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.core.fencing import CapRule, IsolationMode
+from carma_airflow.core.fencing import CapRule, Fence, IsolationMode
 from carma_airflow.executor.taskenv import gpu_task_env
 from carma_airflow.taskrun.fence_env import fence_from_env
-from carma_airflow.taskrun.isolation import HostIsolation, fence_for, mps_daemon_running, resolve
+from carma_airflow.taskrun.isolation import HostIsolation, Resolved, fence_for, mps_daemon_running, resolve
 
 NVML = HostIsolation("nvml")
 FRAMEWORK = resolve(IsolationMode.FRAMEWORK, NVML)
@@ -69,13 +69,88 @@ def test_none_is_stated_and_sets_no_cap() -> None:
     assert fence_from_env(env, 1) is None
 
 
-def test_simulated_auto_is_live_and_explicit_modes_are_fixed() -> None:
+def test_simulated_gpus_resolve_as_a_host_without_mps_or_driver_limits() -> None:
     sim = HostIsolation("simulated")
-    live = resolve(IsolationMode.AUTO, sim)
-    assert live.live
-    fence = fence_for(live, reservation_mib=8192, totals_mib=[40960], exclusive=False, margin_mib=2048)
-    assert fence.live and fence.cap_mib == (40960,) and fence.promise_mib == (8192,)  # no margin: see fence_for
-    assert not resolve(IsolationMode.FRAMEWORK, sim).live
+    auto = resolve(IsolationMode.AUTO, sim)  # as on most real hosts: framework, fixed at the start
+    assert auto.mode is IsolationMode.FRAMEWORK and not auto.live and auto.simulated
+    fence = fence_for(auto, reservation_mib=8192, totals_mib=[40960], exclusive=False, margin_mib=2048)
+    assert not fence.live and fence.cap_mib == fence.promise_mib == (10240,)  # no ledger re-check
+    live = resolve(IsolationMode.AUTO, sim, CapRule.LIVE)  # PyTorch's fraction re-set from its cap file
+    assert live.live and live.model.reset_s > 0
+    assert not resolve(IsolationMode.MPS, sim, CapRule.LIVE).live  # an MPS client reads its limit once
+    assert resolve(IsolationMode.DRIVER, sim, CapRule.LIVE).live  # the executor re-sets the hard limit
+    assert "fixed at the try's start" in auto.describe() and "re-set as co-tenants" in live.describe()
+
+
+def test_each_gpu_gets_its_cap_from_its_own_co_tenants() -> None:
+    fence = fence_for(
+        FRAMEWORK,
+        reservation_mib=8192,
+        totals_mib=[40960, 40960],
+        exclusive=False,
+        margin_mib=2048,
+        rule=CapRule.PROTECTIVE,
+        reserve_mib=512,
+        co_tenants_by_gpu=[[14336], [22528, 4096]],
+    )
+    assert fence.cap_mib == (40960 - 512 - 14336, 40960 - 512 - 22528 - 4096)
+    with pytest.raises(ValueError, match="2 GPUs"):
+        fence_for(
+            FRAMEWORK, reservation_mib=1, totals_mib=[1, 1], exclusive=False, margin_mib=0, co_tenants_by_gpu=[[]]
+        )
+
+
+def test_the_cuda_context_is_taken_out_of_an_allocator_cap_not_a_driver_limit() -> None:
+    def capped(resolved: Resolved) -> Fence:
+        return fence_for(
+            resolved, reservation_mib=8192, totals_mib=[15360], exclusive=False, margin_mib=2048, context_mib=[450]
+        )
+
+    framework = capped(FRAMEWORK)
+    assert framework.promise_mib == (10240,) and framework.cap_mib == (10240 - 450,)
+    assert capped(resolve(IsolationMode.MPS, HostIsolation("nvml", mps_daemon=True))).cap_mib == (10240 - 450,)
+    driver = capped(resolve(IsolationMode.DRIVER, HostIsolation("nvml", driver_limits=True)))
+    assert driver.cap_mib == (10240,)  # the cgroup's limit counts the context itself
+
+
+def test_the_cuda_context_per_gpu_model() -> None:
+    from carma_airflow.core.cuda_context import DEFAULT_CONTEXT_MIB, context_source, cuda_context_mib
+
+    assert cuda_context_mib("T4") == cuda_context_mib("Tesla T4") == 450
+    assert "KAI-Scheduler" in context_source("T4")
+    assert cuda_context_mib("H100-80GB") == DEFAULT_CONTEXT_MIB and "assumed" in context_source("H100-80GB")
+    assert cuda_context_mib("T4", simulated=True) == 0
+
+
+def _line(env: dict[str, str]) -> str:
+    from carma_airflow.taskrun.fence_env import describe_try_fence
+
+    fence = fence_from_env(env)
+    assert fence is not None
+    return describe_try_fence(fence, env)
+
+
+def test_the_try_log_says_the_mechanism_its_cap_per_gpu_and_whether_it_follows() -> None:
+    sim = {"CARMA_SIM_LEDGER": "/l"}
+    fixed = {**env_of(IsolationMode.FRAMEWORK, HostIsolation("simulated")), **sim, "CARMA_MEMORY_CAP_RULE": "promise"}
+    assert _line(fixed) == (
+        "capped at 10240 MiB per GPU (framework: PyTorch's fraction, played by the simulated GPUs' ledger; "
+        "fixed at the try's start: its promise, 10240 MiB per GPU)"
+    )
+    two = env_of(
+        IsolationMode.FRAMEWORK, totals_mib=[40960, 40960], rule=CapRule.PROTECTIVE, co_tenants_by_gpu=[[20480], []]
+    )
+    two.update({"CARMA_MEMORY_CAP_RULE": "protective", "CARMA_CUDA_CONTEXT_MIB": "500,500"})
+    said = _line(two)
+    assert said.startswith("capped at 20480 MiB, 40960 MiB per GPU (framework: PyTorch's fraction; fixed at")
+    assert "the GPU less the co-tenants placed by then" in said and "CUDA context 500 MiB per GPU" in said
+    live = env_of(IsolationMode.DRIVER, HostIsolation("simulated"), rule=CapRule.LIVE)
+    live.update({**sim, "CARMA_SIM_DRIVER_LEAF": "ti-1", "CARMA_MEMORY_CAP_RULE": "live"})
+    said = _line(live)
+    assert "driver: its leaf's hard limit, which the simulated GPUs' ledger plays (no cgroup here)" in said
+    assert "re-set as co-tenants come and go" in said and "NVML limit, hard" not in said
+    real = env_of(IsolationMode.DRIVER, HostIsolation("nvml", driver_limits=True))
+    assert "driver: its cgroup's NVML limit, hard" in _line(real)
 
 
 def test_nvml_auto_prefers_mps_when_a_daemon_serves() -> None:
@@ -112,6 +187,10 @@ def test_the_cli_line_names_the_mode_or_why_it_is_missing() -> None:
     from carma_airflow.cli.ops import _isolation_line
 
     assert "unfenced" in _isolation_line(SimpleNamespace(isolation="none", gpu_backend="simulated"))
-    assert "live caps" in _isolation_line(SimpleNamespace(isolation="auto", gpu_backend="simulated"))
+    assert "framework, cap fixed at the try's start" in _isolation_line(
+        SimpleNamespace(isolation="auto", gpu_backend="simulated")
+    )
+    live = _isolation_line(SimpleNamespace(isolation="auto", gpu_backend="simulated", isolation_cap="live"))
+    assert "re-set as co-tenants come and go" in live
     line = _isolation_line(SimpleNamespace(isolation="mps", gpu_backend="nvml"))
     assert "unavailable" in line and "nvidia-cuda-mps-control -d" in line

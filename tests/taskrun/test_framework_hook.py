@@ -58,7 +58,8 @@ def run(tmp_path: Path, body: str, env: dict[str, str]) -> dict[str, object]:
     full = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}", **env}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=False)
     assert out.returncode == 0, out.stderr
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    last = [line for line in out.stdout.splitlines() if line.startswith("{")][-1]  # the hook prints [carma] lines
+    result: dict[str, object] = json.loads(last)
     return result
 
 
@@ -200,3 +201,125 @@ def test_live_caps_leave_each_try_the_gpu_less_its_co_tenants() -> None:
 
     assert live_caps([40960], 8192, 512, [[12288]]) == (40960 - 512 - 12288,)
     assert live_caps([40960, 40960], 8192, 0, [[], [40000]]) == (40960, 8192)  # never below its reservation
+
+
+def test_a_find_spec_probe_does_not_use_up_the_hook(tmp_path: Path) -> None:
+    """What transformers does at import: ask whether torch is installed, import it later."""
+    result = run(
+        tmp_path,
+        """
+        import importlib.util
+        said = []
+        import carma_airflow.taskrun.framework_hook as hook
+        hook.install_framework_caps(report=said.append)
+        probes = [importlib.util.find_spec("torch") is not None for _ in range(3)]
+        probed = "torch" in sys.modules
+        import torch
+        torch.cuda.init()
+        print(json.dumps({"probes": probes, "probed": probed, "calls": torch.calls, "said": said}))
+        """,
+        CAPPED,
+    )
+    assert result["probes"] == [True, True, True] and result["probed"] is False  # a probe imports nothing
+    assert result["calls"] == [[0.25, 0], [0.5, 1]]  # the real import is capped, once
+    assert result["said"] == ["PyTorch capped at 10240 MiB, 20480 MiB per GPU at its CUDA start"]
+
+
+def test_a_library_that_probes_for_torch_at_import_then_torch(tmp_path: Path) -> None:
+    (tmp_path / "probing_lib.py").write_text(
+        "import importlib.util\nHAS_TORCH = importlib.util.find_spec('torch') is not None\n"
+    )
+    result = run(
+        tmp_path,
+        """
+        said = []
+        import carma_airflow.taskrun.framework_hook as hook
+        hook.install_framework_caps(report=said.append)
+        import probing_lib
+        import torch
+        torch.cuda.init()
+        calls = list(torch.calls)
+        import torch  # a second import, and a reload, cap nothing more
+        import importlib; importlib.reload(torch)
+        print(json.dumps({"has": probing_lib.HAS_TORCH, "calls": calls, "said": len(said)}))
+        """,
+        CAPPED,
+    )
+    assert result["has"] is True
+    assert result["calls"] == [[0.25, 0], [0.5, 1]]
+    assert result["said"] == 1
+
+
+def test_a_framework_imported_before_the_hook_says_so(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        import torch
+        said = []
+        import carma_airflow.taskrun.framework_hook as hook
+        hook.install_framework_caps(report=said.append)
+        print(json.dumps({"said": said}))
+        """,
+        CAPPED,
+    )
+    said = [str(s) for s in result["said"]]  # type: ignore[attr-defined]
+    assert len(said) == 1 and said[0].startswith("torch was imported before the cap hook was installed")
+    assert "PyTorch capped at 10240 MiB, 20480 MiB per GPU" in said[0]
+
+
+def test_a_framework_imported_past_the_hook_is_capped_late_and_says_so(tmp_path: Path) -> None:
+    result = run(
+        tmp_path,
+        """
+        import importlib.machinery
+        said = []
+        import carma_airflow.taskrun.framework_hook as hook
+        hook.install_framework_caps(report=said.append)
+        class Ahead:  # a finder put ahead of ours after the hook was installed
+            @staticmethod
+            def find_spec(name, path, target=None):
+                if name != "torch":
+                    return None
+                return importlib.machinery.PathFinder.find_spec(name, path, target)
+        sys.meta_path.insert(0, Ahead)
+        import torch
+        before = list(said)
+        import email.mime.text  # the next import the hook sees
+        torch.cuda.init()
+        print(json.dumps({"before": before, "said": said, "calls": torch.calls}))
+        """,
+        CAPPED,
+    )
+    assert result["before"] == []
+    said = [str(s) for s in result["said"]]  # type: ignore[attr-defined]
+    assert len(said) == 1 and said[0].startswith("torch imported past the cap hook")
+    assert result["calls"] == [[0.25, 0], [0.5, 1]]
+
+
+def test_real_torch_is_capped_after_transformers_probed_for_it() -> None:
+    """The PyTorch CPU wheel and a real transformers: transformers runs find_spec("torch") at its
+    import; the cap is queued for CUDA's start when the task imports torch itself."""
+    pytest.importorskip("transformers")
+    code = textwrap.dedent(
+        """
+        import importlib.util, json, sys
+        from carma_airflow.taskrun.framework_hook import install_framework_caps
+        said = []
+        line = install_framework_caps(report=said.append)
+        found = importlib.util.find_spec("torch") is not None
+        import transformers
+        early = "torch" in sys.modules
+        import torch
+        queued = len(getattr(torch.cuda, "_queued_calls", []))
+        print(json.dumps({"line": line, "found": found, "early": early, "said": said, "queued": queued}))
+        """
+    )
+    env = {**os.environ, **CAPPED}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["found"] is True and result["early"] is False  # transformers only probed
+    assert result["said"] == ["PyTorch capped at 10240 MiB, 20480 MiB per GPU at its CUDA start"]
+    assert result["queued"] >= 1

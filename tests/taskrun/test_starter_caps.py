@@ -1,19 +1,28 @@
 """The executor's side of the caps (executor/starter.py): each placed try's fence in its
-environment, and ``isolation_cap = live`` keeping a PyTorch try's cap file current."""
+environment, each GPU's cap from that GPU's co-tenants, ``isolation_cap = live`` keeping a
+PyTorch try's cap file current from the moment a co-tenant is placed, the driver's limits on
+simulated GPUs, the CUDA context counted, and the line that says so in the scheduler's log."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
+from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.starter import TryStarter
+from carma_airflow.monitor.ledger import Ledger, sim_uuid
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.live_cap import read_caps
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
+GPU_B = "GPU-66666666-2222-3333-4444-555555555555"
+CONTEXT = 500  # an A100's CUDA context as core/cuda_context.py counts it (assumed, not measured)
 
 
 def starter(tmp_path: Path, **options: str) -> TryStarter:
@@ -24,21 +33,32 @@ def starter(tmp_path: Path, **options: str) -> TryStarter:
 
 def attempt(key: str, mib: int, isolation: str | None = None) -> Any:
     request = TaskRequest(key, key, MemoryNeed(mib, "declared"))
-    ti = SimpleNamespace(id=key.replace("/", "-"), try_number=1, executor_config=None)
+    ti = SimpleNamespace(
+        id=key.replace("/", "-"), try_number=1, executor_config=None, dag_id="d", task_id=key, run_id="r", map_index=-1
+    )
     config = SimpleNamespace(isolation=isolation)
-    return SimpleNamespace(rkey=key, ti=ti, request=request, config=config, prior_ooms=0, taken_at=0.0, last_summary="")
+    return SimpleNamespace(
+        rkey=key, key=key, ti=ti, request=request, config=config, prior_ooms=0, taken_at=0.0, last_summary=""
+    )
 
 
-DECISION = Decision(
-    "k", Outcome.PLACED, (GPU,), (GpuVerdict(GPU, 0, "A100-40GB", None, "ok"),), summary="placed on GPU 0"
-)
+def decision(*uuids: str) -> Decision:
+    verdicts = tuple(GpuVerdict(u, i, "A100-40GB", None, "ok") for i, u in enumerate(uuids))
+    return Decision("k", Outcome.PLACED, tuple(uuids), verdicts, summary="placed on GPU 0")
+
+
+DECISION = decision(GPU)
 
 
 def test_a_placed_try_carries_its_cap_and_a_task_can_opt_out(tmp_path: Path) -> None:
     s = starter(tmp_path, isolation="framework")
     env = s.placed_env(attempt("a", 8192), DECISION)
-    assert env["CARMA_ISOLATION"] == "framework" and env["CARMA_MEMORY_CAP_MIB"] == "10240"
-    assert env["XLA_CLIENT_MEM_FRACTION"] == "0.2500"
+    # its promise is what the GPU counts (context included); PyTorch's allocator gets the promise
+    # less the CUDA context it cannot see
+    assert env["CARMA_ISOLATION"] == "framework" and env["CARMA_MEMORY_PROMISE_MIB"] == "10240"
+    assert env["CARMA_MEMORY_CAP_MIB"] == str(10240 - CONTEXT) and env["CARMA_CUDA_CONTEXT_MIB"] == str(CONTEXT)
+    assert env["XLA_CLIENT_MEM_FRACTION"] == f"{(10240 - CONTEXT) / 40960:.4f}"
+    assert env["CARMA_MEMORY_CAP_RULE"] == "promise" and env["CARMA_MEMORY_CAP_LIVE"] == "0"
     assert "CARMA_MEMORY_CAP_FILE" not in env  # isolation_cap = promise: fixed
     env = s.placed_env(attempt("b", 8192, isolation="none"), DECISION)
     assert env["CARMA_ISOLATION"] == "none" and "CARMA_MEMORY_CAP_MIB" not in env
@@ -50,20 +70,92 @@ def test_live_caps_follow_the_co_tenants(tmp_path: Path) -> None:
     s.co_tenants = lambda uuid, key: [mib for k, mibs in tenants.items() if k != key for mib in mibs]
     env = s.placed_env(attempt("a", 8192), DECISION)
     path = env["CARMA_MEMORY_CAP_FILE"]
-    assert (
-        read_caps(path) == (40960 - 512,) and env["CARMA_MEMORY_CAP_MIB"] == "40448"
-    )  # alone: the GPU less the reserve
+    alone = 40960 - 512 - CONTEXT  # the GPU less the reserve, the allocator's share
+    assert read_caps(path) == (alone,) and env["CARMA_MEMORY_CAP_MIB"] == str(alone)
+    assert env["CARMA_MEMORY_CAP_LIVE"] == "1"
     tenants["b"] = [12288]  # a 12 GiB try placed beside it
     s.refresh_caps(["a", "b"])
-    assert read_caps(path) == (40960 - 512 - 12288 - 2048,)
+    assert read_caps(path) == (alone - 12288 - 2048,)
     del tenants["b"]
     s.refresh_caps(["a"])
-    assert read_caps(path) == (40960 - 512,)
+    assert read_caps(path) == (alone,)
     s.refresh_caps([])  # it ended: its file goes
     assert not Path(path).exists()
+
+
+def test_a_newcomers_promise_tightens_live_caps_when_it_is_placed(tmp_path: Path) -> None:
+    """The promise holds from placement: the running try's cap file counts the newcomer before
+    the next heartbeat and before the newcomer's process has touched the GPU."""
+    s = starter(tmp_path, isolation="framework", isolation_cap="live")
+    placed: dict[str, int] = {}
+    s.co_tenants = lambda uuid, key: [mib for k, mib in placed.items() if k != key]
+    placed["grower"] = 8192
+    path = s.placed_env(attempt("grower", 8192), DECISION)["CARMA_MEMORY_CAP_FILE"]
+    placed["neighbour"] = 20480  # the placer reserved it; its process will load data for a while
+    s.placed_env(attempt("neighbour", 20480), DECISION)
+    assert read_caps(path) == (40960 - 512 - (20480 + 2048) - CONTEXT,)  # no refresh_caps call needed
+    other = s.placed_env(attempt("elsewhere", 1024), decision(GPU_B))  # another GPU: leaves it alone
+    assert read_caps(other["CARMA_MEMORY_CAP_FILE"]) is not None and read_caps(path) == (40960 - 512 - 22528 - CONTEXT,)
+
+
+@pytest.mark.parametrize("rule", ["protective", "live"])
+def test_a_multi_gpu_try_gets_each_gpus_cap_from_that_gpus_co_tenants(tmp_path: Path, rule: str) -> None:
+    s = starter(tmp_path, isolation="framework", isolation_cap=rule)
+    beside = {GPU: [20480], GPU_B: [4096]}
+    s.co_tenants = lambda uuid, key: beside[uuid] if key == "wide" else []
+    env = s.placed_env(attempt("wide", 8192), decision(GPU, GPU_B))
+    caps = tuple(int(c) for c in env["CARMA_MEMORY_CAP_MIB"].split(","))
+    assert caps == (40960 - 512 - 22528 - CONTEXT, 40960 - 512 - 6144 - CONTEXT)
+    if rule == "live":
+        assert read_caps(env["CARMA_MEMORY_CAP_FILE"]) == caps
+        beside[GPU_B] = []  # GPU 1's co-tenant left; GPU 0's did not
+        s.refresh_caps(["wide"])
+        assert read_caps(env["CARMA_MEMORY_CAP_FILE"]) == (caps[0], 40960 - 512 - CONTEXT)
 
 
 def test_live_without_the_tenant_hook_falls_back_to_the_promise(tmp_path: Path) -> None:
     s = starter(tmp_path, isolation="framework", isolation_cap="live")
     env = s.placed_env(attempt("a", 8192), DECISION)
-    assert env["CARMA_MEMORY_CAP_MIB"] == "10240" and "CARMA_MEMORY_CAP_FILE" not in env
+    assert env["CARMA_MEMORY_CAP_MIB"] == str(10240 - CONTEXT) and "CARMA_MEMORY_CAP_FILE" not in env
+    assert env["CARMA_MEMORY_CAP_RULE"] == "promise"
+
+
+def sim_starter(tmp_path: Path, **options: str) -> tuple[TryStarter, Ledger]:
+    ledger = Ledger(tmp_path / "ledger.json")
+    ledger.init([gpu_spec("A100-40GB")])
+    return starter(tmp_path, gpu_backend="simulated", **options), ledger
+
+
+def test_simulated_driver_limits_live_in_the_ledger_and_follow_placements(tmp_path: Path) -> None:
+    s, ledger = sim_starter(tmp_path, isolation="driver", isolation_cap="live")
+    placed: dict[str, int] = {}
+    s.co_tenants = lambda uuid, key: [mib for k, mib in placed.items() if k != key]
+    gpu = sim_uuid(0)
+    placed["grower"] = 8192
+    env = s.placed_env(attempt("grower", 8192), decision(gpu))
+    assert env["CARMA_SIM_DRIVER_LEAF"] == "grower" and "CARMA_CGROUP_LEAF" not in env
+    assert env["CARMA_CUDA_CONTEXT_MIB"] == "0"  # simulated GPUs hold no CUDA context
+    assert ledger.limits() == {"grower": {gpu: (10240, 40960 - 512)}}  # soft = promise, hard = cap
+    placed["neighbour"] = 20480
+    s.placed_env(attempt("neighbour", 20480), decision(gpu))
+    assert ledger.limits()["grower"] == {gpu: (10240, 40960 - 512 - 22528)}  # tightened at its placement
+    del placed["neighbour"]
+    s.refresh_caps(["grower"])
+    assert set(ledger.limits()) == {"grower"} and ledger.limits()["grower"][gpu][1] == 40960 - 512
+    s.refresh_caps([])
+    assert ledger.limits() == {}
+
+
+def test_the_scheduler_log_says_the_fence_in_force(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    s, _ = sim_starter(tmp_path, isolation="auto")
+    with caplog.at_level(logging.INFO, logger="carma_airflow.executor"):
+        s.placed_env(attempt("grower", 8192), decision(sim_uuid(0)))
+    said = [r.getMessage() for r in caplog.records if "memory:" in r.getMessage()]
+    assert said == [
+        "Task grower memory: capped at 10240 MiB per GPU (framework: PyTorch's fraction, played by the simulated "
+        "GPUs' ledger; fixed at the try's start: its promise, 10240 MiB per GPU)"
+    ]
+    s, _ = sim_starter(tmp_path / "driver", isolation="driver")
+    with caplog.at_level(logging.INFO, logger="carma_airflow.executor"):
+        s.placed_env(attempt("d", 8192), decision(sim_uuid(0)))
+    assert "the simulated GPUs' ledger plays (no cgroup here)" in caplog.records[-1].getMessage()

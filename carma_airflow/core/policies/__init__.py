@@ -7,6 +7,7 @@ import re
 from carma_airflow.core.errors import UnknownPolicyError
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.best_fit import BestFit
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.exclusive import Exclusive
 from carma_airflow.core.policies.first_fit import FirstFit
 from carma_airflow.core.policies.interference_aware import InterferenceAware
@@ -16,7 +17,7 @@ from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.policies.round_robin import RoundRobin
 from carma_airflow.core.policies.static_share import StaticShare
 
-DEFAULT_POLICY = InterferenceAware.name
+DEFAULT_POLICY = CompletionTime.name
 _FIXED: tuple[type[Policy], ...] = (
     Exclusive,
     FirstFit,
@@ -26,6 +27,7 @@ _FIXED: tuple[type[Policy], ...] = (
     RoundRobin,
     InterferenceAware,
     Predictive,
+    CompletionTime,
 )
 _STATIC = re.compile(r"^static-(\d+)$")
 

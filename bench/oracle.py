@@ -1,0 +1,169 @@
+"""The bench's oracle: the completion-time rule fed the simulator's truth instead of the learned model.
+
+:class:`TruthForecast` implements the forecast protocol of
+:mod:`carma_airflow.core.policies.forecast` from a running :class:`~carma_airflow.sim.Simulation`:
+each tenant's true work left (the simulated run's solo seconds to go), its true demand (the
+catalogue profile times the truth's activity scale), the newcomer's true solo run time, and speeds
+from the simulator's truth (:mod:`carma_airflow.sim.truth`: the sharing model, drawn per-type
+terms or a measured pair table).  :func:`oracle_simulation` is a simulation whose placer runs
+the completion-time policy on it.  Same rule, same filters (memory, tenant cap, fences), same
+queue: what the default's rule would gain if its predictions were exact, without knowledge of
+future arrivals.
+
+    .venv/bin/python bench/oracle.py [--trace t1] [--beta 0.5] [--scale 1.0] [--truth sharing] [--explain N]
+
+``--explain N`` also prints the first N decisions of the learned rule's run that priced two
+options or more, waiting among them, in seconds (once run times are known), and the first try
+that waited though it could share a GPU, as ``carma why`` shows them: the worked example of
+docs/placement.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from carma_airflow.core import GpuState, parse_gpu_list
+from carma_airflow.core.cycle import CycleResult
+from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.forecast import Occupant, task_type
+from carma_airflow.core.sharing import ActivityProfile, SharingModel
+from carma_airflow.core.task import TaskRequest
+from carma_airflow.sim import SimConfig, Simulation, load_catalog, load_trace, packaged
+from carma_airflow.sim.gpus import scaled
+from carma_airflow.sim.workload import Arrival
+
+ORACLE = "completion-time"
+
+
+class TruthForecast:
+    """The forecast protocol answered from the simulation's truth (see the module doc)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self._memo: dict[tuple[object, ...], tuple[float, ...]] = {}
+
+    def timed(self) -> bool:
+        return True
+
+    def _profile(self, arrival: Arrival) -> ActivityProfile:
+        scale = self.sim.cfg.activity_scale
+        p = arrival.task.profile
+        return p if scale == 1.0 else scaled(p, scale)
+
+    def _arrival(self, job_id: int) -> Arrival:
+        return self.sim.jobs[job_id].arrival
+
+    def occupants(self, facts: GpuFacts, now: float) -> list[Occupant]:
+        g = self.sim.by_uuid[facts.uuid]
+        out = [
+            Occupant(
+                r.arrival.task.name, r.profile.sm_activity, max(0.0, r.remaining - r.rate * (now - r.last)), r.profile
+            )
+            for r in g.runs
+        ]
+        for label in facts.joined or ():
+            job = int(label.rsplit("[", 1)[1].rstrip("]"))
+            a = self._arrival(job)
+            prof = self._profile(a)
+            out.append(Occupant(a.task.name, prof.sm_activity, a.task.solo_s, prof))
+        return out
+
+    def newcomer(self, request: TaskRequest) -> Occupant:
+        a = self._arrival(int(request.key[3:].split("#", 1)[0]))
+        prof = self._profile(a)
+        assert a.task.name == task_type(request.label)
+        return Occupant(a.task.name, prof.sm_activity, a.task.solo_s, prof)
+
+    def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
+        key = tuple((o.kind, o.activity) for o in occupants)
+        got = self._memo.get(key)
+        if got is None:
+            profiles = [o.ref for o in occupants]
+            assert all(isinstance(p, ActivityProfile) for p in profiles)
+            slow = self.sim.board.truth.slowdowns(profiles, [o.kind for o in occupants])  # type: ignore[arg-type]
+            got = self._memo[key] = tuple(1.0 / max(1e-9, s) for s in slow)
+        return got
+
+
+def oracle_simulation(config: SimConfig) -> Simulation:
+    """A simulation whose placer runs the completion-time rule on the truth."""
+    sim = Simulation(replace(config, policy=ORACLE))
+    policy = sim.placer.policy
+    assert isinstance(policy, CompletionTime)
+    policy.forecast = TruthForecast(sim)
+    return sim
+
+
+def explained(sim: Simulation, arrivals: list[Arrival], count: int) -> list[str]:
+    """Run ``sim`` with every waiting decision explained; the first ``count`` decisions that
+    priced two options or more, waiting among them, in seconds, and the first try that waited
+    though it could share a GPU, as text with the time of the pass."""
+    out: list[str] = []
+    waited: list[str] = []  # the first try that could share a GPU but waited
+    run = sim.cycle.run
+
+    def explaining(now: float, gpus: Sequence[GpuState], *, waiting_decisions: bool = True) -> CycleResult:
+        result = run(now, gpus, waiting_decisions=True)
+        decisions = [p.decision for p in result.placed] + list({id(d): d for d in result.waiting.values()}.values())
+        for d in decisions:
+            priced = [v for v in (*d.chosen, *d.rejected) if "cost " in v.detail]
+            if len(priced) < 2 or "waiting" not in d.explain() or " runs" in d.summary:
+                continue
+            text = f"t = {now:.0f} s, {d.request_key}:\n{d.explain()}"
+            if d.summary.startswith("waiting: sharing") and not waited:
+                waited.append(text)
+            elif len(out) < count:
+                out.append(text)
+        return result
+
+    sim.cycle.run = explaining  # type: ignore[method-assign]
+    sim.run(list(arrivals))
+    return out + waited
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", default="t1", help="t1 or t2 (the paper's traces)")
+    ap.add_argument("--beta", type=float, default=0.5)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--truth", default="sharing")
+    ap.add_argument("--explain", type=int, default=0, help="print the learned rule's first N priced decisions")
+    args = ap.parse_args(argv)
+    catalog = load_catalog(packaged("task_catalog.csv"))
+    arrivals = load_trace(packaged(f"trace_{args.trace}.csv"), catalog)
+    cfg = SimConfig(gpus=tuple(parse_gpu_list("4xA100-40GB")), estimator="history+gpumemnet", queue="backfill")
+    cfg = replace(cfg, sharing=SharingModel(beta=args.beta), activity_scale=args.scale, truth=args.truth)
+    rows = []
+    for name, sim in (
+        ("most-free-memory", Simulation(replace(cfg, policy="most-free-memory"))),
+        ("completion-time (learned)", Simulation(replace(cfg, policy="completion-time"))),
+        ("completion-time (oracle)", oracle_simulation(cfg)),
+    ):
+        r = sim.run(list(arrivals))
+        done = [t for t in r.tasks if t.outcome == "success" and t.end_s is not None]
+        jct = statistics.fmean(t.end_s - t.submit_s for t in done)  # type: ignore[operator]
+        rows.append((name, jct, r.makespan_s, len(r.tasks) - len(done)))
+    base = rows[0]
+    print(f"trace {args.trace}, beta {args.beta}, activity scale {args.scale}, truth {args.truth}; ratios to {base[0]}")
+    for name, jct, mk, lost in rows:
+        print(
+            f"  {name:<28} mean JCT {jct:8.0f} s ({jct / base[1]:.3f})"
+            f"  makespan {mk:8.0f} s ({mk / base[2]:.3f})  lost {lost}"
+        )
+    if args.explain > 0:
+        print(f"\nthe learned rule's first {args.explain} decisions that priced two options or more:")
+        for text in explained(Simulation(replace(cfg, policy="completion-time")), arrivals, args.explain):
+            print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,250 @@
+"""How far one try's speed strays from the prediction, by what is predicted: the residual scale.
+
+A fit's leave-one-out residuals of log speed are not alike.  Held out on measured pairs
+(``bench/interference_eval.py``) the error of a prediction grows with how much contention it
+predicts and, most of all, with the task types involved: some jobs run erratically beside any
+partner, some partners make everyone beside them erratic.  A prediction that pooled every
+residual into one distribution would promise every try the same chance of landing within +-5 %
+(its ``confidence`` flat, whatever the prediction).  Here the typical absolute residual of one
+prediction is
+
+    s = A * (c / c_ref) ** b * F[task] * sum_j w_j P[co_task_j]
+
+``c``: the contention part the prediction puts on log speed (``g`` times the terms' multiplier);
+``c_ref``: its median over the observations fitted; ``b`` in 0..1; ``F`` the task type's
+factor as the one that suffers, ``P`` a co-tenant type's factor as the one that disturbs (``w``
+its share of the co-tenants' activity), both 1 for a type never seen and shrunk toward 1 by
+empirical Bayes (how much the types' factors really differ against the scatter of one absolute
+residual).  The factors are fitted on the absolute residuals (a Laplace likelihood: a few wild
+tries do not dominate), ``b`` chosen on a grid by that likelihood.
+
+Calibration: each residual divided by its own scale, the scale taken without the residual itself
+(leave-one-out, so a type's factor does not explain its own residuals); a prediction's interval
+is the central quantiles of those standardised residuals times its scale, and its confidence the
+share of them within ``+-5 % / s``.  So coverage stays what the residuals show, and the
+confidence separates the predictions likely to land close from those that are not.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # b: how the scale grows with the contention predicted
+CONTENTION_RANGE = (0.25, 8.0)  # c / c_ref is clipped to this (no prediction is sure from c alone)
+SHRINK_RANGE = (2.0, 50.0)  # pseudo-observations a type's factor is shrunk toward 1 with
+_ROUNDS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleRow:
+    """One fitted observation: its leave-one-out residual of log speed, the contention part its
+    prediction had, its task type and its co-tenants' types with their shares of the activity."""
+
+    residual: float
+    contention: float
+    task: str
+    partners: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualScale:
+    """The fitted scale of residuals (see the module doc) and the standardised residuals, sorted."""
+
+    base: float  # A
+    contention_ref: float  # c_ref
+    exponent: float  # b
+    own: Mapping[str, float]  # F per task type (absent: 1)
+    partner: Mapping[str, float]  # P per task type (absent: 1)
+    standardized: tuple[float, ...]
+    mean_abs: float = 1.0  # of the standardised residuals (about 1 by construction)
+    sd: float = 1.0  # their standard deviation
+
+    _levels: dict[float, tuple[float, float]] = field(default_factory=dict, compare=False, repr=False)
+
+    def scale(
+        self, contention: float, task: str | None, co_tasks: Sequence[str | None], co_tenants: Sequence[float]
+    ) -> float:
+        """The typical absolute residual of log speed for one prediction (``co_tasks``: the
+        co-tenants' types, in the order of their activities ``co_tenants``; None: unknown)."""
+        s = self.base
+        if self.exponent != 0.0 and self.contention_ref > 0.0:
+            lo, hi = CONTENTION_RANGE
+            ratio = contention / self.contention_ref
+            s *= float((lo if ratio < lo else hi if ratio > hi else ratio) ** self.exponent)
+        if task:
+            s *= self.own.get(task, 1.0)
+        if self.partner and co_tasks:
+            total = acc = 0.0
+            for name, a in zip(co_tasks, co_tenants, strict=False):
+                if name and a > 0.0:
+                    total += a
+                    acc += a * self.partner.get(name, 1.0)
+            if total > 0.0:
+                s *= acc / total
+        return s
+
+    def quantiles(self, scale: float, level: float) -> tuple[float, float]:
+        """The central ``level`` interval of log speed about the point, at this scale."""
+        q = self._levels.get(level)
+        if q is None:
+            z = self.standardized
+            q = self._levels[level] = (_quantile(z, (1.0 - level) / 2.0), _quantile(z, (1.0 + level) / 2.0))
+        return q[0] * scale, q[1] * scale
+
+    def within(self, scale: float, bound: float) -> float:
+        """The share of tries whose log speed lands within ``+-bound`` of the point, at this scale."""
+        z = self.standardized
+        if not z or scale <= 0.0:
+            return 1.0 if z else 0.0
+        t = bound / scale
+        return (bisect.bisect_right(z, t) - bisect.bisect_left(z, -t)) / len(z)
+
+
+def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
+    """The residual scale of these rows; None with fewer than 4 rows or no scatter."""
+    if len(rows) < 4:
+        return None
+    absr = [abs(r.residual) for r in rows]
+    if sum(absr) <= 0.0:
+        return None
+    positive = sorted(r.contention for r in rows if r.contention > 0.0)
+    c_ref = positive[len(positive) // 2] if positive else 0.0
+    best: tuple[float, float, dict[str, float], dict[str, float], float] | None = None
+    for b in EXPONENTS if c_ref > 0.0 else (0.0,):
+        cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
+        base, own, partner = _factors(rows, absr, cf)
+        scales = [base * c * _factor(own, partner, r) for c, r in zip(cf, rows, strict=True)]
+        # Laplace log-likelihood of the absolute residuals at these scales
+        loglik = -sum(math.log(s) + a / s for s, a in zip(scales, absr, strict=True) if s > 0.0)
+        if best is None or loglik > best[0]:
+            best = (loglik, b, own, partner, base)
+    assert best is not None
+    _, b, own, partner, base = best
+    cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
+    loo = _leave_one_out(rows, absr, cf, base, own, partner)
+    standardized = sorted(r.residual / s for r, s in zip(rows, loo, strict=True) if s > 0.0)
+    if not standardized:
+        return None
+    n = len(standardized)
+    mean = sum(standardized) / n
+    sd = math.sqrt(sum((z - mean) ** 2 for z in standardized) / max(1, n - 1))
+    mean_abs = sum(abs(z) for z in standardized) / n
+    return ResidualScale(base, c_ref, b, own, partner, tuple(standardized), mean_abs or 1.0, sd or 1.0)
+
+
+def _clip_ratio(c: float, ref: float) -> float:
+    lo, hi = CONTENTION_RANGE
+    return min(hi, max(lo, c / ref)) if ref > 0.0 else 1.0
+
+
+def _factor(own: Mapping[str, float], partner: Mapping[str, float], r: ScaleRow) -> float:
+    total = sum(w for _, w in r.partners)
+    p = sum(w * partner.get(n, 1.0) for n, w in r.partners) / total if total > 0.0 else 1.0
+    return own.get(r.task, 1.0) * p
+
+
+_Sums = dict[str, tuple[float, float]]  # type -> (sum of ratios, weight)
+
+
+def _own_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float]) -> _Sums:
+    sums: _Sums = {}
+    for r, a, x in zip(rows, absr, rest, strict=True):
+        if r.task:
+            s, n = sums.get(r.task, (0.0, 0.0))
+            sums[r.task] = (s + (a / x if x > 0.0 else 1.0), n + 1.0)
+    return sums
+
+
+def _partner_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float]) -> _Sums:
+    sums: _Sums = {}
+    for r, a, x in zip(rows, absr, rest, strict=True):
+        total = sum(w for _, w in r.partners)
+        for name, w in r.partners if total > 0.0 else ():
+            s, n = sums.get(name, (0.0, 0.0))
+            sums[name] = (s + w / total * (a / x if x > 0.0 else 1.0), n + w / total)
+    return sums
+
+
+def _factors(
+    rows: Sequence[ScaleRow], absr: Sequence[float], cf: Sequence[float]
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """A, F and P by alternating shrunk means of the absolute residuals (each over the others)."""
+    own: dict[str, float] = {}
+    partner: dict[str, float] = {}
+    base = sum(absr) / sum(cf)
+    for _ in range(_ROUNDS):
+        rest = [base * c * _factor({}, partner, r) for r, c in zip(rows, cf, strict=True)]
+        own = _shrunk(_own_sums(rows, absr, rest))[0]
+        rest = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
+        partner = _shrunk(_partner_sums(rows, absr, rest))[0]
+        fitted = sum(c * _factor(own, partner, r) for r, c in zip(rows, cf, strict=True))
+        base = sum(absr) / fitted if fitted > 0.0 else base
+    return base, own, partner
+
+
+def _shrink_k(sums: _Sums) -> float:
+    """Pseudo-observations a type's mean ratio is shrunk toward 1 with: the within-type variance
+    of one ratio (1: an absolute residual's sd is about its mean) over the between-type variance
+    of the means (empirical Bayes), within ``SHRINK_RANGE``."""
+    means = [s / n for s, n in sums.values() if n > 0.0]
+    if len(means) < 2:
+        return SHRINK_RANGE[1]
+    avg = sum(means) / len(means)
+    spread = sum((m - avg) ** 2 for m in means) / (len(means) - 1)
+    noise = sum(1.0 / n for _, n in sums.values() if n > 0.0) / len(means)
+    between = spread - noise
+    return SHRINK_RANGE[1] if between <= 0.0 else min(SHRINK_RANGE[1], max(SHRINK_RANGE[0], 1.0 / between))
+
+
+def _shrunk(sums: _Sums) -> tuple[dict[str, float], float]:
+    k = _shrink_k(sums)
+    return {name: (s + k) / (n + k) for name, (s, n) in sums.items()}, k
+
+
+def _leave_one_out(
+    rows: Sequence[ScaleRow],
+    absr: Sequence[float],
+    cf: Sequence[float],
+    base: float,
+    own: Mapping[str, float],
+    partner: Mapping[str, float],
+) -> list[float]:
+    """Each row's scale with its own residual taken out of its types' factors (their shrunk means
+    without it, the shrinkage and the other factors kept)."""
+    rest_own = [base * c * _factor({}, partner, r) for r, c in zip(rows, cf, strict=True)]
+    rest_partner = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
+    own_sums, partner_sums = _own_sums(rows, absr, rest_own), _partner_sums(rows, absr, rest_partner)
+    k_own, k_partner = _shrink_k(own_sums), _shrink_k(partner_sums)
+    out = []
+    for r, a, c, x_own, x_partner in zip(rows, absr, cf, rest_own, rest_partner, strict=True):
+        f = 1.0
+        if r.task in own_sums:
+            s, n = own_sums[r.task]
+            f = (s - (a / x_own if x_own > 0.0 else 1.0) + k_own) / (n - 1.0 + k_own)
+        total = sum(w for _, w in r.partners)
+        p = 1.0
+        if total > 0.0:
+            p = 0.0
+            for name, w in r.partners:
+                s, n = partner_sums[name]
+                share = w / total
+                mine = share * (a / x_partner if x_partner > 0.0 else 1.0)
+                p += share * (s - mine + k_partner) / (n - share + k_partner)
+        out.append(base * c * f * p)
+    return out
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    n = len(ordered)
+    if not n:
+        return 0.0
+    pos = min(max(q, 0.0), 1.0) * (n - 1)
+    i = int(pos)
+    j = min(i + 1, n - 1)
+    return ordered[i] + (ordered[j] - ordered[i]) * (pos - i)
+
+
+__all__ = ["ResidualScale", "ScaleRow", "fit_scale"]

@@ -1,0 +1,319 @@
+"""Completion time: collocate, or wait, where the predicted completion times suffer least.
+
+For a try that no idle GPU can take, every option is priced in seconds of summed completion time:
+
+* **a GPU set** (collocation candidates that pass the memory, tenant-cap and fencing filters of
+  the placer): the newcomer's predicted completion there, plus how much later each try already
+  on those GPUs is predicted to finish because of it.  Each GPU is played forward with the
+  forecast's speeds (:func:`~carma_airflow.core.policies.forecast.finish_times`), with and
+  without the newcomer; a try on several GPUs goes at its slowest GPU's pace.
+* **waiting**: the predicted time until a GPU set that could take it has drained (its tenants
+  played forward without the newcomer), then the newcomer's work alone.  Waiting slows nobody.
+
+Each option also carries the queue's share: every second it keeps a GPU busy (a collocation: how
+much later the GPU drains; waiting: the newcomer's whole run on a GPU of its own) delays about
+``queue x (waiting tries - 1) / GPUs`` tries of the queue.  The cheapest option wins; an idle
+GPU (the newcomer alone, nobody slowed) comes first as with every policy.
+
+The forecast (:mod:`carma_airflow.core.policies.forecast`) is the learned one in the executor
+and the simulator: the interference model learned per GPU model, the tasks' learned activities
+and solo run times, with speeds pulled toward the low end of their prediction intervals by
+``caution x (1 - confidence)`` (robust where the model is unsure, bold where it is sure).  Until
+a run time is known the options are priced in units of one try's work and waiting is never
+chosen (nothing to price it by).  ``bench/oracle.py`` runs the same rule on the simulator's
+truth: the bench's oracle.
+
+Pruning keeps a decision cheap on a large cluster: the collocation candidates are visited in the
+order of interference-aware's cheap bound (projected SM activity in bands, then tightest memory
+fit) and at most ``candidates`` feasible ones (per GPU asked for) are priced; waiting is priced
+only where it could win (it costs at least the newcomer's run alone and its queue share); the
+drain times that price it are bounded below by the longest work left on each GPU (speeds are at
+most solo), or by the drain itself kept from an earlier pass, in an order the placer keeps from
+pass to pass (:mod:`carma_airflow.core.placement_pass`), so only the GPUs whose bound beats the
+soonest drain found are played forward.  Predicted speeds are memoised per set of (task type,
+activity) co-tenants, finish times per set of (type, activity, work left to the second).
+
+The paper's risk rule (a busy GPU takes no new tenant) is off: the prediction decides whether a
+busy GPU is worth sharing.  ``risk_rule=True`` keeps it.  Every priced option goes into the
+decision's reasons (``carma why``): ``GPU 2 (A100-40GB): interference: predicted 1.42x slower,
+done in 1.3 h; co-tenants +0.4 h; cost 2.1 h (chose waiting at 1.6 h)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings
+from carma_airflow.core.interference import InterferenceModel
+from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
+from carma_airflow.core.task import TaskRequest
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionSettings:
+    """The policy's knobs."""
+
+    candidates: int = 4  # feasible collocation candidates priced per decision (cheap-bound order)
+    max_tenants: int = 3
+    activity_band: float = 0.25  # the cheap bound's activity band (interference-aware's)
+    risk_rule: bool = False  # True: the paper's risk rule filters busy GPUs first
+    caution: float = 0.25  # how far an unsure speed is pulled toward its interval's low end
+    waits: bool = True  # False: never wait while a GPU set can take the try
+    queue: float = 1.0  # weight of the queue's delay (0: only the newcomer and the tries already there)
+    # GPU sets within this share of the cheapest cost tie: the first in the cheap bound's order wins
+    tolerance: float = 0.0
+
+
+DEFAULT_COMPLETION_SETTINGS = CompletionSettings()
+
+
+def _dur(seconds: float, timed: bool) -> str:
+    if not timed:
+        return f"{seconds:.2f} runs"
+    if abs(seconds) < 120:
+        return f"{seconds:.0f} s"
+    if abs(seconds) < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One priced option: GPUs (empty: wait) and its predicted cost."""
+
+    gpus: tuple[GpuFacts, ...]
+    cost: float  # newcomer's completion from now + the tenants' summed delay + the queue's (seconds, or runs)
+    done_in: float  # the newcomer's predicted completion from now
+    delay: float  # the tenants' summed delay
+    slowdown: float  # the newcomer's predicted slowdown (1.0 waiting: it then runs alone)
+    drained: GpuFacts | None = None  # waiting: the GPU predicted to drain first
+    queue: float = 0.0  # the waiting tries' summed delay: GPU time taken x their share per GPU
+
+    @property
+    def waits(self) -> bool:
+        return not self.gpus
+
+    def text(self, timed: bool) -> str:
+        if self.waits:
+            where = "" if self.drained is None else f" for GPU {self.drained.index}"
+            return (
+                f"waiting{where}: drains in {_dur(self.done_in - self.done_in / self.slowdown, timed)}"
+                f" then alone{self._queue(timed)}; cost {_dur(self.cost, timed)}"
+            )
+        return (
+            f"predicted {self.slowdown:.2f}x slower, done in {_dur(self.done_in, timed)}; "
+            f"co-tenants {'+' if self.delay >= 0 else '-'}{_dur(abs(self.delay), timed)}{self._queue(timed)}; "
+            f"cost {_dur(self.cost, timed)}"
+        )
+
+    def _queue(self, timed: bool) -> str:
+        return f"; queue +{_dur(self.queue, timed)}" if self.queue > 0 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What :meth:`CompletionTime.choose` decided: the best option and every one it priced."""
+
+    best: Option | None  # None: nothing to choose from
+    options: tuple[Option, ...]
+    timed: bool
+
+    def note(self, f: GpuFacts) -> str | None:
+        """The priced text of a GPU's option (for its reason), with what won."""
+        for o in self.options:
+            if o is not self.best and any(g is f for g in o.gpus):
+                best = "" if self.best is None else f" (chose {self.best_text()})"
+                return o.text(self.timed) + best
+        return None
+
+    def best_text(self) -> str:
+        assert self.best is not None
+        if self.best.waits:
+            return f"waiting at {_dur(self.best.cost, self.timed)}"
+        where = ", ".join(f"GPU {f.index}" for f in self.best.gpus)
+        return f"{where} at {_dur(self.best.cost, self.timed)}"
+
+    def wait_option(self) -> Option | None:
+        return next((o for o in self.options if o.waits), None)
+
+
+class CompletionTime(Policy):
+    name = "completion-time"
+    aliases = ("jct", "ct", "completion")
+    description = (
+        "idle GPUs first; then, of every GPU set that fits and waiting for one to drain, the option with the "
+        "lowest predicted summed completion time of the newcomer and the tries already there (learned model)"
+    )
+    uses_lock = False
+    uses_reservations = True
+
+    def __init__(
+        self,
+        model: InterferenceModel | None = None,
+        settings: CompletionSettings = DEFAULT_COMPLETION_SETTINGS,
+        activity: ActivitySettings = DEFAULT_ACTIVITY_SETTINGS,
+    ) -> None:
+        self.settings = settings
+        self.max_tenants = settings.max_tenants
+        self.checks_risk = settings.risk_rule
+        self.learned = LearnedForecast(model, activity, settings.caution)
+        self.forecast: Forecast = self.learned
+        self.now = 0.0
+        self.queue_weight = 0.0  # waiting tries per GPU: what a GPU-second taken costs the queue
+        self._occ: dict[int, tuple[GpuFacts, list[Occupant]]] = {}
+        self._base: dict[int, tuple[GpuFacts, float, float]] = {}  # summed completions, drain
+        # finish times by (GPU model, occupants with their work to the second): equivalent GPUs
+        # (same model, same tenants' types and work left) are played forward once
+        self._played: dict[tuple[object, ...], list[float]] = {}
+        self._played_by: Forecast | None = None
+        self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
+
+    # -- what the driver tells it ----------------------------------------------------------
+    def use_model(self, model: InterferenceModel) -> None:
+        """Decide with a newer learned model from now on (the driver calls it as tries end)."""
+        self.learned.use_model(model)
+        self._played = {}
+
+    def learn_duration(self, task_type: str, seconds: float) -> None:
+        """A try of ``task_type`` would have taken ``seconds`` alone (the driver, as tries end)."""
+        self.learned.learn_duration(task_type, seconds)
+
+    def begin_pass(self, now: float, waiting: int = 0, gpus: int = 1) -> None:
+        """A pass starts at ``now`` over ``waiting`` tries on ``gpus`` GPUs (the placer calls
+        it): tenants' work left moves with the clock; each GPU-second an option takes from a GPU
+        delays about ``waiting / gpus`` tries of the queue (its share of them per GPU)."""
+        self.now = now
+        self.queue_weight = self.settings.queue * max(0, waiting - 1) / max(1, gpus)
+        self._occ = {}
+        self._base = {}
+        if self._played_by is not self.forecast or len(self._played) > 50_000:
+            self._played = {}
+            self._played_by = self.forecast
+
+    # -- the pool order (the cheap bound) --------------------------------------------------
+    def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
+        band = self.settings.activity_band
+        level = int(facts.smact / band) if band > 0 else 0
+        return (float(level), float(facts.usable_free_mib), float(facts.index))
+
+    def pool_token(self) -> Hashable | None:
+        flags = (self.collocates, self.checks_memory, self.checks_risk, self.uses_lock, self.uses_reservations)
+        return (type(self), flags, self.max_tenants, self.settings.activity_band)
+
+    # -- pricing ----------------------------------------------------------------------------
+    def _occupants(self, f: GpuFacts) -> list[Occupant]:
+        got = self._occ.get(id(f))
+        if got is None or got[0] is not f:
+            got = self._occ[id(f)] = (f, self.forecast.occupants(f, self.now))
+        return got[1]
+
+    def _play(self, spec: str, occupants: Sequence[Occupant]) -> list[float]:
+        key = (spec, *((o.kind, o.activity, round(o.work)) for o in occupants))
+        got = self._played.get(key)
+        if got is None:
+            got = self._played[key] = finish_times(self.forecast, spec, occupants)
+        return got
+
+    def _base_of(self, f: GpuFacts) -> tuple[float, float]:
+        """(summed completions, drain time) of a GPU's occupants without the newcomer, played from
+        the same occupants as its price with the newcomer (this pass)."""
+        got = self._base.get(id(f))
+        if got is None or got[0] is not f:
+            done = self._play(f.state.spec.name, self._occupants(f))
+            got = self._base[id(f)] = (f, sum(done), max(done, default=0.0))
+            if len(self._kept) > 20_000:
+                self._kept = {}
+            self._kept[id(f)] = (f, getattr(self.forecast, "version", None), self.now, got[2])
+        return got[1], got[2]
+
+    def _kept_drain(self, f: GpuFacts) -> float | None:
+        """The GPU's drain time kept from an earlier pass, moved on by the clock, while its facts
+        and the forecast stay (its tenants then only moved on by the clock); else None."""
+        kept = self._kept.get(id(f))
+        version = getattr(self.forecast, "version", None)
+        if kept is None or kept[0] is not f or version is None or kept[1] != version:
+            return None
+        return max(0.0, kept[3] - (self.now - kept[2]))
+
+    def _price(self, f: GpuFacts, new: Occupant) -> tuple[float, float, float]:
+        """(tenants' summed delay, newcomer's completion, how much later the GPU drains) if the
+        newcomer joins this GPU."""
+        occ = self._occupants(f)
+        done = self._play(f.state.spec.name, [*occ, new])
+        base, drain = self._base_of(f)
+        return sum(done[:-1]) - base, done[-1], max(done) - drain
+
+    def bound(self, f: GpuFacts) -> float:
+        """A lower bound of the GPU's drain time: the drain itself where it is kept from an earlier
+        pass, else its longest work left (speeds are at most solo)."""
+        kept = self._kept_drain(f)
+        if kept is not None:
+            return kept
+        return max((o.work for o in self._occupants(f)), default=0.0)
+
+    def forecast_version(self) -> object:
+        """What the drain bounds kept from pass to pass rest on: the forecast and its version."""
+        return (id(self.forecast), getattr(self.forecast, "version", 0))
+
+    def drained(self, f: GpuFacts) -> float:
+        """Predicted seconds until the GPU's tenants have all finished."""
+        return self._base_of(f)[1]
+
+    def choose(
+        self,
+        request: TaskRequest,
+        candidates: Sequence[GpuFacts],
+        drain: Callable[[], tuple[float, GpuFacts | None]],
+        n: int,
+    ) -> Choice:
+        """The cheapest of: each GPU set of ``n`` candidates on one host, and waiting ``drain()``
+        (:meth:`drain` of the GPUs that could take it) for a GPU set to drain.  ``drain`` is asked
+        only where waiting could win: its cost is at least the newcomer's work alone plus the
+        queue's share, so a GPU set cheaper than that is taken without it."""
+        fc = self.forecast
+        timed = fc.timed()
+        new = fc.newcomer(request)
+        work = max(new.work, 1e-9)
+        options: list[Option] = []
+        qw = self.queue_weight if timed else 0.0
+        if n == 1:
+            for f in candidates:
+                delay, done, longer = self._price(f, new)
+                q = qw * longer
+                options.append(Option((f,), done + delay + q, done, delay, done / work, queue=q))
+        else:
+            per_host: dict[str, list[tuple[float, float, float, GpuFacts]]] = {}
+            for f in candidates:
+                delay, done, longer = self._price(f, new)
+                per_host.setdefault(f.state.host, []).append((delay + done + qw * longer, delay, done, f))
+            for group in per_host.values():
+                if len(group) < n:
+                    continue
+                group.sort(key=lambda t: t[0])
+                top = group[:n]
+                delay = sum(d for _, d, _, _ in top)
+                done = max(dn for _, _, dn, _ in top)
+                q = sum(c - d - dn for c, d, dn, _ in top)
+                options.append(Option(tuple(t[3] for t in top), done + delay + q, done, delay, done / work, queue=q))
+        cheapest = min((o.cost for o in options), default=float("inf"))
+        if timed and self.settings.waits and cheapest > work + qw * work * n:
+            seconds, where = drain()
+            if seconds < float("inf"):
+                q = qw * work * n
+                total = seconds + work
+                options.append(Option((), total + q, total, 0.0, total / work, where, q))
+        if not options:
+            return Choice(None, (), timed)
+        best = min(options, key=lambda o: o.cost)  # first of equal costs: the cheap bound's order
+        if not best.waits and self.settings.tolerance > 0:
+            near = best.cost * (1.0 + self.settings.tolerance)
+            best = next(o for o in options if not o.waits and o.cost <= near)
+        return Choice(best, tuple(options), timed)
+
+    def describe(self, facts: GpuFacts, request: TaskRequest) -> str | None:
+        return None
+
+
+__all__ = ["DEFAULT_COMPLETION_SETTINGS", "Choice", "CompletionSettings", "CompletionTime", "Option"]

@@ -1,0 +1,117 @@
+"""What an ended try teaches (executor/learning.py, telemetry.py): its observation of interference
+names its co-tenants' task types, so their pressure is fitted (issue 23), and its learned
+activity is stored with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from executor_helpers import make_workload, run_until, submit
+
+from carma_airflow.core.activity import ActivitySample
+from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
+from carma_airflow.executor.learned import MODEL_DOC, Learned
+from carma_airflow.executor.learning import learn_from_success
+from carma_airflow.executor.telemetry import Seen
+from carma_airflow.executor.tries import Try, TryState
+from carma_airflow.executor.writes import AddActivity, SaveDocument
+
+
+@dataclass
+class _Ti:
+    dag_id: str
+    task_id: str
+    run_id: str = "r"
+    map_index: int = -1
+    try_number: int = 1
+
+
+def _try(task: str, started_at: float) -> Try:
+    return Try(key=task, rkey=task, ti=_Ti("dag", task), state=TryState.RUNNING, started_at=started_at)
+
+
+def _learned_with_baselines() -> Learned:
+    learned = Learned()
+    for task, act in (("victim", 0.4), ("light", 0.2), ("heavy", 0.7)):
+        learned.add_activity("dag", task, ActivitySample(act, "process"))
+        learned.add_solo("dag", task, 100.0)
+    return learned
+
+
+def test_an_observation_names_its_co_tenants_types_and_the_activity_row_keeps_them() -> None:
+    learned = _learned_with_baselines()
+    seen = Seen(
+        ActivitySample(0.41, "process"),
+        False,
+        (Segment(0.5, ()), Segment(0.5, (0.7,), ("dag.heavy",))),
+        ("dag.heavy",),
+    )
+    writes = learn_from_success(learned, _try("victim", 0.0), seen, 150.0, "A100-40GB")
+    activity = next(w for w in writes if isinstance(w, AddActivity))
+    assert activity.co_tasks == ("dag.heavy",) and activity.sm_activity == 0.41
+    document = next(w for w in writes if isinstance(w, SaveDocument))
+    assert document.document == MODEL_DOC
+    (obs,) = learned.model.fit_for("A100-40GB").observations
+    assert obs.task == "dag.victim" and obs.stretch == 1.5
+    assert [s.co_tasks for s in obs.segments] == [(), ("dag.heavy",)]
+    # persisted with the types: a restarted executor fits the same pressure terms
+    again = InterferenceModel.from_dict(document.body)
+    assert again.fit_for("A100-40GB").observations[0].segments[1].co_tasks == ("dag.heavy",)
+
+
+def test_pressure_is_learned_from_the_co_tenants_types_the_executor_records() -> None:
+    # one victim type beside a heavy and a light co-tenant of the *same* reported activity: only
+    # the co-tenants' types tell them apart, and the fit learns that the heavy one hurts more
+    learned = _learned_with_baselines()
+    for i in range(40):
+        heavy = i % 2 == 0
+        stretch = (1.9 if heavy else 1.15) * (1.0 + 0.01 * ((i * 7) % 5 - 2))
+        partner = "dag.heavy" if heavy else "dag.light"
+        seen = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.5,), (partner,)),), (partner,))
+        learn_from_success(learned, _try("victim", 0.0), seen, 100.0 * stretch, "A100-40GB")
+    fit = learned.model.fit_for("A100-40GB")
+    assert fit.learned
+    terms = fit.task_terms()
+    assert terms["dag.heavy"]["pressure"] > 1.2 and terms["dag.light"]["pressure"] < 0.8
+    beside_heavy = fit.predict(0.4, (0.5,), "dag.victim", ("dag.heavy",)).speed
+    beside_light = fit.predict(0.4, (0.5,), "dag.victim", ("dag.light",)).speed
+    assert abs(beside_heavy - 1 / 1.9) < 0.05 and abs(beside_light - 1 / 1.15) < 0.05
+    # what the executor recorded before issue 23 (no co-tenant types) cannot tell them apart
+    blind = InterferenceModel()
+    for obs in fit.observations:
+        anonymous = tuple(Segment(s.share, s.co_tenants) for s in obs.segments)
+        blind = blind.observe("A100-40GB", CollocationObservation(obs.stretch, obs.own_activity, anonymous, obs.task))
+    b = blind.fit_for("A100-40GB")
+    assert b.predict(0.4, (0.5,), "dag.victim", ("dag.heavy",)).speed == b.predict(0.4, (0.5,), "dag.victim").speed
+
+
+def test_the_executor_records_whom_a_try_shared_its_gpu_with(executor_factory: Any) -> None:
+    # a real executor on one simulated A100: the victim runs alone (its baseline), then beside a
+    # heavy try; its interference observation and its activity row name the heavy one's type
+    victim = {"peak_mib": 2000, "seconds": 1.5, "activity": 0.3, "ramp_s": 0.1}
+    heavy = {"peak_mib": 2000, "seconds": 3.0, "activity": 0.8, "ramp_s": 0.1}
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"victim": {"train": victim}, "heavy": {"train": heavy}})
+    submit(ex, make_workload("victim", config={"memory": "3GiB"}, run_id="alone"))
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
+    submit(
+        ex,
+        make_workload("heavy", config={"memory": "3GiB"}, run_id="shared"),
+        make_workload("victim", config={"memory": "3GiB"}, run_id="shared"),
+    )
+    assert len(ex.active) == 2  # both on the one GPU
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=40)
+    store = ex.flow.store
+    rows = store.activity_records("dag", "victim")
+    assert [r.run_id for r in rows] == ["alone", "shared"]
+    assert rows[0].co_tasks == () and rows[1].co_tasks == ("dag.heavy",)
+    assert store.activity_records("dag", "heavy")[-1].co_tasks == ("dag.victim",)
+    fit = ex.flow.learned.model.fit_for("A100-40GB")
+    (obs,) = [o for o in fit.observations if o.task == "dag.victim"]
+    assert obs.stretch > 1.0
+    assert {name for s in obs.segments for name in s.co_tasks} == {"dag.heavy"}
+    _, body = store.snapshots(MODEL_DOC)[MODEL_DOC]
+    persisted = InterferenceModel.from_dict(body).fit_for("A100-40GB").observations
+    assert [s.co_tasks for o in persisted if o.task == "dag.victim" for s in o.segments if s.co_tenants] == [
+        ("dag.heavy",)
+    ]
