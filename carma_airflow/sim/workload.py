@@ -96,14 +96,21 @@ def _read_csv(path: str | Path, what: str, required: tuple[str, ...]) -> pd.Data
 _MAX_NUMBER = 2**53  # above it a float no longer holds every integer
 
 
-def _int_or_none(value: object, where: str, column: str, whole: bool = False) -> int | None:
-    """A cell as a non-negative int (None if empty); ``whole``: a fraction is an error, not cut off."""
+def _number_or_none(value: object, where: str, column: str) -> float | None:
+    """A cell as a float (None if empty), or a clear error where it is no number."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return None
     try:
-        number = float(str(value))
+        return float(str(value))
     except ValueError:
         raise WorkloadError(f"{where}: column {column} must be a number, got {brief(value)}") from None
+
+
+def _int_or_none(value: object, where: str, column: str, whole: bool = False) -> int | None:
+    """A cell as a non-negative int (None if empty); ``whole``: a fraction is an error, not cut off."""
+    number = _number_or_none(value, where, column)
+    if number is None:
+        return None
     if not math.isfinite(number) or number < 0:
         raise WorkloadError(f"{where}: column {column} must be >= 0, got {brief(value)}")
     if number > _MAX_NUMBER:
@@ -115,13 +122,8 @@ def _int_or_none(value: object, where: str, column: str, whole: bool = False) ->
 
 def _seconds_or_none(value: object, where: str, column: str) -> float | None:
     """An optional cell as a finite number >= 0 (None if empty)."""
-    if value is None or (isinstance(value, float) and pd.isna(value)):
-        return None
-    try:
-        number = float(str(value))
-    except ValueError:
-        raise WorkloadError(f"{where}: column {column} must be a number, got {brief(value)}") from None
-    if not math.isfinite(number) or number < 0 or number > _MAX_NUMBER:
+    number = _number_or_none(value, where, column)
+    if number is not None and (not math.isfinite(number) or number < 0 or number > _MAX_NUMBER):
         raise WorkloadError(f"{where}: column {column} must be a finite number >= 0, got {brief(value)}")
     return number
 
