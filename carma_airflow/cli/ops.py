@@ -221,10 +221,16 @@ def why_cmd(
     from carma_airflow.learned_view import activity, activity_line
 
     dag_id, task_id = task.split(".", 1)
+    map_index = None  # ``dag.task[3]``: one mapped instance, named as `carma placements` prints it
+    if task_id.endswith("]") and "[" in task_id:
+        task_id, _, index = task_id[:-1].rpartition("[")
+        if not index.isdigit():
+            fail(f"cannot read the map index in {task!r}; write DAG_ID.TASK_ID[N], e.g. training.train[3]")
+        map_index = int(index)
     store = _store(_settings())
-    records = store.latest_for(dag_id, task_id)
+    records = [r for r in store.latest_for(dag_id, task_id) if map_index is None or r.map_index == map_index]
     if not records:
-        fail(f"no placement recorded for {dag_id}.{task_id}; is it a CarmaExecutor task that was queued?")
+        fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
     learned = activity(store.activities(dag_id, task_id))
     if as_json:
         typer.echo(json.dumps([{**_record_dict(r), "activity": learned, "resumed": _resumed(r)} for r in records]))

@@ -160,6 +160,15 @@ def test_why_on_a_mapped_task_names_each_map_index(env: dict[str, str]) -> None:
     ]
     plain = carma(env, "why", "train.bert")  # not mapped: no index
     assert plain.stdout.splitlines()[1] == "train.bert run r1 try 1: running"
+    one = carma(env, "why", "sweep.trial[1]")  # one instance, by the label the CLI prints
+    assert one.returncode == 0, one.stderr
+    assert [line for line in one.stdout.splitlines() if not line.startswith(" ")][1:] == [
+        "sweep.trial[1] run r1 try 1: running"
+    ]
+    missing = carma(env, "why", "sweep.trial[7]")
+    assert missing.returncode != 0 and "no placement recorded for sweep.trial[7]" in missing.stderr
+    bad = carma(env, "why", "sweep.trial[x]")
+    assert bad.returncode != 0 and "DAG_ID.TASK_ID[N]" in bad.stderr
 
 
 # -- what the executor learned (issue 13) ------------------------------------------------------
