@@ -1,8 +1,9 @@
 """Fenced collocation in a real Airflow on one simulated A100-40GB (issues 18 and 22).
 
-One deployment with the defaults (``[carma] isolation = auto``: on simulated GPUs, as on a host
-without an MPS daemon or driver limits, framework caps fixed at the try's start), one DAG run
-at a time on its single GPU:
+One deployment with ``[carma] isolation = auto`` (on simulated GPUs, as on a host without an MPS
+daemon or driver limits: framework caps) and ``isolation_cap = promise`` (the cap fixed at the
+try's start, what a framework-capped try gets on a real host with that rule), one DAG run at a
+time on its single GPU:
 
 * ``carma_fencing``: a try declaring 8 GiB grows to 30 GiB beside a try that declares and uses
   12 GiB: the grower gets a CUDA OOM "past its cap" and succeeds within its OOM retries; the
@@ -15,7 +16,8 @@ at a time on its single GPU:
   unfenced (``isolation = none``): there the loading neighbour is the one that crashes, so the
   other assertions can fail.
 
-A second deployment with ``isolation_cap = live`` runs the pattern with the grower placed first:
+A second deployment with the defaults (``isolation_cap = live``, chosen by bench/fencing.py) runs
+the pattern with the grower placed first:
 its PyTorch-style cap, set at its start to the GPU less the reserve, is re-set from its cap file
 when the neighbour is placed, and stops it.
 
@@ -44,7 +46,7 @@ FIXED_CAP_LINE = (
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     home = tmp_path_factory.mktemp("fenced")
-    deployment = AirflowStack(home, DAGS, simulated_gpus="1xA100-40GB", oom_retry_delay="1")
+    deployment = AirflowStack(home, DAGS, simulated_gpus="1xA100-40GB", oom_retry_delay="1", isolation_cap="promise")
     try:
         deployment.start()
         yield deployment
@@ -55,7 +57,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
 @pytest.fixture(scope="module")
 def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
     home = tmp_path_factory.mktemp("live")
-    deployment = AirflowStack(home, DAGS, simulated_gpus="1xA100-40GB", oom_retry_delay="1", isolation_cap="live")
+    deployment = AirflowStack(home, DAGS, simulated_gpus="1xA100-40GB", oom_retry_delay="1")  # the defaults
     try:
         deployment.start()
         yield deployment

@@ -77,7 +77,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     )
     try:
         stack.start()
-        run_id = stack.trigger(DEMO_DAG)
+        run_id = stack.trigger_cli(DEMO_DAG)  # its only user is a viewer: no REST trigger
         yield Live(stack, f"http://127.0.0.1:{stack.port}", run_id)
     finally:
         stack.stop()
