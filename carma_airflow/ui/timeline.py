@@ -26,6 +26,9 @@ class Lane:
     name: str = ""
 
 
+ENDED = frozenset({"success", "failed", "oom"})  # outcomes of a try that is over
+
+
 @dataclass(frozen=True, slots=True)
 class TimelineBar:
     key: str
@@ -55,7 +58,10 @@ def layout(lanes: Sequence[Lane], bars: Sequence[TimelineBar], start: datetime, 
         else:
             begin = bar.decided_at
             kind = "wait" if bar.outcome == "waiting" else "refused"
-        finish = bar.ended_at or end
+        # a try that ended without an end time never ran (refused: never fits, a bad config): its
+        # bar closes at its decision, not at "now" on every refresh
+        closed = bar.ended_at is not None or bar.outcome in ENDED
+        finish = bar.ended_at or (begin if closed else end)
         if finish < start or begin > end:
             continue
         x0 = frac(begin)
@@ -70,7 +76,7 @@ def layout(lanes: Sequence[Lane], bars: Sequence[TimelineBar], start: datetime, 
                     "kind": kind,
                     "x0": round(x0, 5),
                     "x1": round(min(x1, 1.0 + MIN_WIDTH), 5),
-                    "open": bar.ended_at is None,
+                    "open": not closed,
                     "detail": bar.detail,
                 }
             )

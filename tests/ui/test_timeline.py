@@ -59,6 +59,15 @@ def test_clipping_and_dropping_outside_the_window_and_the_no_gpu_lane() -> None:
     assert (waiting["kind"], waiting["x0"]) == ("wait", 0.69)
 
 
+def test_a_try_that_never_ran_is_a_closed_bar_at_its_decision() -> None:
+    # refused (never fits): no GPU, no start, no end time, but over: not an open bar up to "now"
+    out = layout(
+        [Lane("g0", "GPU 0")], [bar("refused", 30, None, lanes=(), outcome="failed")], T0, T0 + timedelta(seconds=100)
+    )
+    (refused,) = next(lane for lane in out["lanes"] if lane["key"] == NO_GPU)["bars"]
+    assert refused["open"] is False and refused["x0"] == 0.29 and refused["x1"] < 0.3
+
+
 def test_no_gpu_lane_only_when_needed() -> None:
     out = layout([Lane("g0", "GPU 0")], [], T0, T0 + timedelta(seconds=100))
     assert [lane["key"] for lane in out["lanes"]] == ["g0"]
