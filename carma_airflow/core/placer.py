@@ -18,6 +18,7 @@ from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState
 from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
@@ -196,7 +197,7 @@ class Placer:
             mem.add_headroom,
             mem.mib,
             request.activity if self.policy.refuses_gpus or prices else None,
-            request.label.split("[", 1)[0] if prices else None,  # its task type: its work
+            task_type(request.label) if prices else None,  # its task type: its work
         )
 
     def place(

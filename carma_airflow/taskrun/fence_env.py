@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from carma_airflow.core.fencing import Fence, IsolationMode
+from carma_airflow.taskrun.outcome import SIM_LEDGER_ENV
 
 ISOLATION_ENV = "CARMA_ISOLATION"
 PROMISE_ENV = "CARMA_MEMORY_PROMISE_MIB"
@@ -34,7 +35,6 @@ LIVE_ENV = "CARMA_MEMORY_CAP_LIVE"
 RULE_ENV = "CARMA_MEMORY_CAP_RULE"
 CONTEXT_ENV = "CARMA_CUDA_CONTEXT_MIB"
 SIM_LEAF_ENV = "CARMA_SIM_DRIVER_LEAF"
-SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"  # the simulated GPUs' ledger (same name as taskrun/outcome.py's)
 TOTAL_ENV = "CARMA_GPU_TOTAL_MIB"
 JAX_FRACTION_ENVS = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"

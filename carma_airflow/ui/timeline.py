@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from carma_airflow.store.records import FINISHED_OUTCOMES
+
 NO_GPU = "no-gpu"
 MIN_WIDTH = 0.004  # a try of a second on a day's window still shows
 ROW_GAP = 0.002
@@ -26,7 +28,7 @@ class Lane:
     name: str = ""
 
 
-ENDED = frozenset({"success", "failed", "oom"})  # outcomes of a try that is over
+ENDED = frozenset(str(o) for o in FINISHED_OUTCOMES)  # outcomes of a try that is over
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,8 +312,5 @@ class CompletionTime(Policy):
             best = next(o for o in options if not o.waits and o.cost <= near)
         return Choice(best, tuple(options), timed)
 
-    def describe(self, facts: GpuFacts, request: TaskRequest) -> str | None:
-        return None
-
 
 __all__ = ["DEFAULT_COMPLETION_SETTINGS", "Choice", "CompletionSettings", "CompletionTime", "Option"]

@@ -24,16 +24,12 @@ from typing import NamedTuple, Protocol
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.task import TaskRequest
 
 MIN_LEFT = 0.1  # a tenant past its measured run time counts this share of it (or of its age) still to do
 SOLO_KEPT = 10  # solo run times kept per task type (their median is the expectation)
 MIN_SPEED = 1e-3
-
-
-def task_type(label: str) -> str:
-    """The task type a label names: the label without a ``[...]`` suffix (job id, map index)."""
-    return label.split("[", 1)[0]
 
 
 class Occupant(NamedTuple):
