@@ -24,7 +24,7 @@ compare: $(STAMP)
 
 ## test: provide what the suite needs (prereqs), set up, then lint, type-check and run the whole test suite
 ## (what CI runs): unit tests in parallel, then the end-to-end tests (real Airflow: SQLite, PostgreSQL,
-## Celery, Chromium) serially
+## Celery, Chromium) two files at a time, a deployment shared by the tests that can share it (tests/e2e/conftest.py)
 test: prereqs $(STAMP) lint typecheck unit
 
 ## prereqs: Debian's chromium + chromedriver and PostgreSQL, Redis, RabbitMQ on loopback: installed or
@@ -41,7 +41,7 @@ typecheck: $(STAMP)
 
 unit: $(STAMP) prereqs
 	$(BIN)/pytest -q -n 2 -m "not e2e"
-	$(BIN)/pytest -q -m e2e
+	$(BIN)/pytest -q -n 2 --dist loadfile -m e2e
 
 ## bench: the paper's table and the speed figures (prints; not part of the tests)
 bench: $(STAMP)

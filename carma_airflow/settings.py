@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.fencing import DEFAULT_CAP_RULE
 from carma_airflow.store.url import default_url
 
 
@@ -198,7 +199,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "isolation_cap",
         "string",
-        "live",
+        DEFAULT_CAP_RULE.value,
         "Where a framework or MPS cap sits: promise (its memory plus the margin, set at its start: protects "
         "tenants placed later), protective (the GPU less the co-tenants present when it starts) or live "
         "(protective, then re-set for PyTorch as co-tenants come and go; a cap that cannot be re-set, MPS's, "
@@ -261,6 +262,15 @@ def _convert(option: Option, raw: str) -> Any:
     return text
 
 
+def _airflow_home() -> str:
+    return os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")  # as Airflow finds its home
+
+
+def default_state_dir(airflow_home: str | None = None) -> str:
+    """``[carma] state_dir`` when it is empty: ``carma`` under ``airflow_home`` (None: Airflow's)."""
+    return str(Path(airflow_home or _airflow_home()) / "carma")
+
+
 @dataclass(frozen=True, slots=True)
 class CarmaSettings:
     gpu_backend: str
@@ -291,7 +301,7 @@ class CarmaSettings:
     max_waiting: int = 1024
     isolation: str = "auto"
     isolation_margin_mib: int = 2048
-    isolation_cap: str = "live"  # measured per mechanism: bench/fencing.py, docs/isolation.md
+    isolation_cap: str = DEFAULT_CAP_RULE.value  # measured per mechanism: bench/fencing.py, docs/isolation.md
     schedulers: str = "auto"
     peer_timeout_seconds: float = 30.0
     checkpoint_root: str = ""
@@ -315,7 +325,7 @@ class CarmaSettings:
         if not values["store_url"]:
             values["store_url"] = default_url(str(home))
         if not values["state_dir"]:
-            values["state_dir"] = str(home / "carma")
+            values["state_dir"] = default_state_dir(str(home))
         if not values["checkpoint_root"]:
             values["checkpoint_root"] = str((Path(values["state_dir"]) / "checkpoints").absolute())
         if not values["host"]:
@@ -337,7 +347,7 @@ class CarmaSettings:
             value = conf.get("carma", name, fallback=None)
             return None if value is None else str(value)
 
-        return cls.load(get, os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow"))
+        return cls.load(get, _airflow_home())
 
     def validate(self) -> None:
         from carma_airflow.core.estimators import make_estimator

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
@@ -137,7 +137,10 @@ def gpus_cmd(
             r["error"] or r["risk"],
             ", ".join(_with_activity(t, a) for t, a in zip(r["tenants"], r["tenant_activity"], strict=True)) or "-",
         )
-    _table_console(wide).print(table)
+    console = _table_console(wide)
+    console.print(table)
+    for line in _wait_view(store, settings).lines(datetime.now(timezone.utc)):
+        console.print(line, markup=False, highlight=False)  # wrapped to a terminal as the table is
 
 
 def _isolation_line(settings: Any) -> str:
@@ -218,6 +221,7 @@ def why_cmd(
         fail(f"cannot read {task!r}; write DAG_ID.TASK_ID, e.g. training.train_bert")
     from carma_airflow.core.checkpoints import RESUME_REASON
     from carma_airflow.core.estimators import outgrew_declaration
+    from carma_airflow.core.fencing import FENCE_REASON, fence_line
     from carma_airflow.learned_view import activity, activity_line
 
     dag_id, task_id = task.split(".", 1)
@@ -227,27 +231,56 @@ def why_cmd(
         if not index.isdigit():
             fail(f"cannot read the map index in {task!r}; write DAG_ID.TASK_ID[N], e.g. training.train[3]")
         map_index = int(index)
-    store = _store(_settings())
+    settings = _settings()
+    store = _store(settings)
+    view = _wait_view(store, settings)
     records = [r for r in store.latest_for(dag_id, task_id) if map_index is None or r.map_index == map_index]
     if not records:
         fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
     learned = activity(store.activities(dag_id, task_id))
+    owner_alive = {w.record.key: w.owner_alive for w in view.waiting}
     if as_json:
-        typer.echo(json.dumps([{**_record_dict(r), "activity": learned, "resumed": _resumed(r)} for r in records]))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        **_record_dict(r),
+                        "activity": learned,
+                        "resumed": _resumed(r),
+                        "fence": fence_line(r.reasons),
+                        "owner_running": owner_alive.get(r.key),
+                    }
+                    for r in records
+                ]
+            )
+        )
         return
+    if (stopped := view.not_running_line()) is not None:  # the entries below are the past, not now
+        typer.echo(f"note: {stopped}", err=True)
     typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
     for r in records[:3]:
         typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
         typer.echo(f"  {r.summary}")
+        if owner_alive.get(r.key) is False and view.running:
+            typer.echo(f"  its CarmaExecutor ({r.owner}) is not running: nothing places it until Airflow resets it")
         if (resumed := _resumed(r)) is not None:
             typer.echo(f"  {resumed}")
+        if (fence := fence_line(r.reasons)) is not None:  # this try's own fence, per GPU
+            typer.echo(f"  memory fence of this try: {fence}")
         if outgrew_declaration(r.estimate_source):  # flagged: its runs outgrew the memory it declared
             typer.echo(f"  memory estimate {r.estimate_mib} MiB: {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
         else:
             typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
-        for line in [x for x in r.reasons if not x.startswith(RESUME_REASON)][:10]:  # that one: above
+        for line in [x for x in r.reasons if not x.startswith((RESUME_REASON, FENCE_REASON))][:10]:  # those: above
             typer.echo(f"  {line}")
-    typer.echo(f"  memory fence on this host: {_isolation_line(_settings())} (a task's executor_config isolation wins)")
+    typer.echo(f"  memory fence on this host: {_isolation_line(settings)} (a task's executor_config isolation wins)")
+
+
+def _wait_view(store: Any, settings: Any) -> Any:
+    """Every executor's waiting tries and heartbeats, from the store (waiting_view.py)."""
+    from carma_airflow.waiting_view import read
+
+    return read(store, datetime.now(timezone.utc), settings.peer_timeout_seconds)
 
 
 def _resumed(rec: Any) -> str | None:

@@ -1,12 +1,12 @@
 """Fencing a try's GPU memory: the mechanisms, the cap rules, and the cap a try is held to.
 
 Pure and shared: the executor computes a placed try's cap here, the simulated GPUs' ledger and
-the trace simulator enforce the same model, so a test of one is a test of the others.
+the trace simulator enforce the same model.
 
 Contract (stable; the simulator, the executor's simulated GPUs and the executor use it)
 -----------------------------------------------------------------------------------------
 ``FenceModel.of(mode, rule)`` is one mechanism with its cap rule, *resolved* (never ``auto``;
-``taskrun/isolation.resolve`` turns ``auto`` into a mechanism on a host):
+:func:`resolve` turns ``auto`` into a mechanism on a :class:`HostIsolation`):
 
 =================== ============= =========================================================
 mechanism           rule          what holds the try
@@ -14,68 +14,48 @@ mechanism           rule          what holds the try
 ``none``            (ignored)     nothing: only a full GPU refuses an allocation
 ``framework``       promise       a cap set once at the try's start: its promise
 ``framework``       protective    set once at start: the GPU less the co-tenants then placed
-``framework``       live          protective at start, then re-set as co-tenants come and go,
-                                  ``reset_s`` after each change (PyTorch's fraction re-set
-                                  from the executor's cap file: a heartbeat plus the try's
-                                  1 s follower); in between, the old cap holds (exposure)
-``mps``             promise       set once at start (an MPS client reads its limit once)
-``mps``             protective    set once at start; ``live`` is played as ``promise`` (below)
-``driver``          promise       the NVML per-cgroup hard limit, set at start
-``driver``          protective    set once at start
-``driver``          live          the hard limit re-set by the executor, ``reset_s`` after a
-                                  change (a heartbeat)
+``framework``       live          protective at start, re-set ``reset_s`` after each co-tenant
+                                  change (the cap file: a heartbeat + the 1 s follower);
+                                  in between the old cap holds (the exposure window)
+``mps``             promise       set once at start (``live`` is played as ``promise``)
+``mps``             protective    set once at start
+``driver``          promise/prot. the NVML per-cgroup hard limit, set once at start
+``driver``          live          the hard limit re-set by the executor (a heartbeat)
 =================== ============= =========================================================
 
 A ledger or simulator asks two questions per try and GPU:
-
 1. At the try's start: ``model.start_cap_mib(promise_mib=..., total_mib=..., reserve_mib=...,
    co_tenants=[Tenant(promise, held), ...], exclusive=...)`` -> the cap set at its start (None
-   under ``none``).  ``promise_mib`` is ``model.promise_mib(reservation, margin, total)``, the
-   reservation plus a margin (``model.margin_mib(margin)``: none under a live rule, as the
-   simulator counts every promise, its own and its co-tenants').
+   under ``none``).  ``promise_mib`` is ``model.promise_mib(reservation, margin, total)``: the
+   reservation plus ``model.margin_mib(margin)`` (none under a live rule), for the try and each
+   co-tenant alike (the executor and the simulator both call it: one rule).
 2. At any allocation: ``model.may_hold_mib(start_cap_mib=..., promise_mib=..., total_mib=...,
    reserve_mib=..., co_tenants=[...], exclusive=...)`` -> what the try may hold now (None:
    unfenced, only the GPU's free memory bounds it).  For a fixed mechanism that is its start
    cap; for a live one it is the GPU less the reserve and the co-tenants, never below its own
    promise as the placer counts it now (pass ``promise_mib=counted_mib(...)`` of its own: once
    the placer counts what it holds, the rest of its reservation may be a newcomer's).
-   ``co_tenants`` is the co-tenant set *as the mechanism last saw it*: for a live rule with
-   ``reset_s > 0`` the caller passes the set as of the last re-set (a co-tenant that arrived
-   within ``reset_s`` is not seen yet, one that left still counts: the exposure window).
+   ``co_tenants``: the set *as the mechanism last saw it* (live, ``reset_s > 0``: as of the last
+   re-set; one that arrived since is not seen yet, one that left still counts: the exposure).
 
-**A promise holds from placement.**  ``co_tenants`` lists every try placed on that GPU, whether
-or not its process has touched the GPU yet (a try that spends its first seconds loading data on
-the CPU holds nothing, yet its reservation is promised): each counts at
-``Tenant(counted_mib(promise, held, allocated=..., age_s=..., lock_s=...), held)``, i.e. at
-the larger of its promise and what it holds from its placement for as long as its placer counts
-its reservation.  A placer that trusts observed memory (core/facts.py: once the try has
-allocated and its lock window, ``PlacementSettings.lock_s``, has passed; the trace simulator's)
-offers the rest of the reservation to newcomers from then on, so the fence counts what it
-holds from then on: a fence that kept the rest would hold, for nobody, memory the placer gave
-away, and stop growers the GPU had room for (docs/isolation.md measures it: counted for life
-beside such a placer, live caps crash 3-5x as often as no fence).  A placer that never trusts
-observed memory (the executor's reservations) keeps the promise for the try's life: pass
-``allocated=False`` (or ``lock_s=math.inf``).
-An allocation past the cap fails in the try that asked, and its message carries
-:data:`PAST_CAP` (the grower is the one stopped).
+**A promise holds from placement.**  ``co_tenants`` lists every try placed on that GPU, allocated
+or not (a try loading data on the CPU holds nothing, yet is promised its reservation): each at
+``Tenant(counted_mib(promise, held, allocated=..., age_s=..., lock_s=...), held)``: the larger of
+its promise and what it holds for as long as its placer counts its reservation.  A placer that
+trusts observed memory (core/facts.py, the trace simulator's: once the try allocated and its lock
+window passed) offers the rest to newcomers from then on, so the fence counts what it holds from
+then on (a fence that kept the rest would stop growers for memory the placer gave away:
+docs/isolation.md).  A placer that never trusts observed memory (the executor's) keeps the
+promise for the try's life: pass ``allocated=False``.
+An allocation past the cap fails in the try that asked, its message carrying :data:`PAST_CAP`.
 
-The rule (docs/isolation.md says why):
-
-* A try's **promise** on each of its GPUs is the memory it was placed with plus a margin (by
-  default the placer's own headroom: the placer never places a newcomer where less than that
-  is free above its estimate, so memory up to the promise was never offered to anyone else).
-* A try's **cap** on a GPU is what nobody else was promised there: the GPU's memory less the
-  reserve and less its co-tenants' promises (or what they hold, when they hold more).  A
-  mechanism re-set as co-tenants come and go ("live") caps a try at about that: alone on its
-  GPU it may use the whole card, so a harmless underestimate stays harmless, and the cap
-  tightens as tenants arrive.  Live promises carry no
-  margin (the reservations, which the placer never lets add up to more than the GPU), so a try
-  within its reservation always gets it.  A mechanism set once when the process starts
-  (framework, MPS, driver) is set to the promise, the only cap that protects tenants not placed
-  yet (``CapRule.PROMISE``), or to the GPU less the co-tenants present (``CapRule.PROTECTIVE``),
-  and to the whole GPU for an exclusive try.
-* An allocation past the cap fails *in the try that asked* ("past its cap"), while the memory
-  its co-tenants were promised stays theirs.
+The rule (docs/isolation.md says why): a try's **promise** on a GPU is the memory it was placed
+with, plus a margin where its cap is fixed at the start (the placer's headroom: memory up to the
+promise was never offered to anyone else); its **cap** is what nobody else was promised there:
+the GPU less the reserve and its co-tenants' promises (or what they hold, if more).  A live cap
+follows that as tenants come and go (alone, a try may use the whole card); a cap set once at the
+start is the promise (``PROMISE``: protects tenants placed later), or the GPU less the
+co-tenants then (``PROTECTIVE``); an exclusive try's is its whole GPU.
 """
 
 from __future__ import annotations
@@ -88,6 +68,12 @@ from typing import NamedTuple
 from carma_airflow.core.errors import ConfigError
 
 PAST_CAP = "past its cap"  # the words every cap OOM message carries (classification keys on them)
+FENCE_REASON = "fence: "  # a placement reason: the fence the try started under, per GPU (``carma why``, the UI)
+
+
+def fence_line(reasons: tuple[str, ...] | list[str]) -> str | None:
+    """The fence a try started under, from its placement's reasons (None: not recorded)."""
+    return next((r[len(FENCE_REASON) :] for r in reasons if r.startswith(FENCE_REASON)), None)
 
 
 class IsolationMode(enum.Enum):
@@ -180,14 +166,15 @@ class FenceModel:
         return self.fenced and self.rule is CapRule.LIVE
 
     def promise_mib(self, reservation_mib: int, margin_mib: int, total_mib: int) -> int:
-        """A try's promise on a GPU: its reservation plus ``margin_mib``, within the GPU."""
-        return promise_mib(reservation_mib, margin_mib, total_mib)
+        """A try's (or a co-tenant's) promise on a GPU: its reservation plus this model's margin
+        (:meth:`margin_mib` of ``margin_mib``, ``[carma] isolation_margin_mib``), within the GPU."""
+        return promise_mib(reservation_mib, self.margin_mib(margin_mib), total_mib)
 
     def margin_mib(self, margin_mib: int) -> int:
-        """The margin a promise needs under this model: ``margin_mib`` for a cap fixed at the
+        """The margin a promise carries under this model: ``margin_mib`` for a cap fixed at the
         start, none under a live cap (it lets a try use whatever nobody else is promised, and
         co-tenants counted with margins stop growers for memory nobody uses: measured in
-        bench/fencing.py, docs/isolation.md; the simulator uses it)."""
+        bench/fencing.py, docs/isolation.md)."""
         return 0 if self.live else max(0, margin_mib)
 
     def start_cap_mib(
@@ -233,12 +220,104 @@ class FenceModel:
         return min(total_mib, max(promise_mib, protective_cap_mib(total_mib, reserve_mib, co_tenants)))
 
     def describe(self) -> str:
-        """In words, for logs and results: ``framework, cap live (re-set 2 s after a co-tenant changes)``."""
+        """How the mechanism under its rule holds a try, in words (logs, ``carma why``, results)."""
+        mode = self.mode.value
         if not self.fenced:
             return "none (unfenced)"
         if self.live:
-            return f"{self.mode.value}, cap live (re-set {self.reset_s:g} s after a co-tenant changes)"
-        return f"{self.mode.value}, cap {self.rule.value} (set once at the try's start)"
+            return f"{mode}, cap re-set as co-tenants come and go (within about {self.reset_s:g} s of a change)"
+        if self.rule is CapRule.PROTECTIVE:
+            return f"{mode}, cap fixed at the try's start (the GPU less its co-tenants then)"
+        return f"{mode}, cap fixed at the try's start (its promise: reservation + margin)"
+
+
+# the cap rule of ``[carma] isolation_cap`` by default (carma_airflow/settings.py; measured per
+# mechanism in bench/fencing.py, docs/isolation.md): live where the cap can be re-set, played as
+# the promise where it cannot (MPS)
+DEFAULT_CAP_RULE = CapRule.LIVE
+MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # NVIDIA's documented default
+_DRIVER_FALLBACK = "a try NVML refuses runs with framework caps, its log says so"
+
+
+def default_rule(mode: IsolationMode) -> CapRule:
+    """:data:`DEFAULT_CAP_RULE` as ``mode`` plays it (``live`` under MPS is ``promise``)."""
+    return FenceModel.of(mode, DEFAULT_CAP_RULE).rule
+
+
+@dataclass(frozen=True, slots=True)
+class HostIsolation:
+    """What a host offers to fence its tries (taskrun/isolation.host_isolation detects it)."""
+
+    backend: str  # nvml | simulated
+    mps_daemon: bool = False
+    driver_limits: bool = False
+    driver_why: str = "not checked"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The mechanism in force, the cap rule it is played with, and why it was chosen."""
+
+    mode: IsolationMode
+    why: str
+    rule: CapRule = CapRule.PROMISE
+    simulated: bool = False  # simulated GPUs: the ledger plays the mechanism
+
+    @property
+    def model(self) -> FenceModel:
+        """How the mechanism holds a try under the rule."""
+        return FenceModel.of(self.mode, self.rule)
+
+    @property
+    def live(self) -> bool:
+        """The cap follows the co-tenants while the try runs (else it stays where its start set it)."""
+        return self.model.live
+
+    def describe(self) -> str:
+        return f"isolation: {self.model.describe()}: {self.why}"
+
+
+def resolve(requested: IsolationMode, host: HostIsolation, rule: CapRule = CapRule.PROMISE) -> Resolved:
+    """The mechanism in force for ``requested`` on ``host`` under ``rule`` ([carma] isolation_cap);
+    ConfigError for a mechanism the host lacks."""
+    if requested is IsolationMode.NONE:
+        return Resolved(IsolationMode.NONE, "isolation = none: a try that grows can crash its co-tenants")
+    if host.backend == "simulated":
+        if requested is IsolationMode.AUTO:
+            why = "auto: simulated GPUs, a host without an MPS daemon or driver limits; the ledger plays framework caps"
+            return Resolved(IsolationMode.FRAMEWORK, why, rule, simulated=True)
+        plays = {
+            IsolationMode.FRAMEWORK: "framework caps (PyTorch's fraction, re-read from its cap file if live)",
+            IsolationMode.MPS: "MPS's pinned memory limit, read once at the client's start",
+            IsolationMode.DRIVER: "the cgroup's NVML hard limit, kept in the ledger (no cgroup here)",
+        }[requested]
+        return Resolved(requested, f"simulated GPUs: the ledger plays {plays}", rule, simulated=True)
+    if requested is IsolationMode.DRIVER:
+        if not host.driver_limits:
+            raise ConfigError(
+                f"[carma] isolation = driver: {host.driver_why}; use isolation = mps (with an MPS control daemon) "
+                "or framework"
+            )
+        why = f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}"
+        return Resolved(IsolationMode.DRIVER, why, rule)
+    if requested is IsolationMode.AUTO and host.driver_limits:
+        why = f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}"
+        return Resolved(IsolationMode.DRIVER, why, rule)
+    if requested is IsolationMode.MPS:
+        if not host.mps_daemon:
+            raise ConfigError(
+                "[carma] isolation = mps but no MPS control daemon serves this host's GPUs (no control pipe in "
+                f"${MPS_PIPE_ENV} or {MPS_DEFAULT_PIPE_DIR}): start `nvidia-cuda-mps-control -d` as the user the "
+                "tasks run as, or use isolation = framework"
+            )
+        return Resolved(IsolationMode.MPS, "an MPS control daemon serves the GPUs", rule)
+    if requested is IsolationMode.AUTO and host.mps_daemon:
+        return Resolved(IsolationMode.MPS, "auto: an MPS control daemon serves the GPUs", rule)
+    why = "PyTorch / TensorFlow / JAX allocator limits set in the try"
+    if requested is IsolationMode.AUTO:
+        why = f"auto: no MPS daemon, no driver limits ({host.driver_why}); {why}"
+    return Resolved(IsolationMode.FRAMEWORK, why, rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,36 +376,25 @@ def protective_cap_mib(total_mib: int, reserve_mib: int, others: Iterable[tuple[
     return max(0, total_mib - max(0, reserve_mib) - taken)
 
 
-def start_cap_mib(
-    rule: CapRule,
-    *,
-    promise: int,
-    total_mib: int,
-    reserve_mib: int,
-    co_tenant_promises: Iterable[int] = (),
-    exclusive: bool = False,
-) -> int:
-    """The cap set once when a try starts: its whole GPU when it has the GPU to itself
-    (``exclusive``: nobody will be placed beside it), else by ``rule``; never below its own
-    promise (a cap below what the placer promised would be a bug, not a fence)."""
-    if exclusive:
-        return total_mib
-    if rule in (CapRule.PROTECTIVE, CapRule.LIVE):
-        return max(promise, protective_cap_mib(total_mib, reserve_mib, ((p, 0) for p in co_tenant_promises)))
-    return promise
-
-
 __all__ = [
+    "DEFAULT_CAP_RULE",
+    "FENCE_REASON",
+    "MPS_DEFAULT_PIPE_DIR",
+    "MPS_PIPE_ENV",
     "PAST_CAP",
     "RESETTABLE",
     "RESET_S",
     "CapRule",
     "Fence",
     "FenceModel",
+    "HostIsolation",
     "IsolationMode",
+    "Resolved",
     "Tenant",
     "counted_mib",
+    "default_rule",
+    "fence_line",
     "promise_mib",
     "protective_cap_mib",
-    "start_cap_mib",
+    "resolve",
 ]

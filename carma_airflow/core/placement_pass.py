@@ -5,13 +5,14 @@ pass places (candidates stay sorted by the policy's keys, so a decision usually 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Hashable
 from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import copy_facts, model_matches, needs_idle, never_fits
-from carma_airflow.core.gpu import GpuHealth
+from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.completion_time import Choice, CompletionTime
+from carma_airflow.core.policies.completion_time import Choice
 from carma_airflow.core.pools import Entry, Pools
 from carma_airflow.core.reasons import (
     count_reasons,
@@ -34,11 +35,12 @@ WAITS = Decision("", Outcome.NOT_NOW, summary="waiting", policy="")
 WAITS_BY_CHOICE = Decision("", Outcome.NOT_NOW, summary="waiting (by choice)", policy="")
 
 
-class PlacementPass(Pools):
+class PlacementPass(DrainPass):
     """One pass's pools: a copy of ``base`` (the view's pools, which stay as they are), updated in
-    place as the pass places."""
+    place as the pass places.  ``kept``: a pricing policy's waits kept from pass to pass (the
+    placer's; :mod:`carma_airflow.core.placement_drains`)."""
 
-    def __init__(self, base: Pools) -> None:
+    def __init__(self, base: Pools, kept: KeptWaits | None = None) -> None:
         self.base = base
         self.pol = base.pol
         self.settings = base.settings
@@ -54,12 +56,14 @@ class PlacementPass(Pools):
         self._static_tuple = base.static_rejections()
         self._static_counts = base._static_counts  # shared: never changed, only replaced
         # a policy that prices its options (completion-time): drain times by request shape, this pass
-        self.chooser = self.pol if isinstance(self.pol, CompletionTime) else None
-        self._drains: dict[tuple[object, ...], tuple[float, GpuFacts | None]] = {}
+        self.chooser = self.pol.pricer()
+        self.kept = kept if self.chooser is not None else None
+        self._drains = {}
         self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
-        self._order: list[tuple[float, int, GpuFacts]] | None = None  # GPUs with tenants, by drain bound
-        self._order_of: dict[str, tuple[float, int, GpuFacts]] = {}
+        self._order = None  # GPUs with tenants, by drain bound
+        self._order_of = {}
         self._applied: set[str] = set()  # GPUs this pass placed on
+        self.by_choice: Decision | None = None  # the last decision that waited by choice (explained)
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -68,10 +72,13 @@ class PlacementPass(Pools):
         return sorted(pool, key=lambda e: (keyf(e[2], request), e[1]))
 
     # decisions ---------------------------------------------------------------------------
-    def decide(self, request: TaskRequest, reserved: frozenset[str], explain: bool = True) -> Decision:
+    def decide(
+        self, request: TaskRequest, reserved: frozenset[str], explain: bool = True, shape: Hashable | None = None
+    ) -> Decision:
         """``explain``: False for a pass that only needs what it places, a waiting request then
         gets the shared :data:`WAITS` decision without reasons (and without the scans that
-        only gather reasons)."""
+        only gather reasons).  ``shape``: the request's shape (the placer's), for a pricing
+        policy's kept waits (only where ``explain`` is False)."""
         pol = self.pol
         never = never_fits(pol, self.settings, request, self.facts, self.never_cache)
         if never is not None:
@@ -169,11 +176,16 @@ class PlacementPass(Pools):
                         break
         if chooser is not None and chosen is None and (feasible or avoided):
             priced = feasible or avoided
+            kept = None if explain or shape is None or self.kept is None else (shape, reserved)
+            if kept is not None and self._kept_wait_holds(kept, request, reserved, priced):
+                return WAITS_BY_CHOICE
             choice = chooser.choose(request, priced, lambda: self._drain(request, reserved), n)
             if choice.best is None:
                 choice = None
             elif choice.best.waits:
                 if choice.best.drained is not None:  # the next waiting try waits for the next GPU
+                    if kept is not None:
+                        self._keep_wait(kept, request, reserved, priced, choice)
                     self._claim(choice.best.drained)
                 if not explain:
                     return WAITS_BY_CHOICE
@@ -222,92 +234,6 @@ class PlacementPass(Pools):
             extra = self.pol.describe(f, request)
         return text if extra is None else f"{text}; {extra}"
 
-    def _drain(self, request: TaskRequest, reserved: frozenset[str]) -> tuple[float, GpuFacts | None]:
-        """The chooser's drain time for a request of this shape (kept until the pass places): the
-        GPUs with tenants in the order of their lower bound (the longest work left), played
-        forward only while the bound beats the soonest drain found."""
-        chooser = self.chooser
-        assert chooser is not None
-        need = request.memory.mib + self.settings.reserve_mib
-        key = (request.gpu_model, request.gpus, need, reserved)
-        got = self._drains.get(key)
-        if got is not None:
-            return got
-        wanted = request.gpu_model
-        claimed = self._claimed
-
-        def usable(f: GpuFacts) -> bool:
-            return (
-                f.state.spec.memory_mib >= need
-                and (wanted is None or model_matches(f.state.spec.name, wanted))
-                and not (reserved and f.uuid in reserved)
-                and f.uuid not in claimed
-            )
-
-        n = request.gpus
-        best, where = float("inf"), None
-        per_host: dict[str, list[tuple[float, int, GpuFacts]]] = {}
-        now = chooser.now
-        for at, place, f in self._drain_order():
-            if at - now >= best:  # every GPU after this one drains later still
-                break
-            if not usable(f):
-                continue
-            drain = chooser.drained(f)
-            if n == 1:
-                if drain < best:
-                    best, where = drain, f
-                continue
-            group = per_host.setdefault(f.state.host, [])
-            bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
-            if len(group) >= n and group[n - 1][0] < best:
-                best, where = group[n - 1][0], group[n - 1][2]
-        got = self._drains[key] = (best, where)
-        return got
-
-    def _drain_order(self) -> list[tuple[float, int, GpuFacts]]:
-        """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
-        kept in the view's pools from pass to pass (only the GPUs whose facts changed are placed
-        again), copied for this pass and kept up to date as it places."""
-        if self._order is None:
-            chooser = self.chooser
-            assert chooser is not None
-            base = self.base
-            version = chooser.forecast_version()
-            if base.drains is None or base.drain_version != version:
-                base.drain_of = {}
-                for f in base.facts:
-                    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-                        base.drain_of[f.uuid] = (chooser.now + chooser.bound(f), base.ordinal[f.uuid], f)
-                base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
-                base.drain_version, base.drain_stale = version, set()
-            elif base.drain_stale:
-                for uuid in base.drain_stale:
-                    _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
-                base.drain_stale = set()
-            self._order, self._order_of = list(base.drains), dict(base.drain_of)
-            for uuid in self._applied:
-                self._reorder(self.by_uuid[uuid])
-            for uuid in self._claimed:
-                self._claim(self.by_uuid[uuid])
-        return self._order
-
-    def _claim(self, f: GpuFacts) -> None:
-        """A waiting try counts on this GPU draining: later tries of the pass count on others."""
-        self._claimed.add(f.uuid)
-        self._drains = {}
-        entry = self._order_of.pop(f.uuid, None)
-        if entry is not None and self._order is not None:
-            i = bisect.bisect_left(self._order, (entry[0], entry[1]), key=itemgetter(0, 1))
-            if i < len(self._order) and self._order[i][2] is entry[2]:
-                del self._order[i]
-
-    def _reorder(self, f: GpuFacts) -> None:
-        """A GPU's facts changed (a placement): its place in this pass's drain order."""
-        if self._order is not None and f.uuid not in self._claimed:
-            assert self.chooser is not None
-            _place(self._order, self._order_of, f, self.ordinal, self.chooser)
-
     def _waits_by_choice(
         self,
         request: TaskRequest,
@@ -328,13 +254,14 @@ class PlacementPass(Pools):
         summary = waiting_by_choice(
             counts, len(self.facts), n=request.gpus, need=format_mib(filter_need), wait=choice.best_text()
         )
-        return Decision(
+        self.by_choice = Decision(
             request.key,
             Outcome.NOT_NOW,
             rejected=mine + self.static_rejections(),
             summary=summary,
             policy=self.pol.name,
         )
+        return self.by_choice
 
     def _verdicts(
         self,
@@ -369,26 +296,6 @@ class PlacementPass(Pools):
                 self._applied.add(uuid)
                 self._reorder(f)
         self.pol.rotate(chosen, len(self.facts))
-
-
-def _place(
-    order: list[tuple[float, int, GpuFacts]],
-    where: dict[str, tuple[float, int, GpuFacts]],
-    f: GpuFacts,
-    ordinal: dict[str, int],
-    chooser: CompletionTime,
-) -> None:
-    """Put a GPU's (new) facts in a drain order: out with its old entry, in by its drain bound
-    (GPUs without tenants and quarantined ones stay out)."""
-    old = where.pop(f.uuid, None)
-    if old is not None:
-        i = bisect.bisect_left(order, (old[0], old[1]), key=itemgetter(0, 1))
-        if i < len(order) and order[i][2] is old[2]:
-            del order[i]
-    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-        entry = (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
-        where[f.uuid] = entry
-        bisect.insort(order, entry, key=itemgetter(0, 1))
 
 
 __all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "WAITS_BY_CHOICE", "PlacementPass"]

@@ -9,15 +9,16 @@ updates its per-GPU facts as it places, so one pass can place many tasks consist
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
 from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState
+from carma_airflow.core.placement_drains import KeptWaits
 from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
 from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
@@ -69,6 +70,12 @@ class Placer:
         self._cache: PoolCache | None = None
         # the last starvation hold: (request shape, the facts it was chosen from, the GPUs)
         self._held: tuple[tuple[object, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
+        # per request (by id, the request kept alive) its shape and the shape less the task type and
+        # activity, as numbers (:meth:`_sigs`): a pass over 10,000 waiting looks each up once
+        self._sig_of: dict[int, tuple[TaskRequest, int, int]] = {}
+        self._sig_ids: dict[tuple[object, ...], int] = {}
+        self._next_sig = itertools.count()
+        self.kept = KeptWaits()  # a pricing policy's waits by choice, kept from pass to pass
 
     # -- facts -------------------------------------------------------------------------
     def facts(self, view: ClusterView, until: list[float] | None = None) -> list[GpuFacts]:
@@ -101,9 +108,8 @@ class Placer:
         return needs_idle(self.policy, request)
 
     def _pass(self, view: ClusterView, waiting: int = 0) -> PlacementPass:
-        if isinstance(self.policy, CompletionTime):  # tenants' work left moves with the clock
-            self.policy.begin_pass(view.now, waiting, len(view.gpus))
-        return PlacementPass(self._pools(view))
+        self.policy.begin_pass(view.now, waiting, len(view.gpus))  # a pricer's tenants' work left moves with the clock
+        return PlacementPass(self._pools(view), self.kept)
 
     # -- one request -------------------------------------------------------------------
     def decide(self, request: TaskRequest, view: ClusterView) -> Decision:
@@ -147,10 +153,14 @@ class Placer:
         # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
         # reason text names the memory it lacks, so a larger request gets its own decision.
         # A policy that refuses GPUs per request decides by the request's activity too.
-        memo: dict[tuple[object, ...], Decision] = {}
+        # A pricing policy's shapes carry the task type and activity: a try that waits though no
+        # GPU set could take it (not by choice) makes every try of its shape less those two wait.
+        memo: dict[int, Decision] = {}
         monotone = self.policy.checks_memory
-        shape = self.shape
+        prices = self.policy.prices_options
+        known, sigs = self._sig_of, self._sigs
         blocked: Decision | None = None
+        sig = base = -1
         for req in requests:
             key = req.key
             if key == skip:
@@ -159,10 +169,12 @@ class Placer:
             if blocked is not None:
                 by_key[key] = blocked
                 continue
-            sig: tuple[object, ...] = ()
             if monotone:
-                sig = shape(req)
+                got = known.get(id(req))
+                _, sig, base = got if got is not None and got[0] is req else sigs(req)
                 hit = memo.get(sig)
+                if hit is None and prices:
+                    hit = memo.get(base)
                 if hit is not None:
                     by_key[key] = hit
                     continue
@@ -175,6 +187,8 @@ class Placer:
             if d.outcome is Outcome.NOT_NOW:
                 if monotone:
                     memo[sig] = d
+                    if prices and d is not state.by_choice:
+                        memo[base] = d
                 if blocking:
                     blocked = Decision(
                         key,
@@ -184,11 +198,30 @@ class Placer:
                     )
         return PassResult(tuple(order), by_key, tuple(placed), reserved_for)
 
+    def _sigs(self, request: TaskRequest) -> tuple[TaskRequest, int, int]:
+        """The request's :meth:`shape` and that shape less its last two fields (task type and
+        activity), each as a number unique to its value (kept per request object, ``_sig_of``)."""
+        got = self._sig_of.get(id(request))
+        if got is not None and got[0] is request:
+            return got
+        shape = self.shape(request)
+        ids = self._sig_ids
+        sig = ids.get(shape)
+        if sig is None:
+            sig = ids[shape] = next(self._next_sig)
+        base = ids.get(shape[:-2])
+        if base is None:
+            base = ids[shape[:-2]] = next(self._next_sig)
+        if len(self._sig_of) > 100_000:  # ids are never reused, so forgetting is safe
+            self._sig_of, self._sig_ids = {}, {}
+        got = self._sig_of[id(request)] = (request, sig, base)
+        return got
+
     def shape(self, request: TaskRequest) -> tuple[object, ...]:
         """What a decision of a memory-checking policy depends on besides the GPUs: in one pass,
         a request of the same shape as one that had to wait waits too, for the same reason."""
         mem = request.memory
-        prices = isinstance(self.policy, CompletionTime)  # decides by each try's predicted work
+        prices = self.policy.prices_options  # decides by each try's predicted work
         return (
             request.gpus,
             request.exclusive or mem.whole_gpu,
@@ -251,7 +284,7 @@ class Placer:
         # a pricing policy's shapes carry the activity and the task type; a try that waits because
         # no GPU set can take it (not by choice: the filters know neither) makes every try of its
         # shape wait, whatever its type and activity: the shape less those two
-        prices = isinstance(self.policy, CompletionTime)
+        prices = self.policy.prices_options
         base = [s[:-2] for s in shapes] if prices else shapes
         while heads:
             _, g, i = heads[0]
@@ -262,7 +295,7 @@ class Placer:
                 continue
             req = group[i]
             if req.key != skip:
-                d = state.decide(req, reserved, explain=False)
+                d = state.decide(req, reserved, explain=False, shape=sig)
                 if d.placed:
                     state.apply(req, d)
                     placed.append(d)

@@ -38,6 +38,7 @@ from carma_airflow.executor.callbacks import CallbackRunner
 from carma_airflow.executor.flow import TryFlow
 from carma_airflow.executor.launch import KILL_GRACE_S, Launcher, LauncherProcess
 from carma_airflow.executor.parts import Parts
+from carma_airflow.executor.restart import declined_keeping_retries
 from carma_airflow.executor.running import Running
 from carma_airflow.executor.runtime import NotStartedError, Runtime, start_runtime, state_dir_of
 from carma_airflow.executor.standby import Standby
@@ -162,7 +163,7 @@ class CarmaExecutor(BaseExecutor):
             parts,
             token_for=self._token_for,
             report=self._report,
-            report_failure=self._report_failure,
+            report_failure=self.fail,
             tell=self._tell,
             room=lambda: self.parallelism - len(self.running),
         )
@@ -171,8 +172,12 @@ class CarmaExecutor(BaseExecutor):
         """The tries held on standby, to the flow in hand-over order; one that fails stays held
         (tried again at the next heartbeat), the rest go on."""
         for key, exc in self.standby.take_held(self._take):
-            _log.error("CarmaExecutor: task %s not taken (%s); held, tried again at the next heartbeat", key, exc)
-            metrics.executor_error("hand-over")
+            self._not_taken(key, exc)
+
+    def _not_taken(self, key: Any, exc: Exception) -> None:
+        """A hand-over that raised: logged and counted; the try stays held, tried again at the next heartbeat."""
+        _log.error("CarmaExecutor: task %s not taken; held, tried again at the next heartbeat", key, exc_info=exc)
+        metrics.executor_error("hand-over")
 
     def end(self) -> None:
         """Return within seconds: tries that run go on in their own sessions (a later executor
@@ -214,9 +219,6 @@ class CarmaExecutor(BaseExecutor):
     def _report(self, key: Any, ok: bool) -> None:
         """A try's process ended (the task reported its own state to the Execution API)."""
         self.change_state(key, TaskInstanceState.SUCCESS if ok else TaskInstanceState.FAILED)
-
-    def _report_failure(self, key: Any, why: str) -> None:
-        self.fail(key, info=why)
 
     def _report_callback(self, key: Any, ok: bool) -> None:
         self.change_state(key, CallbackState.SUCCESS if ok else CallbackState.FAILED)
@@ -283,11 +285,8 @@ class CarmaExecutor(BaseExecutor):
             self.queued_tasks.pop(workload.key, None)
             try:
                 self._take(workload.key, workload)
-            except Exception:  # never the scheduler's loop; never lost: held, tried again at the next heartbeat
-                _log.exception(
-                    "CarmaExecutor: task %s not taken; held, tried again at the next heartbeat", workload.key
-                )
-                metrics.executor_error("hand-over")
+            except Exception as exc:  # never the scheduler's loop; never lost: held, tried again
+                self._not_taken(workload.key, exc)
                 self.standby.hold(workload.key, workload)
 
     def _take(self, key: Any, workload: Any) -> None:
@@ -319,9 +318,9 @@ class CarmaExecutor(BaseExecutor):
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         """Take over tries of a dead scheduler whose processes still run here; the rest are reset."""
-        if self.flow is None:
-            return list(tis)
-        return [ti for ti in tis if not self.flow.adopt(ti)]
+        if self.flow is not None and tis:  # the executors as they stand now, read once for all of them
+            self.flow.peers.refresh()  # (restart.adopt_from_store): one may have stopped since the last beat
+        return declined_keeping_retries(tis, None if self.flow is None else self.flow.adopt)
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """The scheduler found ``ti`` queued past ``[scheduler] task_queued_timeout``: take it

@@ -25,7 +25,7 @@ from carma_airflow.executor import metrics
 from carma_airflow.executor.bookkeeping import placement_record
 from carma_airflow.executor.ending import close_checkpoint, conclude, count_end, end_writes
 from carma_airflow.executor.faults import FaultWatch
-from carma_airflow.executor.intake import first_request, recovered
+from carma_airflow.executor.intake import first_request, recovered, refused_write
 from carma_airflow.executor.launch import Ended, LauncherError, confirm
 from carma_airflow.executor.learned import Learned, use_durations, use_model
 from carma_airflow.executor.learning import remember_end, tell_while_running
@@ -186,6 +186,7 @@ class TryFlow:
             # this message in its log; the rest of the DAG is untouched.
             log.error("Task %s has an invalid executor_config: %s", attempt.key, exc)
             message = " ".join(str(exc).split())[:4000]
+            self.write(refused_write(ti, message, self.settings.host, time.time()))  # for `carma why`
             self._start_refused(attempt, {"CUDA_VISIBLE_DEVICES": "", "CARMA_CONFIG_ERROR": message}, message)
             return
         try:
@@ -240,9 +241,8 @@ class TryFlow:
         uuids = set(self.sight.host_of) | {u for r in self.cycle.reservations for u in r.gpu_uuids}
         return {u: list(self.cycle.reservations.tenants_on(u, now)) for u in uuids}
 
-    def schedule(self, samples: Samples | None = None) -> None:
-        """One placement pass over the waiting tries, on ``samples`` (the heartbeat's; default:
-        the monitor's latest)."""
+    def schedule(self, samples: Samples) -> None:
+        """One placement pass over the waiting tries, on ``samples`` (the heartbeat's)."""
         if not self.waiting:
             return
         now = time.time()
@@ -252,7 +252,7 @@ class TryFlow:
         if self.writer.full:
             return  # the store writer is at its bound (writer.py): no new placements until it drains
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
-        gpus = self._gpus(now, self.monitor.latest() if samples is None else samples)
+        gpus = self._gpus(now, samples)
         result = self.peers.run_pass(self.cycle, now, gpus, why)  # peers' reservations counted
         placed = result.placed
         if budget is not None and len(placed) > budget:
@@ -327,6 +327,7 @@ class TryFlow:
         metrics.wait_seconds(now - attempt.request.submitted_at if attempt.request else 0.0)
         reasons = [str(v) for v in decision.chosen + decision.rejected[:8]]
         reasons += self.starter.checkpoints.resume_reasons(attempt.rkey)  # what it resumes from (checkpoint.py)
+        reasons += self.starter.fence_reasons(attempt.rkey)  # the fence it started under, per GPU
         summary, host = decision.summary, launch.host
         self._record(attempt, outcome=TryOutcome.RUNNING, summary=summary, started_at=now, reasons=reasons, host=host)
 

@@ -1,6 +1,7 @@
 """What a try asks of the placer: its TaskRequest, from its executor_config, what was learned
 of the task, and (after CUDA OOM tries of the same run) the recovery planner.  No I/O, but for
-the tries of a task instance another scheduler ran (``Learned.tries_for``)."""
+the tries of a task instance another scheduler ran (``Learned.tries_for``); the record of a try
+refused before it was planned."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from typing import Any
 from carma_airflow.core.estimators import MemoryEstimator, TaskMemoryInfo
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryPlan
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.executor.ending import utc
 from carma_airflow.executor.learned import Family, Learned
+from carma_airflow.executor.writes import UpsertPlacement
 from carma_airflow.keys import request_key
+from carma_airflow.store.records import PlacementRecord, TryOutcome
 from carma_airflow.task_config import GpuTaskConfig
 
 
@@ -100,4 +104,27 @@ def recovered(
     return request, len(ooms), False
 
 
-__all__ = ["family_of", "first_request", "label_of", "recovered"]
+def refused_write(ti: Any, message: str, host: str, now: float) -> UpsertPlacement:
+    """The record of a try refused before it was planned (its ``executor_config`` is invalid): a
+    failed try with the reason and no GPU, so that ``carma why`` and the GPU page find it."""
+    at = utc(now)
+    return UpsertPlacement(
+        PlacementRecord(
+            key=request_key(ti.key),
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            try_number=ti.try_number,
+            map_index=ti.map_index,
+            label=label_of(ti),
+            decided_at=at,
+            ended_at=at,
+            outcome=TryOutcome.FAILED,
+            host=host,
+            summary=f"refused, never placed: {message}",
+            ti_id=str(ti.id) if getattr(ti, "id", None) else None,
+        )
+    )
+
+
+__all__ = ["family_of", "first_request", "label_of", "recovered", "refused_write"]

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("carma_airflow.executor")
 
 
-def count_gone_placements(peers: Peers, now: float) -> bool:
+def count_gone_placements(peers: Peers) -> bool:
     """Exclusive mode, after the executor that placed is gone: its tries that still run (it
     published nothing) count as tenants until they are adopted or end; read while any does.
     False if the store could not be read."""
@@ -36,7 +36,7 @@ def count_gone_placements(peers: Peers, now: float) -> bool:
         if r.outcome is TryOutcome.RUNNING
         and r.owner not in (None, peers.me)
         and r.gpu_uuids
-        and peers.owner_gone(r.owner, now, r.decided_at.timestamp())
+        and peers.owner_gone(r.owner, r.decided_at.timestamp())
         and (r.host not in (peers.host, None) or r.pid is None or pid_exists(r.pid))
     ]
     ledger = peers.ledger
@@ -52,7 +52,7 @@ def reap(peers: Peers, now: float) -> None:
         others = [r for r in store.shared_reservations() if r.owner != peers.me]
         over = []
         for res in others:
-            if not peers.owner_gone(res.owner, now, res.since):
+            if not peers.owner_gone(res.owner, res.since):
                 continue
             rec = store.placement(res.key)
             if rec is None or rec.outcome.finished:

@@ -144,13 +144,13 @@ class Peers:
                 self._reconcile_due = False
             return due
 
-    def refresh(self, max_age_s: float = 0.0) -> PeerView:
-        """The view read again from the store now, unless it is younger than ``max_age_s`` (for a
-        decision that may do I/O, such as adopting a try Airflow hands over); the last view if the
-        store is unreachable (or this executor is not registered yet)."""
+    def refresh(self) -> PeerView:
+        """The view read again from the store now (for a decision that may do I/O, such as adopting
+        the tries Airflow hands over); the last view if the store is unreachable (or this executor is
+        not registered yet)."""
         view = self._view
         now = time.time()
-        if not self._registered or (view.known and now - view.at < max_age_s):
+        if not self._registered:
             return view
         try:
             rows = self.store.executors()
@@ -255,13 +255,13 @@ class Peers:
             return
         log.info("Forgot CarmaExecutors gone for over %.0f s: %s", FORGET_AFTER_S, ", ".join(ids))
 
-    def owner_state(self, owner: str | None, now: float, written_at: float | None = None) -> OwnerState:
+    def owner_state(self, owner: str | None, written_at: float | None = None) -> OwnerState:
         """What the view says of ``owner`` (see :meth:`PeerView.owner_state`)."""
         return self._view.owner_state(owner, self.me, written_at)
 
-    def owner_gone(self, owner: str | None, now: float, written_at: float | None = None) -> bool:
+    def owner_gone(self, owner: str | None, written_at: float | None = None) -> bool:
         """Whether the view says executor ``owner`` is gone; unknown is not gone (see :meth:`owner_state`)."""
-        return self.owner_state(owner, now, written_at) is OwnerState.GONE
+        return self.owner_state(owner, written_at) is OwnerState.GONE
 
     def alive(self, rec: ExecutorRecord, now: float) -> bool:
         """Beat within the timeout, not stopped, and (on this host) its process still exists:
@@ -284,7 +284,7 @@ class Peers:
         if self.exclusive:
             if view.refusal is not None:
                 return _all_wait(cycle, now, gpus, view.refusal)
-            if (self._takeover or self.ledger.foreign) and count_gone_placements(self, now):
+            if (self._takeover or self.ledger.foreign) and count_gone_placements(self):
                 with self._lock:
                     self._takeover = False
             return cycle.run(now, gpus, waiting_decisions=why)

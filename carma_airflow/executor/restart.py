@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,7 +115,7 @@ def reconcile(flow: TryFlow) -> None:
         return
     claimed, closed = [], []
     for rec in left:
-        if not peers.owner_gone(rec.owner, now, rec.decided_at.timestamp()):
+        if not peers.owner_gone(rec.owner, rec.decided_at.timestamp()):
             continue  # a live peer placed it (or its owner is not known yet): its own
         handle = None
         if rec.outcome == TryOutcome.RUNNING:
@@ -136,7 +137,8 @@ def reconcile(flow: TryFlow) -> None:
 
 def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     """A try Airflow hands over (its scheduler is gone) that this executor did not reconcile at
-    start: a peer that died later.  Read from the store now; None when its process is not here."""
+    start: a peer that died later.  Read from the store now, its owner judged from the peers' view
+    as ``try_adopt_task_instances`` refreshed it; None when its process is not here."""
     rkey = request_key(ti.key)
     peers = flow.peers
     try:
@@ -144,9 +146,8 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     except CarmaError as exc:
         log.warning("carma store unreachable: %s not adopted (%s)", ti.key, exc)
         return None
-    peers.refresh()  # the executors as they stand now: one may have stopped since the last beat
     now = time.time()
-    gone = rec is not None and peers.owner_gone(rec.owner, now, rec.decided_at.timestamp())
+    gone = rec is not None and peers.owner_gone(rec.owner, rec.decided_at.timestamp())
     if rec is not None and rec.outcome == TryOutcome.WAITING and gone:
         flow.write(closed_at_restart(rec, now))  # it waited in a dead executor: Airflow resets it
     if rec is None or rec.outcome != TryOutcome.RUNNING:
@@ -157,7 +158,7 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
             "Keep [carma] peer_timeout_seconds at most [scheduler] scheduler_health_check_threshold",
             ti.key,
             rec.owner,
-            peers.owner_state(rec.owner, now, rec.decided_at.timestamp()).value,
+            peers.owner_state(rec.owner, rec.decided_at.timestamp()).value,
         )
         return None
     handle = reattach(rec, flow.settings.host, flow.starter.result_file(rec.ti_id or ""), flow.launcher)
@@ -175,11 +176,37 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
     return orphan
 
 
+def keep_retries_of_unrun(ti: Any) -> bool:
+    """A try Airflow resets rather than adopts, seen before the reset (``try_adopt_task_instances``
+    declined it): one still QUEUED never ran (its task had not reported that it runs, which moves it
+    to RUNNING), yet the reset gives the task instance its next try number, which counts against
+    ``max_tries``.  Raise ``max_tries`` by one, as Airflow itself does for a try that did not end by
+    the task's own doing (``clear``, a cleared try terminated: ``max_tries = try_number + retries``),
+    so a restart spends none of the task's retries, its OOM retries included.  The scheduler
+    commits the change with the reset, in its own transaction.  True when raised."""
+    if getattr(ti, "state", None) != "queued" or getattr(ti, "max_tries", None) is None:
+        return False
+    ti.max_tries = max(ti.max_tries, 0) + 1
+    log.info("%s never ran before the reset: max_tries raised to %d, so the reset spends no retry", ti, ti.max_tries)
+    return True
+
+
+def declined_keeping_retries(tis: Iterable[Any], adopt: Callable[[Any], bool] | None) -> list[Any]:
+    """``try_adopt_task_instances``: the tries not adopted (``adopt`` None: on standby, none is),
+    which Airflow resets; each that never ran keeps its retries (:func:`keep_retries_of_unrun`)."""
+    reset = [ti for ti in tis if adopt is None or not adopt(ti)]
+    for ti in reset:
+        keep_retries_of_unrun(ti)
+    return reset
+
+
 __all__ = [
     "StoredTi",
     "adopt_from_store",
     "closed_at_restart",
+    "declined_keeping_retries",
     "keep_orphan",
+    "keep_retries_of_unrun",
     "orphan_of",
     "reattach",
     "reconcile",

@@ -10,7 +10,6 @@ on standby (standby.py) leaks no thread, process or file descriptor.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.executor.flow import TryFlow
 from carma_airflow.executor.parts import Parts, build_parts
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.settings import CarmaSettings, default_state_dir
 
 if TYPE_CHECKING:
     from carma_airflow.monitor.base import GpuSource
@@ -36,16 +35,14 @@ def state_dir_of(conf: Any) -> Path:
     """``[carma] state_dir`` as the start reads it (settings.py): what lives before the start (the
     callbacks' results) lives there too."""
     raw = conf.get("carma", "state_dir", fallback=None)
-    if raw:
-        return Path(str(raw))
-    return Path(os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")) / "carma"
+    return Path(str(raw or "").strip() or default_state_dir())
 
 
 class Runtime:
     """A started runtime; :meth:`close` stops what its start made, the last made first."""
 
-    def __init__(self, settings: CarmaSettings, parts: Parts, flow: TryFlow, closes: ExitStack, budget: list[float]):
-        self.settings, self.parts, self.flow = settings, parts, flow
+    def __init__(self, parts: Parts, flow: TryFlow, closes: ExitStack, budget: list[float]):
+        self.parts, self.flow = parts, flow
         self._closes = closes
         self._budget = budget  # the close timeout the parts' closes read (build_parts)
 
@@ -80,7 +77,7 @@ def start_runtime(
         flow = make_flow(parts)
         stack.callback(flow.peers.close)  # marked stopped: a later executor adopts its running tries at once
         flow.start()
-        return Runtime(settings, parts, flow, stack.pop_all(), budget)
+        return Runtime(parts, flow, stack.pop_all(), budget)
     raise AssertionError("unreachable")  # pragma: no cover  (mypy: an ExitStack may swallow)
 
 

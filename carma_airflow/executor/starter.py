@@ -15,7 +15,7 @@ from carma_airflow.core.cuda_context import cuda_context_mib
 from carma_airflow.core.decision import Decision
 from carma_airflow.core.errors import ConfigError, UnknownGpuSpecError
 from carma_airflow.core.estimators import outgrew_declaration
-from carma_airflow.core.fencing import CapRule, Fence, FenceModel, IsolationMode, Tenant
+from carma_airflow.core.fencing import FENCE_REASON, CapRule, Fence, FenceModel, IsolationMode, Tenant
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import author_retry_left
 from carma_airflow.dagparse.cluster_policy import author_retries_of
@@ -106,6 +106,7 @@ class TryStarter:
         self.nvml: MemoryLimitOwner | None = None
         self.checkpoints = CheckpointFolders(settings.checkpoint_root, keep=settings.checkpoint_keep)
         self._driven: dict[str, Followed] = {}
+        self._said: dict[str, str] = {}  # request key -> the fence its start was set to, in words
         self.log_isolation()
 
     def log_isolation(self) -> None:
@@ -134,7 +135,7 @@ class TryStarter:
         rule = resolved.model.rule
         others: list[list[int]] = [[] for _ in decision.gpu_uuids]
         if rule is not CapRule.PROMISE and self.co_tenants is not None:
-            others = [self._promises_beside(u, attempt.rkey) for u in decision.gpu_uuids]
+            others = [self._promises_beside(u, attempt.rkey, resolved.model) for u in decision.gpu_uuids]
         elif rule is not CapRule.PROMISE:  # nobody told us the co-tenants: the safe cap
             rule = CapRule.PROMISE
         return fence_for(
@@ -163,9 +164,13 @@ class TryStarter:
         specs = [v.spec for v in decision.chosen] or [""] * len(decision.gpu_uuids)
         return [cuda_context_mib(spec, simulated=simulated) for spec in specs]
 
-    def _promises_beside(self, uuid: str, key: str) -> list[int]:
+    def _promises_beside(self, uuid: str, key: str, model: FenceModel) -> list[int]:
+        """The promises of the co-tenants of ``key`` on ``uuid``: each reservation plus the margin
+        ``model`` gives a promise (core.fencing.FenceModel.margin_mib: none under a live cap), the
+        rule the simulator plays too."""
         assert self.co_tenants is not None
-        return [r + self.settings.isolation_margin_mib for r in self.co_tenants(uuid, key)]
+        margin = model.margin_mib(self.settings.isolation_margin_mib)
+        return [r + margin for r in self.co_tenants(uuid, key)]
 
     def _caps_now(self, key: str, followed: Followed) -> tuple[int, ...]:
         """A live try's cap on each GPU now, as the GPU counts it: the GPU less the reserve and every
@@ -179,7 +184,7 @@ class TryStarter:
                 promise_mib=promise,
                 total_mib=total,
                 reserve_mib=self.settings.reserve_mib,
-                co_tenants=[Tenant(p) for p in self._promises_beside(uuid, key)],
+                co_tenants=[Tenant(p) for p in self._promises_beside(uuid, key, model)],
             )
             caps.append(total if held is None else held)
         return tuple(caps)
@@ -305,8 +310,18 @@ class TryStarter:
         env.update(kill_env(attempt.ti, attempt.prior_ooms))
         said = fence_from_env(env, len(decision.gpu_uuids))
         if said is not None:
-            log.info("Task %s memory: %s", attempt.key, describe_try_fence(said, env))
+            words = describe_try_fence(said, env)
+            self._said[attempt.rkey] = words
+            if len(self._said) > 256:  # tries placed that never started: their lines go, oldest first
+                del self._said[next(iter(self._said))]
+            log.info("Task %s memory: %s", attempt.key, words)
         return check_task_env(env)
+
+    def fence_reasons(self, key: str) -> list[str]:
+        """The placement reason that records the fence try ``key`` started under, per GPU
+        (core.fencing.FENCE_REASON: ``carma why`` and the UI show it); asked once, when it starts."""
+        words = self._said.pop(key, None)
+        return [] if words is None else [f"{FENCE_REASON}{words}"]
 
     def _rule_of(self, attempt: Try, fence: Fence) -> str:
         """The rule the try's cap was set by, for its log: exclusive (its whole GPU), live, or the

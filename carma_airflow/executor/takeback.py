@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from carma_airflow.executor.intake import family_of
 from carma_airflow.executor.launch import Ended
 from carma_airflow.executor.tries import Try, TryBook, TryState
 
@@ -71,10 +70,8 @@ class TakeBack:
         """A newer try of the same task instance was handed over while an older one still runs:
         Airflow has given up on the older (a heartbeat timeout, a clear); it must not keep the
         GPUs the newer one needs."""
-        family = family_of(newer.ti)
-        running = (*self.tries.in_state(TryState.RUNNING).values(), *self.tries.in_state(TryState.ORPHAN).values())
-        for older in running:
-            if family_of(older.ti) == family and older.ti.try_number < newer.ti.try_number:
+        for older in self.tries.earlier(newer):
+            if older.state is not TryState.STOPPING:
                 log.warning("Try %s superseded by try %d: stopping it", older.rkey, newer.ti.try_number)
                 self.stop(older)
 

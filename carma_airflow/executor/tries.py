@@ -178,17 +178,18 @@ class TryBook:
         yield from list(self._by_key.values())
         yield from list(self._by_rkey.values())
 
+    def earlier(self, attempt: Try) -> list[Try]:
+        """The earlier tries of ``attempt``'s task instance (same run) whose processes still run
+        here: running, adopted or not, and being stopped, in that order."""
+        from carma_airflow.executor.intake import family_of  # intake -> ending -> tries: no circle at import
+
+        family, number = family_of(attempt.ti), attempt.ti.try_number
+        return [t for t in self.holding_gpus() if t.ti.try_number < number and family_of(t.ti) == family]
+
     def waits_for_earlier(self, attempt: Try) -> bool:
         """Whether an earlier try of ``attempt``'s task instance still runs here, or the same try the
         scheduler took back is still being stopped: ``attempt`` is planned once that one has ended."""
-        ti = attempt.ti
-        family, number = (ti.dag_id, ti.task_id, ti.run_id, ti.map_index), ti.try_number
-        running = (TryState.RUNNING, TryState.ORPHAN, TryState.STOPPING)
-        return attempt.rkey in self._by_state[TryState.STOPPING] or any(
-            (t.ti.dag_id, t.ti.task_id, t.ti.run_id, t.ti.map_index) == family and t.ti.try_number < number
-            for state in running
-            for t in self._by_state[state].values()
-        )
+        return attempt.rkey in self._by_state[TryState.STOPPING] or bool(self.earlier(attempt))
 
     def holding_gpus(self) -> Iterator[Try]:
         """Tries whose processes run on GPUs (adopted or not), and those being stopped."""

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.sharing import ActivityProfile
-from carma_airflow.monitor.ledger_oom import SimulatedCudaOOM, cap_of, cuda_oom, format_size
+from carma_airflow.monitor.ledger_oom import SimulatedCudaOOM, cuda_oom, format_size
 
 LEDGER_VERSION = 1
 PEAK_KEEP_S = 3600.0  # a peak stays readable this long after its process released or died
@@ -191,7 +191,6 @@ class Ledger:
         ordinal: int | None = None,
         promise_mib: int | None = None,
         cap_mib: int | None = None,
-        live_cap: bool = False,
         leaf: str | None = None,
         held_by: str = "",
     ) -> None:
@@ -204,8 +203,8 @@ class Ledger:
         mechanism is set to now; ``held_by`` says which, for the message): an allocation that
         would take it past ``cap_mib``, or past its ``leaf``'s hard limit on this GPU
         (:meth:`set_limits`, every process of the leaf together), fails in this process with a
-        CUDA OOM "past its cap" even where the GPU has room.  ``live_cap`` (the GPU kit's dry
-        run only) also refuses memory a fenced co-tenant was promised and does not hold yet.
+        CUDA OOM "past its cap" even where the GPU has room.  The ledger never re-reads the
+        co-tenants itself: a live cap is the one its mechanism re-set (a cap file, a leaf's limit).
         """
         if mib < 0:
             raise LedgerError(f"cannot allocate a negative amount ({mib} MiB) on {uuid}")
@@ -218,9 +217,7 @@ class Ledger:
             free = total - used
             mine = next((a for a in data["allocations"] if a["uuid"] == uuid and a["pid"] == pid), None)
             held = int(mine["mib"]) if mine is not None else 0
-            limit = (
-                cap_of(data["allocations"], uuid, pid, total, cap_mib, live_cap) if promise_mib is not None else None
-            )
+            limit = (total if cap_mib is None else int(cap_mib)) if promise_mib is not None else None
             if limit is not None and held + mib > limit:
                 if changed:
                     self._write(data)

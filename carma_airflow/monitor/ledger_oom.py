@@ -3,10 +3,9 @@ CUDA OOM, and the cap a fenced process is held to (core/fencing.py).  Used by th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from carma_airflow.core.fencing import PAST_CAP, protective_cap_mib
+from carma_airflow.core.fencing import PAST_CAP
 
 
 class SimulatedCudaOOM(RuntimeError):  # noqa: N818 - the name failure classification knows
@@ -49,24 +48,6 @@ def format_size(mib: float) -> str:
     return f"{mib / 1024:.2f} GiB"
 
 
-def cap_of(
-    allocations: Iterable[dict[str, Any]], uuid: str, pid: int, total: int, cap_mib: int | None, live: bool
-) -> int:
-    """What ``pid`` may hold on ``uuid``: its fixed cap, and (live) no more than what its
-    fenced co-tenants were not promised (core.fencing.protective_cap_mib).
-
-    ``live`` is the ledger re-reading its co-tenants on every allocation, which no real mechanism
-    does: the executor's simulated tries never ask for it (they are held by their mechanism's
-    cap, taskrun/isolation.py); the GPU kit's dry run still may."""
-    limit = total if cap_mib is None else int(cap_mib)
-    if live:
-        others = [
-            (int(a.get("promise", 0)), int(a["mib"])) for a in allocations if a["uuid"] == uuid and a["pid"] != pid
-        ]
-        limit = min(limit, protective_cap_mib(total, 0, others))
-    return limit
-
-
 def cuda_oom(
     gpu: dict[str, Any],
     uuid: str,
@@ -107,4 +88,4 @@ def cuda_oom(
     )
 
 
-__all__ = ["SimulatedCudaOOM", "cap_of", "cuda_oom", "format_size"]
+__all__ = ["SimulatedCudaOOM", "cuda_oom", "format_size"]

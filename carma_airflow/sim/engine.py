@@ -11,18 +11,16 @@ Truth apart from knowledge.  The *truth* is ``SimConfig.sharing`` (its ``beta``)
 ``SimConfig.activity_scale``: a task whose catalogue activity is ``a`` demands ``S * a`` of its
 GPU, and the slowdowns follow from those.  The monitor reports the catalogue activity (NVML busy
 time over-states real demand), so ``S`` is what the learned interference model's activity scale
-has to find.  The placer never reads the truth: per task type (the trace's task name, the
-executor's Airflow task) it gets an activity estimate learned from the telemetry of earlier tries
-that ran alone for a while (with a monitor's noise), and, for policies that predict, an
-:class:`~carma_airflow.core.interference.InterferenceModel` updated as tries end, from each try's
-stretch over the solo duration of earlier solo runs of its type and the co-tenants it had.
-With a ``history`` estimator, a task type's memory is learned from the peaks its ended tries
-held on the simulated GPUs (:mod:`carma_airflow.sim.memory`), as the executor learns it.
+has to find.  The placer never reads the truth: what it knows of activities and interference is
+learned from telemetry and ended tries, as a driver learns it (:mod:`carma_airflow.sim.learning`),
+and, with a ``history`` estimator, a task type's memory from the peaks its ended tries held on the
+simulated GPUs (:mod:`carma_airflow.sim.memory`), as the executor learns it.
 
 Where things live: this module is the event loop (arrivals, ramps, finishes, wake-ups, the
 scheduling pass) and the jobs' bookkeeping; :mod:`carma_airflow.sim.gpus` plays the GPUs
 (rates, telemetry, the memory a try allocates at its ramp and the CUDA OOM);
-:mod:`carma_airflow.sim.jobs` records jobs and builds the result.
+:class:`~carma_airflow.sim.learning.Knowledge` cuts each run into co-tenancy segments and learns
+from them; :mod:`carma_airflow.sim.jobs` records jobs and builds the result.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
-from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
+from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
@@ -48,7 +46,7 @@ from carma_airflow.sim.config import SimConfig
 from carma_airflow.sim.fencing import CrashTally, Refusal, bounded_recovery, crash_reason, sim_fence
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
-from carma_airflow.sim.learning import Knowledge, TrySegment, solo_duration
+from carma_airflow.sim.learning import Knowledge
 from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory, memory_estimator
 from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
 from carma_airflow.sim.truth import make_truth
@@ -105,14 +103,7 @@ class Simulation:
         self.never_fits: list[NeverFit] = []
         # knowledge, learned from simulated telemetry and ended tries only (see the module doc)
         self.predictive = policy if isinstance(policy, Predictive | CompletionTime) else None
-        self.know = Knowledge(
-            noise=config.telemetry_noise,
-            seed=config.seed,
-            ramp_s=config.sharing.ramp_s,
-            learn_interference=self.predictive is not None,
-            progress=config.progress_reports,
-            sure=(config.predictive or PredictiveSettings()).min_confidence,
-        )
+        self.know = Knowledge.of(config, learn_interference=self.predictive is not None)
         self._tell = self.cycle.learn_activity
 
     @property
@@ -200,10 +191,9 @@ class Simulation:
 
     def _schedule(self) -> None:
         self.passes += 1
-        if self.know.pending:
-            model = self.know.refit()
-            if model is not None and self.predictive is not None:
-                self.predictive.use_model(model)
+        model = self.know.refit()  # None: nothing new, or too little to refit
+        if model is not None and self.predictive is not None:
+            self.predictive.use_model(model)
         self.know.tick(self.now, self._tell)
         result = self.cycle.run(self.now, self._states(), waiting_decisions=False)
         for p in result.placed:
@@ -233,30 +223,7 @@ class Simulation:
             if r.ramped:
                 self._push(self.now + max(0.0, r.remaining) / r.rate, FINISH, (r, r.version))
         self.board.mark(closure, self.now)
-        self._regroup(closure)
-
-    def _regroup(self, gpus: list[SimGpu]) -> None:
-        """Close the co-tenancy segment of every run on these GPUs whose co-tenants changed."""
-        for g in gpus:
-            for r in g.runs:
-                names = sorted({o.arrival.task.name for i in r.gpus for o in self.gpus[i].runs if o is not r})
-                with_now = tuple(names)
-                if with_now != r.seg_with:
-                    self._close_segment(r)
-                    r.seg_with = with_now
-                    if with_now:
-                        self.know.shared(r.request.key, self.now, self._tell)
-                    else:
-                        self._alone(r)
-
-    def _close_segment(self, r: SimRun) -> None:
-        if self.now > r.seg_start:
-            r.segments.append(TrySegment(self.now - r.seg_start, r.seg_work - r.remaining, r.seg_with))
-        r.seg_start, r.seg_work = self.now, r.remaining
-
-    def _alone(self, r: SimRun) -> None:
-        reported = (r.reported or r.profile).sm_activity
-        self.know.alone(r.request.key, r.arrival.task, reported, self.now, r.start + self.model.ramp_s)
+        self.know.regroup(closure, self.gpus, self.now, self._tell)  # co-tenancy segments (sim/learning.py)
 
     def _start(self, request: TaskRequest, gpu_ids: list[int], waited_s: float) -> None:
         arrival = self.req_arrival[request.key]
@@ -287,7 +254,7 @@ class Simulation:
         gpus = self.board.put(run, self.now)
         self._rerate(gpus, self.board.closure(gpus))
         if not run.seg_with:
-            self._alone(run)
+            self.know.run_alone(run, self.now)
         self._push(self.now + run.load_s, RAMP, (run, -1))
         if self.placer.policy.uses_lock:
             self._wake(self.now + self.cfg.settings.lock_s)
@@ -327,7 +294,9 @@ class Simulation:
     def _finish(self, run: SimRun) -> None:
         self._remove(run)
         self.cycle.release(run.request.key)
-        self._learn_from(run)
+        alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
+        if alone_s is not None and isinstance(self.predictive, CompletionTime):
+            self.predictive.learn_duration(run.arrival.task.name, alone_s)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"
@@ -372,25 +341,6 @@ class Simulation:
         self.retries += 1
         self.req_arrival[plan.request.key] = run.arrival
         self.know.track(plan.request.key, run.arrival.task)
-
-    # -- learning (what a driver can know: telemetry and ended tries) ---------------------
-    def _learn_from(self, run: SimRun) -> None:
-        """An ended try's lessons (:class:`~carma_airflow.sim.learning.Knowledge`)."""
-        self._close_segment(run)
-        key, task = run.request.key, run.arrival.task
-        if not run.seg_with:
-            self.know.shared(key, self.now, self._tell)  # its last seconds alone may give its sample
-        self.know.forget(key, task)
-        duration = self.now - run.start
-        if run.resumed_work > 0:  # a try resumed from a checkpoint: its duration for the whole work
-            duration *= task.solo_s / max(1e-9, task.solo_s - run.resumed_work)
-        self.know.ended(key, task, duration, run.segments, self.gpus[run.gpus[0]].spec.name)
-        if isinstance(self.predictive, CompletionTime):
-            alone_s = solo_duration(
-                run.segments, duration, self.now - run.start, self.cfg.progress_reports, self.know.sample_s
-            )
-            if alone_s is not None:
-                self.predictive.learn_duration(task.name, alone_s)
 
     def _lose(self, job_id: int) -> None:
         job = self.jobs[job_id]

@@ -9,7 +9,7 @@ Two truths the placer never reads:
   the CPU before its first allocation; by default the sharing model's ramp).
 * **The fence** (``--host``, ``--isolation``, ``--cap-rule``): the host's mechanisms (a profile:
   ``framework`` only, an MPS daemon, or NVML per-cgroup ``driver`` limits), the mechanism asked
-  for (``auto`` resolves on that host exactly as the executor's does, taskrun/isolation.py) and
+  for (``auto`` resolves on that host exactly as the executor's does, core/fencing.resolve) and
   the cap rule (``promise``, ``protective``, ``live``; the executor's default unless given).  The
   model of each mechanism is core/fencing.py's :class:`~carma_airflow.core.fencing.FenceModel`,
   the one the executor's simulated GPUs use: a cap set at the try's start, or (``live`` under
@@ -38,27 +38,33 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.core.fencing import PAST_CAP, CapRule, FenceModel, IsolationMode
+from carma_airflow.core.fencing import (
+    DEFAULT_CAP_RULE,
+    PAST_CAP,
+    CapRule,
+    FenceModel,
+    HostIsolation,
+    IsolationMode,
+    default_rule,
+    resolve,
+)
 from carma_airflow.core.recovery import RecoverySettings
 
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
     from carma_airflow.sim.gpus import SimRun
     from carma_airflow.sim.workload import Arrival
-    from carma_airflow.taskrun.isolation import HostIsolation
 
 T = TypeVar("T")
 GROWTH_START, GROWTH_END = 0.5, 0.9  # when a job grows, as a share of its solo work
 
-# --host: what a GPU host offers to fence its tries (taskrun/isolation.HostIsolation)
+# --host: what a GPU host offers to fence its tries (core/fencing.HostIsolation)
 HOST_PROFILES = ("framework", "mps", "driver")
 DEFAULT_HOST = "framework"  # the common real host: no MPS daemon, no r615+ driver with cgroup v2
 
 
 def host_profile(text: str) -> HostIsolation:
     """A ``--host`` profile as the executor's host detection would report it."""
-    from carma_airflow.taskrun.isolation import HostIsolation
-
     name = parse_host(text)
     if name == "mps":
         return HostIsolation("nvml", mps_daemon=True, driver_why="no r615+ driver with cgroup v2 on this host")
@@ -75,12 +81,9 @@ def parse_host(text: str) -> str:
 
 
 def default_cap_rule(mode: IsolationMode) -> CapRule:
-    """The executor's default ``[carma] isolation_cap`` (carma_airflow/settings.py) as ``mode``
-    plays it (``live`` under MPS, which reads its limit once, is ``promise``)."""
-    from carma_airflow.settings import OPTIONS
-
-    text = next(o.default for o in OPTIONS if o.name == "isolation_cap")
-    return FenceModel.of(mode, CapRule.parse(text)).rule
+    """The executor's default ``[carma] isolation_cap`` (core/fencing.DEFAULT_CAP_RULE, which
+    carma_airflow/settings.py takes) as ``mode`` plays it (``live`` under MPS is ``promise``)."""
+    return default_rule(mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +108,11 @@ class SimFence:
 def sim_fence(config: SimConfig) -> SimFence:
     """Resolve ``config``'s host, isolation and cap rule as the executor would on that host
     (ConfigError for a mechanism the host lacks or a name nobody knows)."""
-    from carma_airflow.taskrun.isolation import resolve
-
     host = parse_host(config.host)
     requested = IsolationMode.parse(config.isolation, where="--isolation")
     resolved = resolve(requested, host_profile(host))
-    rule = default_cap_rule(resolved.mode) if config.cap_rule is None else CapRule.parse(config.cap_rule, "--cap-rule")
-    model = FenceModel.of(resolved.mode, rule)
+    rule = DEFAULT_CAP_RULE if config.cap_rule is None else CapRule.parse(config.cap_rule, "--cap-rule")
+    model = FenceModel.of(resolved.mode, rule)  # normalised: live under MPS is promise
     return SimFence(host, requested, model, resolved.why)
 
 

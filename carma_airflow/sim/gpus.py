@@ -241,7 +241,7 @@ class SimGpus:
         self.advance(self.closure(gpus), now)
         fence = self.fence
         run.promise = fence.promise_mib(  # under a live cap no margin (core/fencing.FenceModel.margin_mib)
-            run.request.memory.mib, fence.margin_mib(self.margin_mib), min(g.spec.memory_mib for g in gpus)
+            run.request.memory.mib, self.margin_mib, min(g.spec.memory_mib for g in gpus)
         )
         run.caps = [
             fence.start_cap_mib(
@@ -321,13 +321,18 @@ class SimGpus:
 
     def cap_of(self, run: SimRun, k: int, now: float) -> int | None:
         """What ``run`` may hold on its ``k``-th GPU now (None: unfenced)."""
+        fence = self.fence
+        if not fence.fenced:
+            return None
         g = self.gpus[run.gpus[k]]
-        return self.fence.may_hold_mib(
-            start_cap_mib=run.caps[k] if k < len(run.caps) else None,
+        start = run.caps[k] if k < len(run.caps) else None
+        return fence.may_hold_mib(
+            start_cap_mib=start,
             promise_mib=self._counted(run, now),  # a live cap's floor: what the placer still keeps for it
             total_mib=g.spec.memory_mib,
             reserve_mib=self.reserve_mib,
-            co_tenants=self.seen(run, g, now),
+            # a cap fixed at the start reads no co-tenants: their list is built only where it moves
+            co_tenants=self.seen(run, g, now) if fence.live or start is None else (),
             exclusive=run.request.needs_idle_gpu,
         )
 

@@ -18,6 +18,10 @@ Its inputs are what a monitor and ended tries give:
   The baseline is the median run time of earlier tries of its type that ran alone throughout,
   or, where tries report progress (``progress``), the try's own speed while it was alone: then
   every shared segment of at least ``sample_s`` seconds is an observation of its own.
+
+The segments are cut here too (:meth:`Knowledge.regroup`, called by the event loop whenever
+tenants come or go): a run's time, split where its co-tenants' task types change, as a driver
+records it from its own view of each GPU's tenants.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.activity import (
     ActivityEstimate,
@@ -35,7 +40,14 @@ from carma_airflow.core.activity import (
     similar_activity,
 )
 from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
+from carma_airflow.core.policies.predictive import PredictiveSettings
 from carma_airflow.sim.workload import TaskType
+
+if TYPE_CHECKING:
+    from carma_airflow.sim.config import SimConfig
+    from carma_airflow.sim.gpus import SimGpu, SimRun
+
+Tell = Callable[[str, ActivityEstimate], object]  # tells a waiting or running try its type's new estimate
 
 SAMPLE_S = 10.0  # seconds alone (after its ramp) that give a try's per-process activity sample
 REFIT_BATCH_AFTER = 64  # observations after which refits are batched ...
@@ -93,6 +105,19 @@ class Knowledge:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
+    @classmethod
+    def of(cls, config: SimConfig, learn_interference: bool) -> Knowledge:
+        """What one replay's placer learns: the monitor's noise and seed, the ramp and the
+        confidence the predictive policy calls sure, from its config."""
+        return cls(
+            noise=config.telemetry_noise,
+            seed=config.seed,
+            ramp_s=config.sharing.ramp_s,
+            learn_interference=learn_interference,
+            progress=config.progress_reports,
+            sure=(config.predictive or PredictiveSettings()).min_confidence,
+        )
+
     # -- activities ----------------------------------------------------------------------------
     def activity_of(self, task: TaskType) -> ActivityEstimate | None:
         """What is known of a task type's solo activity: learned, else borrowed from alike types."""
@@ -128,13 +153,13 @@ class Knowledge:
         if key not in self._sampled:
             self._alone[key] = _Alone(task, reported, max(since, ramped_at))
 
-    def shared(self, key: str, now: float, tell: Callable[[str, ActivityEstimate], object]) -> None:
+    def shared(self, key: str, now: float, tell: Tell) -> None:
         """Try ``key`` has co-tenants from ``now`` on (or ended): a sample if it was alone long enough."""
         entry = self._alone.pop(key, None)
         if entry is not None and now - entry.since >= self.sample_s:
             self._sample(key, entry, tell)
 
-    def tick(self, now: float, tell: Callable[[str, ActivityEstimate], object]) -> None:
+    def tick(self, now: float, tell: Tell) -> None:
         """A pass is about to run: sample every try alone for long enough."""
         if not self._alone:
             return
@@ -143,7 +168,7 @@ class Knowledge:
             del self._alone[key]
             self._sample(key, entry, tell)
 
-    def _sample(self, key: str, entry: _Alone, tell: Callable[[str, ActivityEstimate], object]) -> None:
+    def _sample(self, key: str, entry: _Alone, tell: Tell) -> None:
         self._sampled.add(key)
         name = entry.task.name
         seen = min(1.0, max(0.0, self.rng.gauss(entry.reported, self.noise)))
@@ -163,6 +188,40 @@ class Knowledge:
             self._told[type_name] = now_est
             for live_key in keys:
                 tell(live_key, now_est)
+
+    # -- co-tenancy segments: a run, cut where its co-tenants change ------------------------------
+    def regroup(self, gpus: Sequence[SimGpu], board: Sequence[SimGpu], now: float, tell: Tell) -> None:
+        """Close the co-tenancy segment of every run on ``gpus`` whose co-tenants changed at ``now``
+        (``board``: all the GPUs, by index)."""
+        for g in gpus:
+            for r in g.runs:
+                with_now = tuple(sorted({o.arrival.task.name for i in r.gpus for o in board[i].runs if o is not r}))
+                if with_now != r.seg_with:
+                    _close_segment(r, now)
+                    r.seg_with = with_now
+                    if with_now:
+                        self.shared(r.request.key, now, tell)
+                    else:
+                        self.run_alone(r, now)
+
+    def run_alone(self, r: SimRun, now: float) -> None:
+        """Run ``r`` is its GPUs' only tenant from ``now`` on: the monitor's reading of it may sample it."""
+        reported = (r.reported or r.profile).sm_activity
+        self.alone(r.request.key, r.arrival.task, reported, now, r.start + self.ramp_s)
+
+    def run_ended(self, r: SimRun, now: float, tell: Tell, gpu_model: str) -> float | None:
+        """Run ``r`` ended well at ``now``: its lessons (:meth:`ended`); returns how long it would
+        have run alone, where a driver can know it (:func:`solo_duration`), else None."""
+        _close_segment(r, now)
+        key, task = r.request.key, r.arrival.task
+        if not r.seg_with:
+            self.shared(key, now, tell)  # its last seconds alone may give its sample
+        self.forget(key, task)
+        duration = now - r.start
+        if r.resumed_work > 0:  # a try resumed from a checkpoint: its duration for the whole work
+            duration *= task.solo_s / max(1e-9, task.solo_s - r.resumed_work)
+        self.ended(key, task, duration, r.segments, gpu_model)
+        return solo_duration(r.segments, duration, now - r.start, self.progress, self.sample_s)
 
     # -- interference ----------------------------------------------------------------------------
     def ended(self, key: str, task: TaskType, duration: float, segments: list[TrySegment], gpu_model: str) -> None:
@@ -233,9 +292,11 @@ class Knowledge:
         self.interference = model
         return model
 
-    @property
-    def pending(self) -> bool:
-        return bool(self._pending)
+
+def _close_segment(r: SimRun, now: float) -> None:
+    if now > r.seg_start:
+        r.segments.append(TrySegment(now - r.seg_start, r.seg_work - r.remaining, r.seg_with))
+    r.seg_start, r.seg_work = now, r.remaining
 
 
 def _moved(old: ActivityEstimate | None, new: ActivityEstimate) -> bool:

@@ -1,7 +1,9 @@
 """Which isolation mode holds a host's tries to their memory, and the fence of one placed try.
 
 Airflow-free: the executor and the GPU kit both call it.  The mode is resolved once per host
-(``[carma] isolation``, or a task's ``executor_config={"carma": {"isolation": ...}}``):
+(``[carma] isolation``, or a task's ``executor_config={"carma": {"isolation": ...}}``) by
+core/fencing.py :func:`~carma_airflow.core.fencing.resolve` (pure: the simulator resolves its
+``--host`` profiles with it), from what :func:`host_isolation` detects here:
 
 * ``auto``: the strongest mechanism the host has: NVML per-cgroup limits (taskrun/driver_cap.py)
   -> ``driver``, else an MPS control daemon serving the GPUs -> ``mps``, else ``framework``.
@@ -27,65 +29,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from carma_airflow.core.errors import ConfigError
-from carma_airflow.core.fencing import CapRule, Fence, FenceModel, IsolationMode, Tenant
+from carma_airflow.core.fencing import (
+    MPS_DEFAULT_PIPE_DIR,
+    MPS_PIPE_ENV,
+    CapRule,
+    Fence,
+    FenceModel,
+    HostIsolation,
+    IsolationMode,
+    Resolved,
+    Tenant,
+    resolve,
+)
 from carma_airflow.taskrun.fence_env import UNKNOWN_SIZE_MIB
 
-MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
-MPS_DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # NVIDIA's documented default
-_DRIVER_FALLBACK = "a try NVML refuses runs with framework caps, its log says so"
 # the mechanisms whose limit a framework's allocator (or an MPS client) sees: the CUDA context is outside it
 ALLOCATOR_LIMITED = frozenset({IsolationMode.FRAMEWORK, IsolationMode.MPS})
-
-
-@dataclass(frozen=True, slots=True)
-class HostIsolation:
-    """What a host offers to fence its tries."""
-
-    backend: str  # nvml | simulated
-    mps_daemon: bool = False
-    driver_limits: bool = False
-    driver_why: str = "not checked"
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """The mechanism in force, the cap rule it is played with, and why it was chosen."""
-
-    mode: IsolationMode
-    why: str
-    rule: CapRule = CapRule.PROMISE
-    simulated: bool = False  # simulated GPUs: the ledger plays the mechanism
-
-    @property
-    def model(self) -> FenceModel:
-        """How the mechanism holds a try under the rule (core/fencing.py)."""
-        return FenceModel.of(self.mode, self.rule)
-
-    @property
-    def live(self) -> bool:
-        """The cap follows the co-tenants while the try runs (else it stays where its start set it)."""
-        return self.model.live
-
-    def describe(self) -> str:
-        if self.mode is IsolationMode.NONE:
-            return f"isolation: none (unfenced): {self.why}"
-        return f"isolation: {cap_words(self.model)}: {self.why}"
-
-
-def cap_words(model: FenceModel) -> str:
-    """How a mechanism under its rule holds a try, in words (logs, ``carma why``)."""
-    mode = model.mode.value
-    if not model.fenced:
-        return "none (unfenced)"
-    if model.live:
-        return f"{mode}, cap re-set as co-tenants come and go (within about {model.reset_s:g} s of a change)"
-    if model.rule is CapRule.PROTECTIVE:
-        return f"{mode}, cap fixed at the try's start (the GPU less its co-tenants then)"
-    return f"{mode}, cap fixed at the try's start (its promise: reservation + margin)"
 
 
 def mps_daemon_running(environ: Mapping[str, str] = os.environ) -> bool:
@@ -102,54 +63,6 @@ def host_isolation(backend: str, environ: Mapping[str, str] = os.environ) -> Hos
 
     support = driver_memory_limits()
     return HostIsolation(backend, mps_daemon_running(environ), support.supported, support.why)
-
-
-def resolve(requested: IsolationMode, host: HostIsolation, rule: CapRule = CapRule.PROMISE) -> Resolved:
-    """The mechanism in force for ``requested`` on ``host`` under ``rule`` ([carma] isolation_cap);
-    ConfigError for a mechanism the host lacks."""
-    if requested is IsolationMode.NONE:
-        return Resolved(IsolationMode.NONE, "isolation = none: a try that grows can crash its co-tenants")
-    if host.backend == "simulated":
-        if requested is IsolationMode.AUTO:
-            why = "auto: simulated GPUs, a host without an MPS daemon or driver limits; the ledger plays framework caps"
-            return Resolved(IsolationMode.FRAMEWORK, why, rule, simulated=True)
-        plays = {
-            IsolationMode.FRAMEWORK: "framework caps (PyTorch's fraction, re-read from its cap file if live)",
-            IsolationMode.MPS: "MPS's pinned memory limit, read once at the client's start",
-            IsolationMode.DRIVER: "the cgroup's NVML hard limit, kept in the ledger (no cgroup here)",
-        }[requested]
-        return Resolved(requested, f"simulated GPUs: the ledger plays {plays}", rule, simulated=True)
-    if requested is IsolationMode.DRIVER:
-        if not host.driver_limits:
-            raise ConfigError(
-                f"[carma] isolation = driver: {host.driver_why}; use isolation = mps (with an MPS control daemon) "
-                "or framework"
-            )
-        return Resolved(
-            IsolationMode.DRIVER,
-            f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}",
-            rule,
-        )
-    if requested is IsolationMode.AUTO and host.driver_limits:
-        return Resolved(
-            IsolationMode.DRIVER,
-            f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}",
-            rule,
-        )
-    if requested is IsolationMode.MPS:
-        if not host.mps_daemon:
-            raise ConfigError(
-                "[carma] isolation = mps but no MPS control daemon serves this host's GPUs (no control pipe in "
-                f"${MPS_PIPE_ENV} or {MPS_DEFAULT_PIPE_DIR}): start `nvidia-cuda-mps-control -d` as the user the "
-                "tasks run as, or use isolation = framework"
-            )
-        return Resolved(IsolationMode.MPS, "an MPS control daemon serves the GPUs", rule)
-    if requested is IsolationMode.AUTO and host.mps_daemon:
-        return Resolved(IsolationMode.MPS, "auto: an MPS control daemon serves the GPUs", rule)
-    why = "PyTorch / TensorFlow / JAX allocator limits set in the try"
-    if requested is IsolationMode.AUTO:
-        why = f"auto: no MPS daemon, no driver limits ({host.driver_why}); {why}"
-    return Resolved(IsolationMode.FRAMEWORK, why, rule)
 
 
 def mechanism_cap_mib(mode: IsolationMode, cap_mib: int, context_mib: int) -> int:
@@ -214,7 +127,6 @@ __all__ = [
     "MPS_PIPE_ENV",
     "HostIsolation",
     "Resolved",
-    "cap_words",
     "fence_for",
     "host_isolation",
     "mechanism_cap_mib",

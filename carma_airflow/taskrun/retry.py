@@ -42,8 +42,11 @@ class CudaOomRetryPolicy(RetryPolicy):
             from carma_airflow.taskrun.listener import peak_mib_of_this_process
 
             return RetryDecision.fail(reason=oom_advice(prior_ooms + 1, peak_mib_of_this_process()))
-        other_failures = try_number - prior_ooms  # tries that failed for other reasons, this one included
-        if author_retry_left(try_number, prior_ooms, self.author_retries):
+        # the tries of this round: Airflow raises max_tries past the task's retries for tries that
+        # did not end by the task's doing (a clear; a reset try that never ran, restart.py)
+        tries = try_number - max(0, max_tries - self.author_retries - self.oom_retries)
+        other_failures = tries - prior_ooms  # tries that failed for other reasons, this one included
+        if author_retry_left(tries, prior_ooms, self.author_retries):
             if failure.kind is FailureKind.GPU_FAULT:
                 return RetryDecision.retry(
                     reason=f"the GPU failed under the task ({failure.evidence}); CARMA retries it on a healthy GPU "

@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow import waiting_view
 from carma_airflow.core.checkpoints import resume_line
 from carma_airflow.core.estimators import outgrew_declaration
+from carma_airflow.core.fencing import fence_line
 from carma_airflow.learned_view import MODEL_PREFIX, interference
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
@@ -41,7 +43,9 @@ def build_state(
     placements (at least 2 minutes, at most 24 hours).
     """
     now = now or datetime.now(timezone.utc)
-    executors, gpus, waiting = _live(store.snapshots(SNAPSHOT_PREFIX), now, stale_after_s)
+    executors, gpus, live_waiting = _live(store.snapshots(SNAPSHOT_PREFIX), now, stale_after_s)
+    view = waiting_view.read(store, now, stale_after_s)  # every executor's waiting tries
+    waiting = _all_waiting(view, live_waiting, now)
     placements = store.placements(limit=PLACEMENT_LIMIT)
     one_host = len({g["host"] for g in gpus}) <= 1
     gpu_names = {g["uuid"]: _gpu_label(g, one_host) for g in gpus}
@@ -53,6 +57,8 @@ def build_state(
         "executors": executors,
         "gpus": gpus,
         "waiting": waiting,
+        "executors_running": len(view.running),
+        "not_running": view.not_running_line(),  # None while a CarmaExecutor beats
         "timeline": _timeline(placements, gpus, gpu_names, now, window_s),
         "ooms": [_oom(ev, store, gpu_names) for ev in store.ooms(limit=OOM_LIMIT)],
         "counts": _counts(placements),
@@ -152,6 +158,39 @@ def _waiting(raw: Mapping[str, Any], host: str, now: datetime) -> dict[str, Any]
     }
 
 
+def _all_waiting(view: waiting_view.WaitView, live: Sequence[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """The store's waiting tries, of every executor (a live snapshot's entry, fresher, where it has
+    one); and a snapshot's entry the store has no row of yet (its write is queued)."""
+    by_key = {w["key"]: w for w in live}
+    out: list[dict[str, Any]] = []
+    for w in view.waiting:
+        p = w.record
+        live_entry = by_key.pop(p.key, None)
+        entry = dict(live_entry) if live_entry is not None else _waiting_record(p, now)
+        entry.update(owner=p.owner, owner_running=w.owner_alive)
+        if w.owner_alive is False:  # nothing places it until Airflow resets it
+            entry["reason"] = f"its CarmaExecutor ({p.owner}) is not running (last reason: {entry['reason'] or '-'})"
+        out.append(entry)
+    out += [{**w, "owner": None, "owner_running": None} for w in by_key.values()]
+    out.sort(key=lambda w: -w["waiting_s"])
+    return out
+
+
+def _waiting_record(p: PlacementRecord, now: datetime) -> dict[str, Any]:
+    return {
+        "label": p.label or f"{p.dag_id}.{p.task_id}",
+        "key": p.key,
+        "host": p.host or "",
+        "since": _iso(p.decided_at),
+        "waiting_s": _age(p.decided_at, now) or 0.0,
+        "memory_mib": p.estimate_mib or 0,
+        "gpus": 1,  # a waiting row names no GPU; the live snapshot has the count
+        "try_number": p.try_number,
+        "activity": None,
+        "reason": p.summary,
+    }
+
+
 def _gpu_label(gpu: Mapping[str, Any], one_host: bool) -> str:
     return f"GPU {gpu['index']}" if one_host else f"{gpu['host']} GPU {gpu['index']}"
 
@@ -182,6 +221,7 @@ def _placement(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, An
         "summary": p.summary,
         "policy": p.policy,
         "resumed": resume_line(p.try_number, p.reasons),
+        "fence": fence_line(p.reasons),  # the fence this try started under, per GPU
     }
 
 
@@ -241,6 +281,8 @@ def _bar_detail(p: PlacementRecord, names: Mapping[str, str]) -> str:
         parts.append(p.summary)
     if (resumed := resume_line(p.try_number, p.reasons)) is not None:
         parts.append(resumed)
+    if (fence := fence_line(p.reasons)) is not None:
+        parts.append(f"memory fence: {fence}")
     parts += [line for line in p.reasons if "; cost " in line][:4]  # what each priced option was predicted to cost
     return "\n".join(parts)
 

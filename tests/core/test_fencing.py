@@ -8,10 +8,11 @@ from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import (
     CapRule,
     Fence,
+    FenceModel,
     IsolationMode,
+    Tenant,
     promise_mib,
     protective_cap_mib,
-    start_cap_mib,
 )
 
 
@@ -30,11 +31,22 @@ def test_protective_cap_leaves_each_co_tenant_the_larger_of_promise_and_held() -
 
 
 def test_start_cap_by_rule_never_below_the_promise_and_whole_gpu_when_exclusive() -> None:
-    common = {"promise": 10240, "total_mib": 40960, "reserve_mib": 512}
-    assert start_cap_mib(CapRule.PROMISE, **common, co_tenant_promises=[14336]) == 10240
-    assert start_cap_mib(CapRule.PROTECTIVE, **common, co_tenant_promises=[14336]) == 40960 - 512 - 14336
-    assert start_cap_mib(CapRule.PROTECTIVE, **common, co_tenant_promises=[40000]) == 10240
-    assert start_cap_mib(CapRule.PROMISE, **common, exclusive=True) == 40960
+    common = {"promise_mib": 10240, "total_mib": 40960, "reserve_mib": 512}
+    promise = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.PROMISE)
+    protective = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.PROTECTIVE)
+    assert promise.start_cap_mib(**common, co_tenants=[Tenant(14336)]) == 10240
+    assert protective.start_cap_mib(**common, co_tenants=[Tenant(14336)]) == 40960 - 512 - 14336
+    assert protective.start_cap_mib(**common, co_tenants=[Tenant(40000)]) == 10240
+    assert promise.start_cap_mib(**common, exclusive=True) == 40960
+
+
+def test_one_margin_rule_for_every_promise() -> None:
+    # a cap fixed at the start carries the margin; a live cap none (measured: docs/isolation.md)
+    fixed = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.PROMISE)
+    live = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE)
+    assert fixed.promise_mib(8192, 2048, 40960) == 10240
+    assert live.promise_mib(8192, 2048, 40960) == 8192 and live.margin_mib(2048) == 0
+    assert FenceModel.of(IsolationMode.MPS, CapRule.LIVE).promise_mib(8192, 2048, 40960) == 10240  # played as promise
 
 
 def test_mode_parse_names_the_modes() -> None:

@@ -4,7 +4,6 @@ the api-server listens on 127.0.0.1 only, and the REST API and the GPU page want
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,10 +32,8 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_login_is_required_and_the_api_server_listens_on_loopback_only(
-    airflow_stack: Callable[..., AirflowStack],
-) -> None:
-    stack = airflow_stack()
+def test_login_is_required_and_the_api_server_listens_on_loopback_only(default_stack: AirflowStack) -> None:
+    stack = default_stack
     stack.wait_for_dag("carma_collocate")
     # anonymous: refused, and nothing of the deployment in the answer
     for path in ("/api/v2/dags", "/carma/", "/carma/api/state"):
@@ -62,12 +59,12 @@ def test_login_is_required_and_the_api_server_listens_on_loopback_only(
     assert listening_addresses(stack.port) == {"127.0.0.1"}
 
 
-def test_the_login_the_demo_prints_gets_a_token(airflow_stack: Callable[..., AirflowStack]) -> None:
+def test_the_login_the_demo_prints_gets_a_token(default_stack: AirflowStack) -> None:
     from rich.console import Console
 
     from carma_airflow.demo import _print_login
 
-    stack = airflow_stack()
+    stack = default_stack
     console = Console(record=True, width=300)
     _print_login(console, stack)
     text = console.export_text()

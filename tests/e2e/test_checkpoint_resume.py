@@ -11,9 +11,7 @@ full 240 s and the timing assertions fail.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -22,24 +20,11 @@ from carma_airflow.devstack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
-DAGS = Path(__file__).with_name("checkpoint_dags")
 TRAIN_S, OOM_AT_S = 240.0, 180.0
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[AirflowStack]:
-    home = tmp_path / "home"
-    home.mkdir()
-    made = AirflowStack(home, DAGS, simulated_gpus="2xA100-40GB")
-    try:
-        made.start()
-        yield made
-    finally:
-        made.stop()
-
-
-def _log(stack: AirflowStack, task_id: str, try_number: int) -> str:
-    logs = list((stack.home / "logs").rglob(f"task_id={task_id}/attempt={try_number}.log"))
+def _log(stack: AirflowStack, run: str, task_id: str, try_number: int) -> str:
+    logs = stack.run_log("carma_checkpoint", run, task_id, try_number)
     assert logs, f"no log for {task_id} try {try_number}"
     return logs[0].read_text()
 
@@ -48,12 +33,16 @@ def _at(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_an_oom_retry_resumes_from_the_last_checkpoint(stack: AirflowStack) -> None:
+# on the shared deployment (whose DAG folder has checkpoint_dags/ too), SQLite only as before: the
+# resume reads the checkpoint folder, not the metadata database
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)
+def test_an_oom_retry_resumes_from_the_last_checkpoint(default_stack: AirflowStack) -> None:
+    stack = default_stack
     run = stack.trigger("carma_checkpoint")
     assert stack.wait_run("carma_checkpoint", run, timeout=900) == "success", stack.tail("scheduler")
     assert stack.task_states("carma_checkpoint", run)["train"] == ("success", 2)
 
-    first, second = _log(stack, "train", 1), _log(stack, "train", 2)
+    first, second = _log(stack, run, "train", 1), _log(stack, run, "train", 2)
     assert "CUDA out of memory" in first
     said = re.search(
         r"\[carma\] try 2 resumed from step (\d+) \(checkpoint of \d\d:\d\d:\d\d UTC, saved by try 1\)", second

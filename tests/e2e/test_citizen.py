@@ -152,9 +152,9 @@ def test_a_carma_executor_that_cannot_start_leaves_cpu_tasks_running(airflow_sta
     assert _count(states, "success") == 0 and _count(states, "failed") == 0  # they wait, none lost
 
 
-@SQLITE
-def test_a_try_cleared_while_it_runs_ends_as_it_does_under_local_executor(airflow_stack) -> None:
-    stack = airflow_stack(simulated_gpus="1xA100-40GB")
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)  # on the shared deployment
+def test_a_try_cleared_while_it_runs_ends_as_it_does_under_local_executor(default_stack) -> None:
+    stack = default_stack
     run = stack.trigger("carma_clear")
     deadline = time.time() + 120
     while time.time() < deadline:

@@ -45,8 +45,8 @@ def _placed_as(store: Store, task_id: str, run_id: str, timeout: float = 30.0) -
     raise AssertionError(f"no placement of {task_id} in {run_id} says what activity it assumed")
 
 
-def test_each_tasks_activity_is_learned_and_used_by_the_next_run(airflow_stack) -> None:
-    stack = airflow_stack(simulated_gpus="2xA100-40GB", sample_period="0.5")
+def test_each_tasks_activity_is_learned_and_used_by_the_next_run(default_stack) -> None:
+    stack = default_stack  # the devstack samples every 0.5 s
     first = stack.trigger("carma_activity")
     assert stack.wait_run("carma_activity", first) == "success"
     store = Store(stack.env.get("AIRFLOW__CARMA__STORE_URL") or Store.default_url(str(stack.home)))

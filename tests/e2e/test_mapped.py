@@ -26,8 +26,8 @@ def _states(stack: Any, run_id: str) -> dict[tuple[str, int], str]:
     return {(t, m): s for t, m, s in rows}
 
 
-def test_each_mapped_instance_is_placed_with_its_own_memory(airflow_stack) -> None:
-    stack = airflow_stack(simulated_gpus="2xA100-40GB")
+def test_each_mapped_instance_is_placed_with_its_own_memory(default_stack) -> None:
+    stack = default_stack
     run = stack.trigger(DAG_ID)
     assert stack.wait_run(DAG_ID, run) == "success", _states(stack, run)
     assert set(_states(stack, run).values()) == {"success"} and len(_states(stack, run)) == 9
@@ -46,7 +46,7 @@ def test_each_mapped_instance_is_placed_with_its_own_memory(airflow_stack) -> No
     }
     assert {placed[("finetune", i)]["estimate_source"] for i in range(3)} == {"declared"}
     assert all(placed[("finetune", i)]["gpu_uuids"] for i in range(3))
-    log = next((stack.home / "logs").rglob("task_id=bash_finetune/map_index=2/*.log")).read_text()
+    log = next(p for p in stack.run_log(DAG_ID, run, "bash_finetune") if p.parent.name == "map_index=2").read_text()
     assert "large GPU-SIM-000" in log  # the classic operator ran its own command on its GPU
 
     # the second run: each undeclared instance sized from its own first run (peak x 1.1, to 256 MiB)

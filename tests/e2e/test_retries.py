@@ -12,14 +12,14 @@ import pytest
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
-def _log_of(stack, task_id: str, try_number: int) -> str:
-    logs = list((stack.home / "logs").rglob(f"task_id={task_id}/attempt={try_number}.log"))
+def _log_of(stack, run: str, task_id: str, try_number: int) -> str:
+    logs = stack.run_log("carma_retries", run, task_id, try_number)
     assert logs, f"no log for {task_id} try {try_number}"
     return logs[0].read_text()
 
 
-def test_failures_get_exactly_the_authors_retries(airflow_stack) -> None:
-    stack = airflow_stack(simulated_gpus="2xA100-40GB")
+def test_failures_get_exactly_the_authors_retries(default_stack) -> None:
+    stack = default_stack
     run = stack.trigger("carma_retries")
     assert stack.wait_run("carma_retries", run, timeout=240) == "failed"
     states = stack.task_states("carma_retries", run)
@@ -33,9 +33,9 @@ def test_failures_get_exactly_the_authors_retries(airflow_stack) -> None:
         "plain_error": ("failed", 1),
     }
     # the reason is in the try's own log (what the Airflow UI shows), in the words of `carma why`
-    memory_log = _log_of(stack, "too_much_memory", 1)
+    memory_log = _log_of(stack, run, "too_much_memory", 1)
     assert "CARMA cannot run this task: never fits: needs 100.0 GiB per GPU but the largest GPU offers" in memory_log
-    gpus_log = _log_of(stack, "too_many_gpus", 1)
+    gpus_log = _log_of(stack, run, "too_many_gpus", 1)
     assert "never fits: asks for 3 GPUs" in gpus_log
     why = stack.airflow("carma", "why", "carma_retries.too_much_memory")
     assert why.returncode == 0, why.stderr

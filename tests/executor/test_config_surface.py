@@ -48,3 +48,27 @@ def test_settings_fill_defaults_and_reject_bad_values(tmp_path: Path) -> None:
         CarmaSettings.load(lambda name: "fastest" if name == "policy" else None, str(tmp_path))
     with pytest.raises(ConfigError, match="gpu_backend"):
         CarmaSettings.load(lambda name: "cuda" if name == "gpu_backend" else None, str(tmp_path))
+
+
+class _Conf:
+    """An Airflow conf with only ``[carma]`` options set (``conf.get(section, key, fallback=)``)."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = values
+
+    def get(self, section: str, key: str, fallback: str | None = None) -> str | None:
+        return self.values.get(key, fallback) if section == "carma" else fallback
+
+
+@pytest.mark.parametrize("raw", [None, "", "  ", "/srv/carma-state", " /srv/padded "])
+def test_the_state_dir_read_before_the_start_is_the_one_the_start_reads(
+    raw: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the callbacks' results folder is made in __init__, before the settings are read in start()
+    from carma_airflow.executor.runtime import state_dir_of
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    conf = _Conf() if raw is None else _Conf(state_dir=raw)
+    started = CarmaSettings.from_airflow(conf).state_dir
+    assert state_dir_of(conf) == Path(started)
+    assert started == ((raw or "").strip() or str(tmp_path / "carma"))

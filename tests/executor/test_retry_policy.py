@@ -82,3 +82,13 @@ def test_policy_round_trips_through_serialization() -> None:
     p = CudaOomRetryPolicy(1, 3, 7.5)
     q = CudaOomRetryPolicy.deserialize(p.serialize())
     assert (q.author_retries, q.oom_retries, q.oom_delay_s) == (1, 3, 7.5)
+
+
+def test_a_try_reset_before_it_ran_spends_none_of_the_authors_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # try 1 only waited when its scheduler stopped; Airflow reset it (try 2) and CarmaExecutor
+    # raised max_tries from 3 (author 1 + OOM 2) to 4 (restart.keep_retries_of_unrun)
+    policy = CudaOomRetryPolicy(author_retries=1, oom_retries=2)
+    monkeypatch.setenv(PRIOR_OOMS_ENV, "0")
+    first = policy.evaluate(ValueError("bad row"), 2, 4)
+    assert first.action is RetryAction.RETRY and "author's retry 1 of 1" in first.reason
+    assert policy.evaluate(ValueError("bad row"), 3, 4).action is RetryAction.FAIL  # spent

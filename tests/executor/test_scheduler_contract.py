@@ -143,3 +143,25 @@ def test_a_heartbeat_that_raises_is_logged_and_the_scheduler_runs_on(executor_fa
     w = make_workload("t", config={"memory": "1GiB"})
     submit(ex, w)
     run_until(ex, lambda: w.key in ex.event_buffer)  # it recovers at the next heartbeat
+
+
+def test_a_hand_over_that_raises_is_held_and_counted_once_each_time(executor_factory, monkeypatch, caplog) -> None:
+    from carma_airflow.executor import metrics
+
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"t": {"seconds": 0.2}})
+    counted: list[str] = []  # the StatsD boundary: what carma.executor_errors would send, by step
+    monkeypatch.setattr(metrics.stats, "incr", lambda name, *_, tags=None, **__: counted.append((tags or {})["step"]))
+
+    def broken(key: object, workload: object) -> bool:
+        raise RuntimeError("the flow could not take it")
+
+    real = ex.flow.take_over
+    monkeypatch.setattr(ex.flow, "take_over", broken)
+    w = make_workload("t", config={"memory": "1GiB"})
+    with caplog.at_level(logging.ERROR):
+        submit(ex, w)  # handed over (raises: held), then the heartbeat tries the held try again (raises)
+    assert counted == ["hand-over", "hand-over"] and w.key in ex.standby.held and ex.has_task(w.ti)
+    assert caplog.text.count("not taken; held") == 2 and "could not take it" in caplog.text
+    monkeypatch.setattr(ex.flow, "take_over", real)
+    run_until(ex, lambda: w.key in ex.event_buffer)  # taken at a later heartbeat, and run
+    assert ex.event_buffer[w.key][0] == TaskInstanceState.SUCCESS and not ex.standby.held

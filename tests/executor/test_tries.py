@@ -96,3 +96,29 @@ def test_a_refused_or_orphaned_try_can_be_stopped_and_a_key_stops_once() -> None
         book.move(same, state)
     with pytest.raises(TryStateError, match="stopping already"):
         book.move(same, TryState.STOPPING)  # two processes of one try: a bug, refused
+
+
+def test_the_earlier_tries_of_a_task_instance_and_a_newer_try_stopping_those_that_run() -> None:
+    from carma_airflow.executor.restart import StoredTi
+    from carma_airflow.executor.takeback import TakeBack
+
+    book = TryBook()
+
+    def held(task: str, number: int, state: TryState, run: str = "r") -> Try:
+        ti = StoredTi("d", task, run, -1, number)
+        rkey = f"d/{task}/{run}/-1/{number}"
+        if state is TryState.ORPHAN:
+            return book.add(Try(key=None, rkey=rkey, ti=ti, state=state))
+        attempt = book.add(Try(key=rkey, rkey=rkey, ti=ti, state=TryState.DEFERRED))
+        for step in (TryState.WAITING, TryState.RUNNING, TryState.STOPPING)[: 2 if state is TryState.RUNNING else 3]:
+            book.move(attempt, step)
+        return attempt
+
+    one, two, three = held("t", 1, TryState.RUNNING), held("t", 2, TryState.STOPPING), held("t", 3, TryState.ORPHAN)
+    others = [held("u", 1, TryState.RUNNING), held("t", 1, TryState.RUNNING, run="r2")]  # another task, another run
+    newer = book.add(Try(key="new", rkey="d/t/r/-1/4", ti=StoredTi("d", "t", "r", -1, 4), state=TryState.DEFERRED))
+    assert book.earlier(newer) == [one, three, two]  # running, adopted or not, then being stopped
+    assert book.earlier(one) == [] and book.waits_for_earlier(newer) and not book.waits_for_earlier(one)
+    TakeBack(book, lambda attempt, ended: None, lambda attempt, why: None).stop_superseded(newer)
+    assert [t.state for t in (one, two, three)] == [TryState.STOPPING] * 3  # the one stopping already: left as is
+    assert [t.state for t in others] == [TryState.RUNNING] * 2

@@ -35,17 +35,17 @@ def test_fixed_cap_refuses_past_the_cap_with_room_left(ledger: Ledger) -> None:
     assert ledger.peak(me) == 8192  # the refused allocation took nothing
 
 
-def test_live_cap_keeps_a_co_tenants_unused_promise(ledger: Ledger) -> None:
+def test_a_re_set_cap_holds_the_next_allocation(ledger: Ledger) -> None:
+    # a live cap is what its mechanism was re-set to (the executor's cap file or leaf limit): the
+    # ledger holds each allocation to the cap it is given, nothing it works out from co-tenants
     neighbour = os.getppid()  # alive for the test's length; stands for the 12 GiB try
-    ledger.allocate(neighbour, GPU, 3072, P, "neighbour", promise_mib=14336, cap_mib=40960, live_cap=True)
+    ledger.allocate(neighbour, GPU, 3072, P, "neighbour", promise_mib=12288, cap_mib=40960)
     me = os.getpid()
-    ledger.allocate(me, GPU, 8192, P, "grower", promise_mib=10240, cap_mib=40960, live_cap=True)
-    with pytest.raises(SimulatedCudaOOM, match="past its cap"):  # 30 GiB would eat the neighbour's promise
-        ledger.allocate(me, GPU, 22528, P, "grower", promise_mib=10240, cap_mib=40960, live_cap=True)
-    # what nobody was promised is the grower's to use: up to 40960 - 14336
-    ledger.allocate(me, GPU, 40960 - 14336 - 8192, P, "grower", promise_mib=10240, cap_mib=40960, live_cap=True)
-    # and the neighbour still gets all it was promised
-    ledger.allocate(neighbour, GPU, 14336 - 3072, P, "neighbour", promise_mib=14336, cap_mib=40960, live_cap=True)
+    ledger.allocate(me, GPU, 8192, P, "grower", promise_mib=8192, cap_mib=40960)  # alone: the whole GPU
+    with pytest.raises(SimulatedCudaOOM, match="past its cap"):  # re-set to leave the neighbour's 12 GiB
+        ledger.allocate(me, GPU, 22528, P, "grower", promise_mib=8192, cap_mib=40960 - 12288)
+    ledger.allocate(me, GPU, 40960 - 12288 - 8192, P, "grower", promise_mib=8192, cap_mib=40960 - 12288)
+    ledger.allocate(neighbour, GPU, 12288 - 3072, P, "neighbour", promise_mib=12288, cap_mib=40960 - 20480)
 
 
 def test_unfenced_growth_crashes_the_neighbour(ledger: Ledger) -> None:

@@ -188,8 +188,8 @@ def test_live_driver_caps_are_raised_and_tightened(tmp_path: Path) -> None:
     assert "CARMA_MEMORY_CAP_FILE" in env  # the framework cap inside the leaf follows as well
     tenants["b"] = [12288]
     s.refresh_caps(["a", "b"])
-    assert nvml.calls[-1][3] == (40960 - 512 - 12288 - 2048) * MIB
-    assert nvml.calls[-1][2] == (8192 + 2048) * MIB  # the soft limit stays the promise
+    assert nvml.calls[-1][3] == (40960 - 512 - 12288) * MIB  # a live promise carries no margin
+    assert nvml.calls[-1][2] == 8192 * MIB  # the soft limit stays the promise (its reservation)
     n = len(nvml.calls)
     s.refresh_caps(["a", "b"])
     assert len(nvml.calls) == n  # unchanged: not set again

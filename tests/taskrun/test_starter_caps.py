@@ -75,7 +75,7 @@ def test_live_caps_follow_the_co_tenants(tmp_path: Path) -> None:
     assert env["CARMA_MEMORY_CAP_LIVE"] == "1"
     tenants["b"] = [12288]  # a 12 GiB try placed beside it
     s.refresh_caps(["a", "b"])
-    assert read_caps(path) == (alone - 12288 - 2048,)
+    assert read_caps(path) == (alone - 12288,)  # a live promise carries no margin (FenceModel.margin_mib)
     del tenants["b"]
     s.refresh_caps(["a"])
     assert read_caps(path) == (alone,)
@@ -93,9 +93,9 @@ def test_a_newcomers_promise_tightens_live_caps_when_it_is_placed(tmp_path: Path
     path = s.placed_env(attempt("grower", 8192), DECISION)["CARMA_MEMORY_CAP_FILE"]
     placed["neighbour"] = 20480  # the placer reserved it; its process will load data for a while
     s.placed_env(attempt("neighbour", 20480), DECISION)
-    assert read_caps(path) == (40960 - 512 - (20480 + 2048) - CONTEXT,)  # no refresh_caps call needed
+    assert read_caps(path) == (40960 - 512 - 20480 - CONTEXT,)  # no refresh_caps call needed
     other = s.placed_env(attempt("elsewhere", 1024), decision(GPU_B))  # another GPU: leaves it alone
-    assert read_caps(other["CARMA_MEMORY_CAP_FILE"]) is not None and read_caps(path) == (40960 - 512 - 22528 - CONTEXT,)
+    assert read_caps(other["CARMA_MEMORY_CAP_FILE"]) is not None and read_caps(path) == (40960 - 512 - 20480 - CONTEXT,)
 
 
 @pytest.mark.parametrize("rule", ["protective", "live"])
@@ -105,12 +105,34 @@ def test_a_multi_gpu_try_gets_each_gpus_cap_from_that_gpus_co_tenants(tmp_path: 
     s.co_tenants = lambda uuid, key: beside[uuid] if key == "wide" else []
     env = s.placed_env(attempt("wide", 8192), decision(GPU, GPU_B))
     caps = tuple(int(c) for c in env["CARMA_MEMORY_CAP_MIB"].split(","))
-    assert caps == (40960 - 512 - 22528 - CONTEXT, 40960 - 512 - 6144 - CONTEXT)
+    margin = 2048 if rule == "protective" else 0  # a fixed cap's promises carry the margin, live ones none
+    assert caps == (40960 - 512 - 20480 - margin - CONTEXT, 40960 - 512 - 4096 - margin - CONTEXT)
     if rule == "live":
         assert read_caps(env["CARMA_MEMORY_CAP_FILE"]) == caps
         beside[GPU_B] = []  # GPU 1's co-tenant left; GPU 0's did not
         s.refresh_caps(["wide"])
         assert read_caps(env["CARMA_MEMORY_CAP_FILE"]) == (caps[0], 40960 - 512 - CONTEXT)
+
+
+def test_the_try_record_gets_its_own_fence_per_gpu(tmp_path: Path) -> None:
+    """The fence a try started under goes into its placement record (``carma why``, the UI), once."""
+    from carma_airflow.core.fencing import FENCE_REASON, fence_line
+
+    s = starter(tmp_path, isolation="framework", isolation_cap="live")
+    beside = {GPU: [20480], GPU_B: []}
+    s.co_tenants = lambda uuid, key: beside[uuid] if key == "wide" else []
+    s.placed_env(attempt("wide", 8192), decision(GPU, GPU_B))
+    reasons = s.fence_reasons("wide")
+    line = fence_line(reasons)
+    assert len(reasons) == 1 and reasons[0].startswith(FENCE_REASON) and line is not None
+    caps = (40960 - 512 - 20480 - CONTEXT, 40960 - 512 - CONTEXT)
+    assert (
+        line.startswith(f"capped at {caps[0]} MiB, {caps[1]} MiB per GPU (framework") and "re-set as co-tenants" in line
+    )
+    assert s.fence_reasons("wide") == []  # asked once, when the try starts
+    unfenced = starter(tmp_path, isolation="none")
+    unfenced.placed_env(attempt("free", 8192), DECISION)
+    assert unfenced.fence_reasons("free") == []
 
 
 def test_live_without_the_tenant_hook_falls_back_to_the_promise(tmp_path: Path) -> None:
@@ -135,10 +157,10 @@ def test_simulated_driver_limits_live_in_the_ledger_and_follow_placements(tmp_pa
     env = s.placed_env(attempt("grower", 8192), decision(gpu))
     assert env["CARMA_SIM_DRIVER_LEAF"] == "grower" and "CARMA_CGROUP_LEAF" not in env
     assert env["CARMA_CUDA_CONTEXT_MIB"] == "0"  # simulated GPUs hold no CUDA context
-    assert ledger.limits() == {"grower": {gpu: (10240, 40960 - 512)}}  # soft = promise, hard = cap
+    assert ledger.limits() == {"grower": {gpu: (8192, 40960 - 512)}}  # soft = promise (live: no margin), hard = cap
     placed["neighbour"] = 20480
     s.placed_env(attempt("neighbour", 20480), decision(gpu))
-    assert ledger.limits()["grower"] == {gpu: (10240, 40960 - 512 - 22528)}  # tightened at its placement
+    assert ledger.limits()["grower"] == {gpu: (8192, 40960 - 512 - 20480)}  # tightened at its placement
     del placed["neighbour"]
     s.refresh_caps(["grower"])
     assert set(ledger.limits()) == {"grower"} and ledger.limits()["grower"][gpu][1] == 40960 - 512

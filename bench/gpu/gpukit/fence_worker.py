@@ -57,7 +57,7 @@ def _ledger_allocator(path: str) -> Any:
         else:
             ledger.allocate(
                 os.getpid(), uuid, mib, profile, "fence-check",
-                promise_mib=fence.promise_mib[0], cap_mib=fence.cap_mib[0], live_cap=fence.live,
+                promise_mib=fence.promise_mib[0], cap_mib=fence.cap_mib[0],
             )  # fmt: skip
 
     return allocate

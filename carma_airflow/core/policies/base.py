@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from carma_airflow.core.decision import Reason
 from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.task import TaskRequest
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.completion_time import CompletionTime
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,9 @@ class Policy:
     # True: :meth:`refuses` may turn a collocation candidate down for one request (the placer
     # asks it in the collocation scan, and tells requests of different activity apart)
     refuses_gpus = False
+    # True: the policy prices its options (:meth:`pricer`): a pass tells it the clock and the queue
+    # (:meth:`begin_pass`), and its decisions depend on each request's task type and activity
+    prices_options: ClassVar[bool] = False
 
     # Keys and ``admits`` may not depend on the request unless ``stable_keys`` is False.
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
@@ -101,6 +108,15 @@ class Policy:
         except TypeError:  # a parameter that is not a plain value: no reuse
             return None
         return token
+
+    def begin_pass(self, now: float, waiting: int = 0, gpus: int = 1) -> None:
+        """A pass starts at ``now`` over ``waiting`` tries on ``gpus`` GPUs (the placer calls it
+        before every pass; nothing to do for a policy that only orders GPUs)."""
+
+    def pricer(self) -> CompletionTime | None:
+        """The policy as the pricer of a pass's options (``prices_options``), or None: the pass
+        takes the first GPU set in the policy's order."""
+        return None
 
     def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
         """Hook called after a placement (round-robin moves its cursor)."""

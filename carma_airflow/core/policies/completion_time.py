@@ -90,6 +90,7 @@ class Option:
     slowdown: float  # the newcomer's predicted slowdown (1.0 waiting: it then runs alone)
     drained: GpuFacts | None = None  # waiting: the GPU predicted to drain first
     queue: float = 0.0  # the waiting tries' summed delay: GPU time taken x their share per GPU
+    taken: float = 0.0  # the GPU-seconds the option takes from the queue (the queue's share over its weight)
 
     @property
     def waits(self) -> bool:
@@ -148,6 +149,7 @@ class CompletionTime(Policy):
     )
     uses_lock = False
     uses_reservations = True
+    prices_options = True
 
     def __init__(
         self,
@@ -191,6 +193,9 @@ class CompletionTime(Policy):
         if self._played_by is not self.forecast or len(self._played) > 50_000:
             self._played = {}
             self._played_by = self.forecast
+
+    def pricer(self) -> CompletionTime:
+        return self
 
     # -- the pool order (the cheap bound) --------------------------------------------------
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
@@ -261,6 +266,12 @@ class CompletionTime(Policy):
         """Predicted seconds until the GPU's tenants have all finished."""
         return self._base_of(f)[1]
 
+    def price_one(self, request: TaskRequest, f: GpuFacts) -> tuple[float, float]:
+        """A one-GPU request's collocation on ``f``: (its cost less the queue's share, the
+        GPU-seconds it takes from the queue), as :meth:`choose` prices it."""
+        delay, done, longer = self._price(f, self.forecast.newcomer(request))
+        return done + delay, longer
+
     def choose(
         self,
         request: TaskRequest,
@@ -282,28 +293,30 @@ class CompletionTime(Policy):
             for f in candidates:
                 delay, done, longer = self._price(f, new)
                 q = qw * longer
-                options.append(Option((f,), done + delay + q, done, delay, done / work, queue=q))
+                options.append(Option((f,), done + delay + q, done, delay, done / work, queue=q, taken=longer))
         else:
-            per_host: dict[str, list[tuple[float, float, float, GpuFacts]]] = {}
+            per_host: dict[str, list[tuple[float, float, float, float, GpuFacts]]] = {}
             for f in candidates:
                 delay, done, longer = self._price(f, new)
-                per_host.setdefault(f.state.host, []).append((delay + done + qw * longer, delay, done, f))
+                per_host.setdefault(f.state.host, []).append((delay + done + qw * longer, delay, done, longer, f))
             for group in per_host.values():
                 if len(group) < n:
                     continue
                 group.sort(key=lambda t: t[0])
                 top = group[:n]
-                delay = sum(d for _, d, _, _ in top)
-                done = max(dn for _, _, dn, _ in top)
-                q = sum(c - d - dn for c, d, dn, _ in top)
-                options.append(Option(tuple(t[3] for t in top), done + delay + q, done, delay, done / work, queue=q))
+                delay = sum(t[1] for t in top)
+                done = max(t[2] for t in top)
+                taken = sum(t[3] for t in top)
+                q = qw * taken
+                gpus = tuple(t[4] for t in top)
+                options.append(Option(gpus, done + delay + q, done, delay, done / work, queue=q, taken=taken))
         cheapest = min((o.cost for o in options), default=float("inf"))
         if timed and self.settings.waits and cheapest > work + qw * work * n:
             seconds, where = drain()
             if seconds < float("inf"):
                 q = qw * work * n
                 total = seconds + work
-                options.append(Option((), total + q, total, 0.0, total / work, where, q))
+                options.append(Option((), total + q, total, 0.0, total / work, where, q, work * n))
         if not options:
             return Choice(None, (), timed)
         best = min(options, key=lambda o: o.cost)  # first of equal costs: the cheap bound's order

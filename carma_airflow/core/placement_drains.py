@@ -1,0 +1,251 @@
+"""A pricing policy's side of a placement pass: when GPUs drain, and the waits kept from pass to pass.
+
+:class:`DrainPass` is the part of :class:`~carma_airflow.core.placement_pass.PlacementPass` that
+prices waiting for the completion-time policy: the GPUs with tenants in the order of the earliest
+they can drain (kept with the view's pools from pass to pass), the drain time of a request's shape,
+and the GPUs earlier waiting tries of the pass count on (claimed).
+
+**Kept waits.**  A try that waited by choice waits again in a later pass without being priced
+again while what its prices rest on stayed (:meth:`DrainPass._kept_wait_holds`): the same forecast
+(its version); the collocation candidates at their prices then where they are the same facts
+objects (nothing changed on them but the clock), the others priced now; the GPU it waits for
+unchanged and not claimed by an earlier try of the pass; no GPU that could drain before it other
+than those it looked at then; the clock moved on by less than :data:`MAX_AGE` (2 %) of the waiting
+option's cost; and waiting still the cheapest at the queue's weight now (each option's cost is
+kept as its own part plus the GPU-seconds it takes, which the queue's weight multiplies).  A try
+decided for its reasons (``carma why``) is always priced afresh.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from dataclasses import dataclass
+from operator import itemgetter
+
+from carma_airflow.core.facts import model_matches
+from carma_airflow.core.gpu import GpuHealth
+from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.completion_time import Choice, CompletionTime
+from carma_airflow.core.pools import Pools
+from carma_airflow.core.task import TaskRequest
+
+MAX_AGE = 0.02  # a kept wait is priced again once the clock moved by this share of its cost
+KEPT = 4096  # kept waits at most (then forgotten, all at once)
+
+_Drain = tuple[float, int, GpuFacts]  # (absolute time it drains by at the earliest, ordinal, facts)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptWait:
+    """What a wait by choice rested on (see the module doc)."""
+
+    at: float
+    version: object
+    priced: tuple[GpuFacts, ...]  # the collocation candidates priced, in order
+    drained: GpuFacts  # the GPU it waits for
+    drain_at: float  # when that GPU drains (absolute)
+    early: dict[int, GpuFacts]  # the usable GPUs the drain looked at, by id
+    wait: tuple[float, float]  # waiting: (cost less the queue's share, GPU-seconds taken)
+    shares: tuple[tuple[float, float], ...]  # each collocation likewise
+
+
+class KeptWaits:
+    """The waits by choice kept from pass to pass, by request shape and reserved GPUs (a placer's)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Hashable, KeptWait] = {}
+        self.reused = 0  # waits kept instead of priced (a count for benches)
+
+    def keep(self, key: Hashable, wait: KeptWait) -> None:
+        if len(self.by_key) >= KEPT:
+            self.by_key = {}
+        self.by_key[key] = wait
+
+
+class DrainPass(Pools):
+    """The drain order and kept waits of one pass (the attributes are set by the pass)."""
+
+    base: Pools
+    chooser: CompletionTime | None
+    kept: KeptWaits | None
+    _drains: dict[tuple[object, ...], tuple[float, GpuFacts | None, dict[int, GpuFacts]]]
+    _claimed: set[str]
+    _order: list[_Drain] | None
+    _order_of: dict[str, _Drain]
+    _applied: set[str]
+
+    def _usable(self, f: GpuFacts, need: int, wanted: str | None, reserved: frozenset[str]) -> bool:
+        return (
+            f.state.spec.memory_mib >= need
+            and (wanted is None or model_matches(f.state.spec.name, wanted))
+            and not (reserved and f.uuid in reserved)
+            and f.uuid not in self._claimed
+        )
+
+    def _drain(self, request: TaskRequest, reserved: frozenset[str]) -> tuple[float, GpuFacts | None]:
+        """The chooser's drain time for a request of this shape (kept until the pass places): the
+        GPUs with tenants in the order of their lower bound (the longest work left), played
+        forward only while the bound beats the soonest drain found."""
+        seconds, where, _ = self._drain_seen(request, reserved)
+        return seconds, where
+
+    def _drain_seen(
+        self, request: TaskRequest, reserved: frozenset[str]
+    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
+        """:meth:`_drain`, with the usable GPUs it looked at (by id)."""
+        chooser = self.chooser
+        assert chooser is not None
+        need = request.memory.mib + self.settings.reserve_mib
+        key = (request.gpu_model, request.gpus, need, reserved)
+        got = self._drains.get(key)
+        if got is not None:
+            return got
+        wanted = request.gpu_model
+        n = request.gpus
+        best, where = float("inf"), None
+        seen: dict[int, GpuFacts] = {}
+        per_host: dict[str, list[_Drain]] = {}
+        now = chooser.now
+        for at, place, f in self._drain_order():
+            if at - now >= best:  # every GPU after this one drains later still
+                break
+            if not self._usable(f, need, wanted, reserved):
+                continue
+            seen[id(f)] = f
+            drain = chooser.drained(f)
+            if n == 1:
+                if drain < best:
+                    best, where = drain, f
+                continue
+            group = per_host.setdefault(f.state.host, [])
+            bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
+            if len(group) >= n and group[n - 1][0] < best:
+                best, where = group[n - 1][0], group[n - 1][2]
+        got = self._drains[key] = (best, where, seen)
+        return got
+
+    def _drain_order(self) -> list[_Drain]:
+        """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
+        kept in the view's pools from pass to pass (only the GPUs whose facts changed are placed
+        again), copied for this pass and kept up to date as it places."""
+        if self._order is None:
+            chooser = self.chooser
+            assert chooser is not None
+            base = self.base
+            version = chooser.forecast_version()
+            if base.drains is None or base.drain_version != version:
+                base.drain_of = {}
+                for f in base.facts:
+                    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
+                        base.drain_of[f.uuid] = (chooser.now + chooser.bound(f), base.ordinal[f.uuid], f)
+                base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
+                base.drain_version, base.drain_stale = version, set()
+            elif base.drain_stale:
+                for uuid in base.drain_stale:
+                    _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
+                base.drain_stale = set()
+            self._order, self._order_of = list(base.drains), dict(base.drain_of)
+            for uuid in self._applied:
+                self._reorder(self.by_uuid[uuid])
+            for uuid in self._claimed:
+                self._claim(self.by_uuid[uuid])
+        return self._order
+
+    def _claim(self, f: GpuFacts) -> None:
+        """A waiting try counts on this GPU draining: later tries of the pass count on others."""
+        self._claimed.add(f.uuid)
+        self._drains = {}
+        entry = self._order_of.pop(f.uuid, None)
+        if entry is not None and self._order is not None:
+            i = bisect.bisect_left(self._order, (entry[0], entry[1]), key=itemgetter(0, 1))
+            if i < len(self._order) and self._order[i][2] is entry[2]:
+                del self._order[i]
+
+    def _reorder(self, f: GpuFacts) -> None:
+        """A GPU's facts changed (a placement): its place in this pass's drain order."""
+        if self._order is not None and f.uuid not in self._claimed:
+            assert self.chooser is not None
+            _place(self._order, self._order_of, f, self.ordinal, self.chooser)
+
+    # -- kept waits ---------------------------------------------------------------------------
+    def _keep_wait(
+        self, key: Hashable, request: TaskRequest, reserved: frozenset[str], priced: list[GpuFacts], choice: Choice
+    ) -> None:
+        """Keep a one-GPU wait by choice for the next passes (before its GPU is claimed)."""
+        chooser, kept, best = self.chooser, self.kept, choice.best
+        if chooser is None or kept is None or best is None or best.drained is None or request.gpus != 1:
+            return
+        if len(priced) != sum(1 for o in choice.options if not o.waits):
+            return
+        seconds, where, seen = self._drain_seen(request, reserved)
+        if where is not best.drained:
+            return
+        shares = tuple((o.cost - o.queue, o.taken) for o in choice.options if not o.waits)
+        wait = KeptWait(
+            chooser.now,
+            chooser.forecast_version(),
+            tuple(priced),
+            where,
+            chooser.now + seconds,
+            seen,
+            (best.cost - best.queue, best.taken),
+            shares,
+        )
+        kept.keep(key, wait)
+
+    def _kept_wait_holds(
+        self, key: Hashable, request: TaskRequest, reserved: frozenset[str], priced: list[GpuFacts]
+    ) -> bool:
+        """Whether a kept wait of this shape still holds (the module doc); if so its GPU is claimed."""
+        chooser, kept = self.chooser, self.kept
+        if chooser is None or kept is None or request.gpus != 1:
+            return False
+        k = kept.by_key.get(key)
+        if k is None:
+            return False
+        now = chooser.now
+        drained = k.drained
+        if (
+            now - k.at > MAX_AGE * k.wait[0]
+            or k.version != chooser.forecast_version()
+            or self.by_uuid.get(drained.uuid) is not drained
+            or drained.uuid in self._claimed
+        ):
+            return False
+        qw = chooser.queue_weight
+        wait = k.wait[0] + qw * k.wait[1]  # the costs as priced then, at the queue's weight now
+        then = {id(f): (f, share) for f, share in zip(k.priced, k.shares, strict=True)}
+        for f in priced:  # a candidate that changed (or is new) is priced now, the others kept
+            got = then.get(id(f))
+            own, taken = got[1] if got is not None and got[0] is f else chooser.price_one(request, f)
+            if own + qw * taken <= wait:
+                return False
+        need = request.memory.mib + self.settings.reserve_mib
+        for at, _, f in self._drain_order():
+            if at >= k.drain_at:
+                break
+            if f is not drained and k.early.get(id(f)) is not f and self._usable(f, need, request.gpu_model, reserved):
+                return False  # a GPU not looked at then could drain first
+        self._claim(drained)
+        kept.reused += 1
+        return True
+
+
+def _place(
+    order: list[_Drain], where: dict[str, _Drain], f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime
+) -> None:
+    """Put a GPU's (new) facts in a drain order: out with its old entry, in by its drain bound
+    (GPUs without tenants and quarantined ones stay out)."""
+    old = where.pop(f.uuid, None)
+    if old is not None:
+        i = bisect.bisect_left(order, (old[0], old[1]), key=itemgetter(0, 1))
+        if i < len(order) and order[i][2] is old[2]:
+            del order[i]
+    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
+        entry = (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
+        where[f.uuid] = entry
+        bisect.insort(order, entry, key=itemgetter(0, 1))
+
+
+__all__ = ["KEPT", "MAX_AGE", "DrainPass", "KeptWait", "KeptWaits"]
