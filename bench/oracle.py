@@ -82,6 +82,9 @@ class TruthForecast:
         assert a.task.name == task_type(request.label)
         return Occupant(a.task.name, prof.sm_activity, a.task.solo_s, prof)
 
+    def run_alone(self, request: TaskRequest) -> float:
+        return self._arrival(int(request.key[3:].split("#", 1)[0])).task.solo_s
+
     def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
         key = tuple((o.kind, o.activity) for o in occupants)
         got = self._memo.get(key)

@@ -1,5 +1,5 @@
 """Placement robustness across truths: the default and other candidates against most-free-memory,
-beside the bench's oracle, with the same estimator and queue for every policy.
+beside the bench's oracle, with the same estimator and queue discipline for every policy.
 
 The grid (issue 19, issue 23): t1, t2 and a sweep of 12 synthetic 60-task traces (2.0x exclusive
 load) on 4xA100-40GB; the executor's learned memory ahead of GPUMemNet (``history+gpumemnet``) and
@@ -8,6 +8,13 @@ estimator's; truths: the sharing model at beta {0.1, 0.5, 0.8} x activity scale 
 two of another form (:mod:`carma_airflow.sim.truth`): per-type terms drawn (``types:SEED``) and
 the measured pair table mapped onto task types (``pairs:gavel_pairs.csv:V100:SEED``); those two
 cells are the mean over truth seeds 0..``--truth-seeds``-1 (5), as in issue 23's table.
+
+The queue: the same backfill discipline (priority, aging, starvation bound) for every policy.
+Inside one priority the completion-time policy ranks the waiting tries shortest predicted run first
+(overdue tries ahead; :mod:`carma_airflow.core.queueing`), so that order is part of the policy:
+most-free-memory and every policy that does not rank keep the plain arrival order, the oracle
+ranks by the same rule with the true run times, and ``completion-time+fifo`` is the rule without
+its rank.  Each policy's longest and 99th-percentile waits are printed beside its ratios.
 
 The oracle (``bench/oracle.py``) is the completion-time rule fed the simulator's truth.  For each
 candidate and cell the bench prints the mean JCT and makespan as ratios to most-free-memory's
@@ -23,7 +30,8 @@ without knowledge of future arrivals", measured by the session that filed the is
 built outside the project): a reference for the target, not a result of this bench.
 
     .venv/bin/python bench/robustness.py [--seeds 12] [--truth-seeds 5] [--pairs PATH]
-        [--tasks 60] [--candidates completion-time,interference-aware] [--no-oracle] [--json out.json]
+        [--tasks 60] [--candidates completion-time,completion-time+fifo,interference-aware] [--no-oracle]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from oracle import oracle_simulation  # noqa: E402
 from carma_airflow.core import parse_gpu_list  # noqa: E402
 from carma_airflow.core.interference import InterferenceModel, InterferenceSettings  # noqa: E402
 from carma_airflow.core.policies import DEFAULT_POLICY  # noqa: E402
+from carma_airflow.core.policies.completion_time import CompletionTime  # noqa: E402
 from carma_airflow.core.policies.predictive import PredictiveSettings  # noqa: E402
 from carma_airflow.core.sharing import SharingModel  # noqa: E402
 from carma_airflow.sim import SimConfig, Simulation, load_catalog, load_trace, packaged, synthetic_trace  # noqa: E402
@@ -99,9 +108,11 @@ def run(
     truth: str,
     arrivals: list[Arrival],
     min_observations: int = MIN_OBSERVATIONS,
-) -> tuple[float, float, int]:
-    """(mean JCT, makespan, tasks lost).  ``policy``: a policy name, ``oracle`` (bench/oracle.py),
-    or ``predictive+override`` (the prediction may override the risk rule)."""
+) -> tuple[float, float, int, list[float]]:
+    """(mean JCT, makespan, tasks lost, each try's wait).  ``policy``: a policy name, ``oracle``
+    (bench/oracle.py), ``predictive+override`` (the prediction may override the risk rule), or
+    ``completion-time+fifo`` / ``oracle+fifo`` (the rule without its queue rank: the queue's
+    plain backfill order, as before the rank)."""
     name, _, variant = policy.partition("+")
     cfg = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), policy=BASELINE, estimator=ESTIMATOR, queue="backfill")
     cfg = replace(cfg, sharing=SharingModel(beta=beta), activity_scale=scale, truth=truth)
@@ -114,13 +125,24 @@ def run(
         sim = Simulation(cfg)
         if min_observations != MIN_OBSERVATIONS:
             sim.know.interference = InterferenceModel(settings=InterferenceSettings(min_observations=min_observations))
+    pol = sim.placer.policy
+    for v in variant.split("+"):
+        if not isinstance(pol, CompletionTime):
+            break
+        # completion-time+fifo, +overdue4 (the rank's bound), +queue0.5 (the queue's weight)
+        if v == "fifo":
+            pol.settings = replace(pol.settings, shortest_first=False)
+        elif v.startswith("overdue"):
+            pol.settings = replace(pol.settings, overdue_runs=float(v[len("overdue") :]))
+        elif v.startswith("queue"):
+            pol.settings = replace(pol.settings, queue=float(v[len("queue") :]))
     r = sim.run(list(arrivals))
     done = [t for t in r.tasks if t.outcome == "success" and t.end_s is not None]
     jct = statistics.fmean(t.end_s - t.submit_s for t in done) if done else float("inf")  # type: ignore[operator]
-    return jct, r.makespan_s, len(r.tasks) - len(done)
+    return jct, r.makespan_s, len(r.tasks) - len(done), [t.wait_s for t in r.tasks]
 
 
-Runs = dict[str, tuple[float, float, int]]  # workload -> (mean JCT, makespan, lost)
+Runs = dict[str, tuple[float, float, int, list[float]]]  # workload -> (mean JCT, makespan, lost, waits)
 
 
 def cell_ratios(runs: Runs, base: Runs, keys: list[str]) -> tuple[float, float, int]:
@@ -128,6 +150,14 @@ def cell_ratios(runs: Runs, base: Runs, keys: list[str]) -> tuple[float, float, 
     jct = statistics.fmean(runs[k][0] for k in keys) / statistics.fmean(base[k][0] for k in keys)
     mksp = statistics.fmean(runs[k][1] for k in keys) / statistics.fmean(base[k][1] for k in keys)
     return jct, mksp, sum(runs[k][2] for k in keys)
+
+
+def wait_tail(runs: Runs, keys: list[str]) -> tuple[float, float]:
+    """(longest wait, 99th percentile wait) in seconds over every try of ``keys``' workloads."""
+    waits = sorted(w for k in keys for w in runs[k][3])
+    if not waits:
+        return 0.0, 0.0
+    return waits[-1], waits[min(len(waits) - 1, int(0.99 * len(waits)))]
 
 
 def share_captured(ratio: float, oracle: float) -> float | None:
@@ -149,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=12)
     ap.add_argument("--truth-seeds", type=int, default=5, help="seeds of the types and pairs truths (their mean)")
     ap.add_argument("--pairs", default=str(DEFAULT_PAIRS))
-    ap.add_argument("--candidates", default=f"{DEFAULT_POLICY},interference-aware")
+    ap.add_argument("--candidates", default=f"{DEFAULT_POLICY},{DEFAULT_POLICY}+fifo,interference-aware")
     ap.add_argument("--no-oracle", action="store_true", help="leave the oracle out (no share captured)")
     ap.add_argument("--tasks", type=int, default=60, help="tasks per synthetic trace of the sweep")
     ap.add_argument("--min-observations", type=int, default=MIN_OBSERVATIONS, help="before a fit leaves its prior")
@@ -164,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     total = 0
     started = time.perf_counter()
     print(f"{GPUS}, {ESTIMATOR}, backfill for every policy; ratios to {BASELINE}")
+    print(
+        f"queue order: {BASELINE} and every policy that does not rank keeps backfill's priority-then-arrival order;"
+        f" completion-time and the oracle rank each priority's tries shortest predicted run first"
+        f" (learned / true run times), overdue tries ahead; +fifo: the rule without its rank"
+    )
     print("cell: JCT/makespan [lost], oracle JCT, share of the oracle's gain captured, W never worse, G gain target")
     print(f"{'truth':<11} {'policy':<19} " + " ".join(f"{c:>34}" for c in CELLS))
     for label, beta, scale, specs in truths(Path(args.pairs), args.truth_seeds):
@@ -217,6 +252,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
             results[label][policy] = row
             print(f"{label:<11} {policy:<19} " + " ".join(f"{t:>34}" for t in texts), flush=True)
+        for policy in [BASELINE, *candidates]:
+            texts = []
+            for cell in CELLS:
+                keys = sweep if cell == "sweep" else [cell]
+                tails = [wait_tail(s[policy], keys) for s in per]
+                longest = max(t[0] for t in tails)
+                p99 = statistics.fmean(t[1] for t in tails)
+                results[label].setdefault(policy, {}).setdefault(cell, {}).update(
+                    {"max_wait_s": longest, "p99_wait_s": p99}
+                )
+                texts.append(f"wait max {longest / 60:.0f} min, p99 {p99 / 60:.0f} min")
+            print(f"{'':<11} {policy:<19} " + " ".join(f"{t:>34}" for t in texts), flush=True)
         total += len(CELLS)
     print(f"targets met, of {total} cells (W: JCT <= 1.00x, makespan <= 1.02x, nothing lost; G: JCT <= (1 + r) / 2):")
     for policy in candidates:

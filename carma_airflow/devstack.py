@@ -89,9 +89,17 @@ def _migrated_template() -> Path | None:
 
 class AirflowStack:
     def __init__(
-        self, home: Path, dags: Path, db_url: str | None = None, port: int | None = None, **carma: str
+        self,
+        home: Path,
+        dags: Path,
+        db_url: str | None = None,
+        port: int | None = None,
+        *,
+        migrated: bool = False,
+        **carma: str,
     ) -> None:
         self.home = home
+        self.migrated = migrated  # db_url is a copy of a migrated database (a template): no migration
         self.port = port or free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         self.db_url = db_url or f"sqlite:///{home / 'airflow.db'}"
@@ -123,10 +131,12 @@ class AirflowStack:
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "5",
             "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            # a stack's DAG files never change once copied: parsing each again every 5 s cost about
-            # 18 % of a core per idle stack (measured on the e2e DAG folder); 30 s costs 2 %
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            # a stack's DAG files never change once copied and none is added after the boot: the
+            # dag-processor lists the folder every 30 s and parses each file again every 60 s (a
+            # first parse that failed on a loaded machine is retried within the minute); every 5 s
+            # and 30 s cost an idle stack about twice the CPU (bench/stack_cpu.py, docs/measured.md)
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "60",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CARMA__GPU_BACKEND": "simulated",
             "AIRFLOW__CARMA__SAMPLE_PERIOD": "0.5",
@@ -179,7 +189,10 @@ class AirflowStack:
     def migrate(self) -> None:
         """``airflow db migrate``; on SQLite, once per Airflow version on this machine: a migrated
         database is kept beside the temp folder and copied for every later stack (a boot then
-        costs no migration; the copy is byte for byte what the migration made)."""
+        costs no migration; the copy is byte for byte what the migration made).  Nothing when the
+        stack was made ``migrated`` (a PostgreSQL database created from a migrated template)."""
+        if self.migrated:
+            return
         sqlite_path = self.db_url.removeprefix("sqlite:///") if self.db_url.startswith("sqlite:///") else None
         template = _migrated_template() if sqlite_path else None
         if sqlite_path and template and template.exists():
@@ -252,9 +265,12 @@ class AirflowStack:
         path = self.home / f"{name}.log"
         return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 30.0) -> None:
         """Stop every process this stack started: each component's process group (also those of
-        components started again after a crash), then the task processes in their own sessions."""
+        components started again after a crash), then the task processes in their own sessions.
+
+        Each of the two rounds of SIGTERM waits up to ``grace_s`` for its components before
+        SIGKILL; a test's teardown, which needs no orderly hand-back, passes a few seconds."""
         schedulers = sorted(n for n in self.procs if n.startswith("scheduler"))
         # the schedulers first (their executors hand their tries back), then the rest together
         for names in (schedulers, ["dag-processor", "api-server"]):
@@ -262,9 +278,10 @@ class AirflowStack:
             for proc in procs:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
             for proc in procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=30)
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         for group in self.groups:  # what is left: workers of a component, components of a crash
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)

@@ -2,9 +2,9 @@
 
 Each CarmaExecutor records its waiting tries in ``carma_placement`` (outcome ``waiting``, its id
 as ``owner``) and beats in ``carma_executor``.  The GPU page, ``carma gpus`` and ``carma why``
-read both from there, every executor's rows together: not one executor's live snapshot (two
-executors on one host write the same snapshot, so a page built from it showed one of them at a
-time), and not one process's memory.
+read both from there, every executor's rows together, not one process's memory; the live
+snapshots (one per executor, live_snapshots.py) add what only they know (GPUs, tenants, the
+latest reason) to these rows.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def gpus_cmd(
         probe.close()
     store = _store(settings)
     running = [p for p in store.running() if _plain(p.outcome) == "running"]
-    activity = _tenant_activities(store.snapshots("executor:"))
+    activity = _tenant_activities(_current_snapshots(store, settings))
     rows: list[dict[str, Any]] = []
     for s in samples:
         mine = [p for p in running if s.uuid in p.gpu_uuids]
@@ -154,6 +154,14 @@ def _isolation_line(settings: Any) -> str:
         return resolve(IsolationMode.parse(settings.isolation), host_isolation(settings.gpu_backend), rule).describe()
     except ConfigError as exc:
         return f"isolation {settings.isolation} unavailable: {exc}"
+
+
+def _current_snapshots(store: Any, settings: Any) -> dict[str, tuple[datetime, dict[str, Any]]]:
+    """The live snapshots of the executors that run (a gone one's only where its host has no other)."""
+    from carma_airflow.live_snapshots import PREFIX, current
+
+    snapshots = store.snapshots(PREFIX)
+    return current(snapshots, store.executors(), datetime.now(timezone.utc).timestamp(), settings.peer_timeout_seconds)
 
 
 def _tenant_activities(snapshots: dict[str, tuple[datetime, dict[str, Any]]]) -> dict[str, float]:

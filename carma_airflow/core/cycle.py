@@ -21,7 +21,7 @@ from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import DuplicateKeyError
 from carma_airflow.core.gpu import ClusterView, GpuState
 from carma_airflow.core.placer import Placer
-from carma_airflow.core.queueing import QueueDiscipline
+from carma_airflow.core.queueing import QueueDiscipline, Rank
 from carma_airflow.core.recovery import Failure, GiveUp, RecoverySettings, RetryMode, RetryPlan, plan_retry
 from carma_airflow.core.reservations import Reservation, Reservations
 from carma_airflow.core.task import TaskRequest
@@ -170,7 +170,7 @@ class SchedulingCycle:
             return CycleResult(now, view)
         if not waiting_decisions and self._grouped:
             return self._run_placements(now, view)
-        plan = self.queue.plan(list(self._waiting.values()), now)
+        plan = self.queue.plan(list(self._waiting.values()), now, self._rank())
         result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
         waiting = dict(result.by_key)
         placed = []
@@ -190,7 +190,7 @@ class SchedulingCycle:
 
     def _run_placements(self, now: float, view: ClusterView) -> CycleResult:
         queue = self.queue
-        order_key = queue.order_key(now)
+        order_key = queue.order_key(now, self._rank())
         assert order_key is not None
         protected = queue.protect(self._index.oldest(), now)
         result = self.placer.place(
@@ -206,6 +206,11 @@ class SchedulingCycle:
             entry = self._take(d.request_key)
             never.append(Unplaceable(entry.request, d, entry.prior_ooms))
         return CycleResult(now, view, tuple(placed), tuple(never), {}, result.reserved_for)
+
+    def _rank(self) -> Rank | None:
+        """The policy's rank of each priority's waiting tries, where it ranks them (the
+        completion-time policy: shortest predicted run first, overdue tries ahead)."""
+        return self.placer.policy.ranker()
 
     def _group_of(self, request: TaskRequest) -> Hashable:
         if not self._grouped:

@@ -1,8 +1,9 @@
 """The placer's facts: per GPU the numbers filters and orderings use, read once from a view.
 
 Pure functions of a view, a policy and the settings: the free memory a GPU offers after the
-reservations of tenants the monitor has not seen yet, the SM activity with the prior for those
-tenants, and the paper's risk flag.  Also the structural "never fits" check (no GPU set of the
+reservations of tenants the monitor has not seen yet (under a fence, ``kept_margin_mib`` set: of
+every tenant, at its promise, for its life), the SM activity with the prior for those tenants,
+and the paper's risk flag.  Also the structural "never fits" check (no GPU set of the
 cluster could ever take a request) and ``gpu_model`` matching.
 """
 
@@ -54,6 +55,8 @@ def gpu_facts(
     idle_used = s.idle_used_mib
     prior = s.activity_prior
     reservations = pol.uses_reservations
+    keeps = s.kept_margin_mib is not None  # a fence keeps each tenant's promise for its life
+    kept = s.kept_margin_mib or 0
     risk = s.risk
     out: list[GpuFacts] = []
     append = out.append
@@ -68,11 +71,14 @@ def gpu_facts(
             for t in tenants:
                 exclusive_tenant = exclusive_tenant or t.exclusive
                 observed = t.observed_mib
+                promised = t.reserved_mib + kept
                 if observed is None or now - t.placed_at < lock_s:
                     unseen += 1
-                    accounted += t.reserved_mib if observed is None or observed < t.reserved_mib else observed
+                    accounted += promised if observed is None or observed < promised else observed
                     if observed is not None:
                         changes = min(changes, t.placed_at + lock_s)
+                elif keeps:  # seen, but its fence lets it grow into its promise: keep that for it
+                    accounted += promised if observed < promised else observed
                 else:  # seen long enough: trust what it holds, the free reading covers it
                     accounted += observed
             if reservations:

@@ -1,7 +1,6 @@
 """Fencing a try's GPU memory: the mechanisms, the cap rules, and the cap a try is held to.
 
-Pure and shared: the executor computes a placed try's cap here, the simulated GPUs' ledger and
-the trace simulator enforce the same model.
+Pure and shared: the executor computes a placed try's cap here, the simulated GPUs and the simulator enforce it.
 
 Contract (stable; the simulator, the executor's simulated GPUs and the executor use it)
 -----------------------------------------------------------------------------------------
@@ -41,12 +40,9 @@ A ledger or simulator asks two questions per try and GPU:
 **A promise holds from placement.**  ``co_tenants`` lists every try placed on that GPU, allocated
 or not (a try loading data on the CPU holds nothing, yet is promised its reservation): each at
 ``Tenant(counted_mib(promise, held, allocated=..., age_s=..., lock_s=...), held)``: the larger of
-its promise and what it holds for as long as its placer counts its reservation.  A placer that
-trusts observed memory (core/facts.py, the trace simulator's: once the try allocated and its lock
-window passed) offers the rest to newcomers from then on, so the fence counts what it holds from
-then on (a fence that kept the rest would stop growers for memory the placer gave away:
-docs/isolation.md).  A placer that never trusts observed memory (the executor's) keeps the
-promise for the try's life: pass ``allocated=False``.
+its promise and what it holds until it allocated and its lock window passed, then what it holds
+(the tries already there may use the rest).  A newcomer may not: under a fence the placer keeps
+each tenant's promise for its life (core/facts.py, :meth:`FenceModel.kept_margin_mib`).
 An allocation past the cap fails in the try that asked, its message carrying :data:`PAST_CAP`.
 
 The rule (docs/isolation.md says why): a try's **promise** on a GPU is the memory it was placed
@@ -176,6 +172,11 @@ class FenceModel:
         co-tenants counted with margins stop growers for memory nobody uses: measured in
         bench/fencing.py, docs/isolation.md)."""
         return 0 if self.live else max(0, margin_mib)
+
+    def kept_margin_mib(self, margin_mib: int) -> int | None:
+        """What the placer keeps from newcomers above each try's reservation for its life
+        (``PlacementSettings.kept_margin_mib``): its :meth:`margin_mib` under a fence, else None."""
+        return self.margin_mib(margin_mib) if self.fenced else None
 
     def start_cap_mib(
         self,
@@ -354,8 +355,7 @@ class Fence:
 
 def counted_mib(promise_mib: int, held_mib: int, *, allocated: bool, age_s: float, lock_s: float) -> int:
     """What a co-tenant counts for in another try's cap: its promise (or what it holds, if more)
-    from its placement until it has allocated and ``lock_s`` have passed since its placement,
-    then what it holds, as the placer counts it (core/facts.py)."""
+    until it has allocated and ``lock_s`` have passed since its placement, then what it holds."""
     if not allocated or age_s < lock_s:
         return max(promise_mib, held_mib)
     return held_mib

@@ -6,6 +6,14 @@
   larger ones wait.  Starvation bound: a request that has waited longer than
   ``starvation_s`` is *protected*: it is decided first and, while it cannot start, the GPUs
   closest to fitting it take no new tenants, so it starts as soon as they drain.
+
+A policy may rank the waiting tries of one priority (:data:`Rank`: the completion-time policy's
+shortest predicted run first, the summed-completion-time rule for one machine): ``backfill`` then
+orders a priority's tries that are not *overdue* by their rank, ahead of arrival order.  A try is
+overdue once the rank says so (the completion-time policy: waited more than ``overdue_runs`` times
+its predicted run) or it has waited ``starvation_s``; only overdue tries age, and an overdue try
+goes ahead of every try of its priority that is not, so no try waits for ever behind shorter ones.
+Without a rank (every other policy) the order is the plain priority-with-aging one.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ class QueuePlan:
 
 
 OrderKey = Callable[[TaskRequest], tuple[object, ...]]
+# a policy's rank of a waiting try given the seconds it has waited: lower goes first inside one
+# priority; None: the try is overdue (it goes ahead of its priority's ranked tries, by arrival)
+Rank = Callable[[TaskRequest, float], float | None]
 
 
 class QueueDiscipline:
@@ -38,11 +49,14 @@ class QueueDiscipline:
     name = "base"
     blocks = False  # True: nothing after the first request that must wait is placed
 
-    def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
+    def plan(self, pending: Sequence[TaskRequest], now: float, rank: Rank | None = None) -> QueuePlan:
+        """The pass's order at ``now``; ``rank``: the policy's rank inside a priority, if it ranks."""
         raise NotImplementedError
 
-    def order_key(self, now: float) -> OrderKey | None:
-        """The key ``plan`` sorts by at ``now`` (unique per request); None: only ``plan`` orders."""
+    def order_key(self, now: float, rank: Rank | None = None) -> OrderKey | None:
+        """The key ``plan`` sorts by at ``now`` (unique per request); None: only ``plan`` orders.
+        Inside one ``class_of`` a ``rank`` must be the same for requests that wait equally long
+        (the completion-time policy's: one value per task type), so the class order holds."""
         return None
 
     def class_of(self, request: TaskRequest) -> Hashable:
@@ -59,11 +73,11 @@ class Fifo(QueueDiscipline):
 
     blocks = True
 
-    def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
-        ordered = sorted(pending, key=_fifo_key)
+    def plan(self, pending: Sequence[TaskRequest], now: float, rank: Rank | None = None) -> QueuePlan:
+        ordered = sorted(pending, key=_fifo_key)  # the paper's order: a policy's rank is not used
         return QueuePlan(tuple(ordered), blocking=True, protected=None)
 
-    def order_key(self, now: float) -> OrderKey:
+    def order_key(self, now: float, rank: Rank | None = None) -> OrderKey:
         return _fifo_key
 
     def class_of(self, request: TaskRequest) -> Hashable:
@@ -80,6 +94,8 @@ class Backfill(QueueDiscipline):
     Effective priority = priority + whole ``aging_s`` waited (one priority point per ``aging_s``),
     then ``tie_break``, then arrival;
     recovered tries get ``recovery_boost`` points so they go early without blocking anyone.
+    With a policy's ``rank`` (see the module doc): inside one effective priority, overdue tries
+    first, then the rest by rank; a try that is not overdue does not age.
     """
 
     name = "backfill"
@@ -89,23 +105,38 @@ class Backfill(QueueDiscipline):
         self.starvation_s = starvation_s
         self.recovery_boost = recovery_boost
 
-    def plan(self, pending: Sequence[TaskRequest], now: float) -> QueuePlan:
-        ordered = sorted(pending, key=self.order_key(now))
+    def plan(self, pending: Sequence[TaskRequest], now: float, rank: Rank | None = None) -> QueuePlan:
+        ordered = sorted(pending, key=self.order_key(now, rank))
         oldest = min(pending, key=lambda r: (r.submitted_at, r.key), default=None)
         return QueuePlan(tuple(ordered), blocking=False, protected=self.protect(oldest, now))
 
-    def order_key(self, now: float) -> OrderKey:
-        aging_s, boost = self.aging_s, self.recovery_boost
+    def order_key(self, now: float, rank: Rank | None = None) -> OrderKey:
+        aging_s, boost, starving = self.aging_s, self.recovery_boost, self.starvation_s
 
         def key(r: TaskRequest) -> tuple[object, ...]:
             # whole aging points, so that equal priorities stay equal long enough for
             # ``tie_break`` to order them; monotone in submitted_at for one class (class_of)
-            eff: float = r.priority + math.floor(max(0.0, now - r.submitted_at) / aging_s)
+            waited = max(0.0, now - r.submitted_at)
+            eff: float = r.priority + math.floor(waited / aging_s)
             if r.recovered:
                 eff += boost
             return (-eff, -r.tie_break, r.submitted_at, r.key)
 
-        return key
+        if rank is None:
+            return key
+
+        def ranked(r: TaskRequest) -> tuple[object, ...]:
+            # an overdue try ages and goes first (0.0) inside its effective priority; the rest
+            # keep their priority and go by rank (a predicted run: > 0); monotone in submitted_at
+            # for one class while the rank is one value per class member's task type
+            waited = max(0.0, now - r.submitted_at)
+            got = rank(r, waited) if waited <= starving else None
+            eff: float = r.priority + boost if r.recovered else r.priority
+            if got is None:
+                return (-(eff + math.floor(waited / aging_s)), -r.tie_break, 0.0, r.submitted_at, r.key)
+            return (-eff, -r.tie_break, got, r.submitted_at, r.key)
+
+        return ranked
 
     def class_of(self, request: TaskRequest) -> Hashable:
         return (request.priority, request.tie_break, request.recovered)

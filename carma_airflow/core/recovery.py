@@ -173,6 +173,14 @@ class GiveUp:
     reason: str
 
 
+def tries_this_round(try_number: int, max_tries: int, policy_retries: int) -> int:
+    """The tries of the current round, this one included: Airflow's ``max_tries`` starts at the
+    task's ``retries`` (``policy_retries``: the author's plus the OOM retries) and is raised past
+    it for tries that did not end by the task's doing (a clear: ``try_number + retries``; a reset
+    try that never ran, executor/restart.py), so the round begins after ``max_tries - retries``."""
+    return try_number - max(0, max_tries - policy_retries)
+
+
 def author_retry_left(try_number: int, prior_oom_tries: int, author_retries: int) -> bool:
     """Whether a try that fails for any reason but a CUDA OOM may be retried.
 

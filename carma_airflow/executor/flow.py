@@ -96,7 +96,7 @@ class TryFlow:
         ]
         self.faults = FaultWatch(settings.fault_kill_seconds)
         self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
-        self.live = LiveView(settings, self.placer.policy.name, self.queue.name)
+        self.live = LiveView(settings, self.placer.policy.name, self.queue.name, self.peers.me)
         self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
         self.sight = GpuSight(parts.monitor, settings.stale_seconds)  # and each GPU's host and model
         self.telemetry = Attribution()

@@ -11,6 +11,7 @@ from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor.bookkeeping import sample_records
 from carma_airflow.executor.snapshot import build_snapshot
 from carma_airflow.executor.writes import PutSnapshot, RecordSamples
+from carma_airflow.live_snapshots import name_of
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.settings import CarmaSettings
 
@@ -22,8 +23,10 @@ REASONS_ALWAYS_BELOW = 64  # waiting tries up to which every pass gives reasons 
 
 
 class LiveView:
-    def __init__(self, settings: CarmaSettings, policy: str, queue: str) -> None:
+    def __init__(self, settings: CarmaSettings, policy: str, queue: str, executor_id: str) -> None:
+        """``executor_id``: the id this executor beats under (peers.py); its snapshot's name."""
         self.settings, self.policy, self.queue = settings, policy, queue
+        self.executor_id = executor_id
         self.pass_ms: deque[float] = deque(maxlen=256)  # the latest scheduling passes
         self._samples_at = 0.0
         self._snapshot_at = 0.0
@@ -72,8 +75,9 @@ class LiveView:
             pass_ms=list(self.pass_ms),
             pending_writes=pending_writes,
             errors={**(quarantined or {}), **{s.uuid: s.error for s in samples if s.error}},
+            executor_id=self.executor_id,
         )
-        return PutSnapshot(f"executor:{self.settings.host}", now, body)
+        return PutSnapshot(name_of(self.executor_id), now, body)
 
 
 __all__ = ["SAMPLES_EVERY_S", "LiveView"]

@@ -1,7 +1,8 @@
 """The executor's live view as one JSON document (version 1), for the UI page and `carma` tools.
 
-Written into the store as ``executor:<host>`` every ``[carma] snapshot_period`` seconds; the
-api-server (another process, maybe another host) reads it.  Plain data only: no secrets, no
+Written into the store as ``executor:<executor id>`` every ``[carma] snapshot_period`` seconds
+(carma_airflow/live_snapshots.py: one per executor, even two on one host); the api-server
+(another process, maybe another host) reads it.  Plain data only: no secrets, no
 database URLs.
 """
 
@@ -30,6 +31,7 @@ def build_snapshot(
     pass_ms: Sequence[float] = (),
     pending_writes: int = 0,
     errors: Mapping[str, str] | None = None,
+    executor_id: str | None = None,
 ) -> dict[str, Any]:
     """``errors``: GPU UUID -> what NVML (or the simulated fault) said about a failed GPU."""
     errors = errors or {}
@@ -64,6 +66,7 @@ def build_snapshot(
         )
     return {
         "version": VERSION,
+        "executor": executor_id,  # the id it beats under in carma_executor (None: not given)
         "host": settings.host,
         "at": now,
         "policy": policy,

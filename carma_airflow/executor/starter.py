@@ -52,12 +52,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("carma_airflow.executor")
 
 
-def kill_env(ti: Any, prior_ooms: int) -> dict[str, str]:
-    """Whether a try that dies of a signal may be retried: only within the author's retries."""
+def kill_env(ti: Any, prior_ooms: int, oom_retries: int = 0) -> dict[str, str]:
+    """Whether a try that dies of a signal may be retried: only within the author's retries of
+    this round.  The estimate counts from try 1; the try's supervisor recounts with its
+    ``max_tries`` (raised by a clear or a restart's reset) from the budget (killguard.py)."""
     author = author_retries_of(getattr(ti, "executor_config", None))
     if author is None:  # parsed without our cluster policy: Airflow's max_tries is the author's
         return {}
-    return retry_on_kill_env(author_retry_left(ti.try_number, prior_ooms, author))
+    return retry_on_kill_env(author_retry_left(ti.try_number, prior_ooms, author), author, oom_retries, prior_ooms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +309,7 @@ class TryStarter:
         # a promise holds from placement: the live caps of the tries already on these GPUs count
         # this one now, before its process has touched the GPU (not only at the next heartbeat)
         self._refresh(None, set(decision.gpu_uuids))
-        env.update(kill_env(attempt.ti, attempt.prior_ooms))
+        env.update(kill_env(attempt.ti, attempt.prior_ooms, self.settings.oom_retries))
         said = fence_from_env(env, len(decision.gpu_uuids))
         if said is not None:
             words = describe_try_fence(said, env)
@@ -344,7 +346,7 @@ class TryStarter:
         the try may have waited longer than the one it was handed over with lives."""
         workload: ExecuteTask = attempt.workload
         workload.token = self.token_for(str(workload.ti.id))
-        env = {**env, **kill_env(attempt.ti, attempt.prior_ooms)}
+        env = {**env, **kill_env(attempt.ti, attempt.prior_ooms, self.settings.oom_retries)}
         return self.launcher.launch(workload, env, self.result_file(str(workload.ti.id)), host or self.settings.host)
 
 

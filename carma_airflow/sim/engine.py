@@ -61,7 +61,10 @@ class Simulation:
         policy = make_policy(config.policy)
         if isinstance(policy, Predictive) and config.predictive is not None:
             policy = Predictive(settings=config.predictive)
-        self.placer = Placer(policy, config.settings)
+        self.fence = sim_fence(config)  # the host's mechanism and cap rule, resolved as the executor does
+        # the placer keeps what the fence promises each try (core/fencing.FenceModel.kept_margin_mib)
+        kept = self.fence.model.kept_margin_mib(config.settings.headroom_mib)
+        self.placer = Placer(policy, replace(config.settings, kept_margin_mib=kept))
         self.queue = make_queue(config.queue)
         # the simulation knows when each process allocates (the ramp): it observes its tenants
         # itself, none is assumed seen after the lock time
@@ -75,7 +78,6 @@ class Simulation:
         self.estimator = memory_estimator(config)
         self.peaks = peaks.copy() if peaks is not None else LearnedPeaks()  # learned memory (sim/memory.py)
         self.model = config.sharing
-        self.fence = sim_fence(config)  # the host's mechanism and cap rule, resolved as the executor does
         if config.checkpoint_every_s < 0:
             raise ValueError(f"checkpoint_every_s must be >= 0, got {config.checkpoint_every_s}")
         self.board = SimGpus(

@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
+from carma_airflow.live_snapshots import name_of
 from carma_airflow.store.engine import Moment, StoreBase, utc
 from carma_airflow.store.errors import RecordError
-from carma_airflow.store.schema import ExecutorRow, ReservationRow
+from carma_airflow.store.schema import ExecutorRow, ReservationRow, SnapshotRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +166,12 @@ class PeerStore(StoreBase):
         return self._write(delete(ReservationRow).where(ReservationRow.key.in_(list(keys))))
 
     def forget_executors(self, ids: Sequence[str]) -> None:
-        """Executors gone long ago: their rows and whatever they had published."""
+        """Executors gone long ago: their rows and whatever they had published (live snapshots included)."""
         if not ids:
             return
         with self._session(write=True) as session:
             session.execute(delete(ReservationRow).where(ReservationRow.owner.in_(list(ids))))
+            session.execute(delete(SnapshotRow).where(SnapshotRow.name.in_([name_of(i) for i in ids])))
             session.execute(delete(ExecutorRow).where(ExecutorRow.id.in_(list(ids))))
 
     @contextmanager

@@ -9,8 +9,18 @@ UP_FOR_RETRY whenever that raised count allows it.  The executor knows the autho
 RETRY_ON_KILL_ENV whether a non-OOM failure may still be retried; where it may not, the
 supervisor's end state of a process that reported nothing is FAILED.
 
-The supervisor offers no hook for this, so its ``final_state`` property is wrapped: one place,
-checked against the installed Airflow by tests/executor/test_killguard.py.
+The executor cannot count the tries of the current round: the workload carries no ``max_tries``,
+which Airflow raises past the task's retries when a try did not end by the task's doing (a clear;
+a reset try that never ran before a scheduler restart, executor/restart.py).  So it also sends
+the budget (KILL_BUDGET_ENV: author's retries, OOM retries, OOM tries so far) and the guard
+decides with the ``max_tries`` the Execution API returned when the try started, as Airflow's own
+``should_retry`` does and as the retry policy does for a failure it sees (retry.py): after a
+restart a killed try whose reset predecessor never ran still has all the author's retries.
+Where that ``max_tries`` is not known the executor's own estimate (RETRY_ON_KILL_ENV) stands.
+
+The supervisor offers no hook for this, so its ``final_state`` property and the API client's
+``task_instances.start`` are wrapped: one place, checked against the installed Airflow by
+tests/executor/test_killguard.py.
 """
 
 from __future__ import annotations
@@ -19,19 +29,65 @@ import logging
 import os
 from typing import Any
 
+from carma_airflow.core.recovery import author_retry_left, tries_this_round
+
 RETRY_ON_KILL_ENV = "CARMA_RETRY_ON_KILL"  # "0": a try that dies without a word is not retried
+KILL_BUDGET_ENV = "CARMA_KILL_BUDGET"  # "author retries:OOM retries:OOM tries so far"
 _MARK = "_carma_kill_guard"
+_max_tries: dict[str, int] = {}  # task instance id -> max_tries, as its try's start returned it
 log = logging.getLogger("carma")
 
 
-def retry_on_kill_env(may_retry: bool) -> dict[str, str]:
-    return {RETRY_ON_KILL_ENV: "1" if may_retry else "0"}
+def retry_on_kill_env(may_retry: bool, author: int | None = None, oom: int = 0, prior_ooms: int = 0) -> dict[str, str]:
+    """The try's environment: the executor's estimate and, with ``author``, the budget itself."""
+    env = {RETRY_ON_KILL_ENV: "1" if may_retry else "0"}
+    if author is not None:
+        env[KILL_BUDGET_ENV] = f"{author}:{oom}:{prior_ooms}"
+    return env
+
+
+def may_retry_killed(try_number: int, max_tries: int | None) -> bool | None:
+    """Whether a try that died of a signal is retried (None: Airflow decides, no CARMA budget)."""
+    budget = os.environ.get(KILL_BUDGET_ENV, "").split(":")
+    if max_tries is None or len(budget) != 3 or not all(b.isdigit() for b in budget):
+        said = os.environ.get(RETRY_ON_KILL_ENV)
+        return None if said is None else said != "0"
+    author, oom, prior_ooms = (int(b) for b in budget)
+    return author_retry_left(tries_this_round(try_number, max_tries, author + oom), prior_ooms, author)
+
+
+def _ti_of(proc: Any) -> tuple[str, int] | None:
+    ti = getattr(proc, "ti", None)
+    number = getattr(ti, "try_number", None)
+    return None if ti is None or not isinstance(number, int) else (str(getattr(ti, "id", "")), number)
+
+
+def _wrap_start(operations: Any) -> None:
+    """Remember ``max_tries`` from each try's start (TIRunContext), for its final state."""
+    original = getattr(operations, "start", None)
+    if original is None or getattr(original, _MARK, False):
+        return
+
+    def start(self: Any, id: Any, *args: Any, **kwargs: Any) -> Any:
+        context = original(self, id, *args, **kwargs)
+        value = getattr(context, "max_tries", None)
+        if isinstance(value, int):
+            _max_tries[str(id)] = value
+            while len(_max_tries) > 1024:  # a Celery pool process runs many tries: the oldest go
+                del _max_tries[next(iter(_max_tries))]
+        return context
+
+    setattr(start, _MARK, True)
+    operations.start = start
 
 
 def install_kill_guard() -> bool:
     """Wrap the supervisor's end-state rule once per process; False where Airflow's shape differs."""
+    from airflow.sdk.api.client import TaskInstanceOperations
     from airflow.sdk.execution_time import supervisor
     from airflow.utils.state import TaskInstanceState
+
+    _wrap_start(TaskInstanceOperations)
 
     cls: Any = getattr(supervisor, "ActivitySubprocess", None)
     prop = getattr(cls, "final_state", None)
@@ -44,17 +100,15 @@ def install_kill_guard() -> bool:
 
     def final_state(self: Any) -> Any:
         state = original(self)
-        if (
-            state == TaskInstanceState.UP_FOR_RETRY
-            and getattr(self, "_terminal_state", None) is None  # the task itself asked for nothing
-            and os.environ.get(RETRY_ON_KILL_ENV) == "0"
-        ):
-            return TaskInstanceState.FAILED
-        return state
+        if state != TaskInstanceState.UP_FOR_RETRY or getattr(self, "_terminal_state", None) is not None:
+            return state  # the task itself asked for its end (an OOM retry), or it did not fail
+        ti = _ti_of(self)  # None: no try to count, the executor's estimate stands
+        may = may_retry_killed(ti[1], _max_tries.get(ti[0])) if ti is not None else may_retry_killed(0, None)
+        return TaskInstanceState.FAILED if may is False else state
 
     setattr(final_state, _MARK, True)
     cls.final_state = property(final_state)
     return True
 
 
-__all__ = ["RETRY_ON_KILL_ENV", "install_kill_guard", "retry_on_kill_env"]
+__all__ = ["KILL_BUDGET_ENV", "RETRY_ON_KILL_ENV", "install_kill_guard", "may_retry_killed", "retry_on_kill_env"]

@@ -16,7 +16,14 @@ from typing import Any
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
 from carma_airflow.core.fencing import PAST_CAP
-from carma_airflow.core.recovery import FailureKind, author_retry_left, classify_failure, oom_advice, oom_retry_left
+from carma_airflow.core.recovery import (
+    FailureKind,
+    author_retry_left,
+    classify_failure,
+    oom_advice,
+    oom_retry_left,
+    tries_this_round,
+)
 from carma_airflow.taskrun.outcome import PRIOR_OOMS_ENV, remember_failure
 
 
@@ -42,9 +49,7 @@ class CudaOomRetryPolicy(RetryPolicy):
             from carma_airflow.taskrun.listener import peak_mib_of_this_process
 
             return RetryDecision.fail(reason=oom_advice(prior_ooms + 1, peak_mib_of_this_process()))
-        # the tries of this round: Airflow raises max_tries past the task's retries for tries that
-        # did not end by the task's doing (a clear; a reset try that never ran, restart.py)
-        tries = try_number - max(0, max_tries - self.author_retries - self.oom_retries)
+        tries = tries_this_round(try_number, max_tries, self.author_retries + self.oom_retries)
         other_failures = tries - prior_ooms  # tries that failed for other reasons, this one included
         if author_retry_left(tries, prior_ooms, self.author_retries):
             if failure.kind is FailureKind.GPU_FAULT:

@@ -1,31 +1,32 @@
 """What the GPU page shows, assembled from the store: one JSON-ready dict.
 
 The api-server is not the scheduler: it cannot see the executor's memory.  Everything here comes
-from the bookkeeping store: the executors' live snapshots (``executor:<host>``, written every few
-seconds), the placements, the OOM events and the learned interference (``model:interference``).
+from the bookkeeping store: the executors' live snapshots (``executor:<executor id>``, written
+every few seconds, one per running executor: live_snapshots.py; two on one host are merged GPU
+by GPU), the placements, the OOM events and the learned interference (``model:interference``).
 No FastAPI, no templates: the HTML page and the JSON endpoint render the same dict.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from carma_airflow import waiting_view
+from carma_airflow import live_snapshots, waiting_view
 from carma_airflow.core.checkpoints import resume_line
 from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.core.fencing import fence_line
 from carma_airflow.learned_view import MODEL_PREFIX, interference
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
+from carma_airflow.ui import coerce as c
 from carma_airflow.ui.timeline import Lane, TimelineBar, layout
 
 if TYPE_CHECKING:
     from carma_airflow.store.store import Store
 
-SNAPSHOT_PREFIX = "executor:"
+SNAPSHOT_PREFIX = live_snapshots.PREFIX
 SNAPSHOT_VERSION = 1
 STALE_AFTER_S = 30.0  # a snapshot older than this: its executor is not running
 PLACEMENT_LIMIT = 300
@@ -43,8 +44,10 @@ def build_state(
     placements (at least 2 minutes, at most 24 hours).
     """
     now = now or datetime.now(timezone.utc)
-    executors, gpus, live_waiting = _live(store.snapshots(SNAPSHOT_PREFIX), now, stale_after_s)
-    view = waiting_view.read(store, now, stale_after_s)  # every executor's waiting tries
+    rows = store.executors()
+    snapshots = live_snapshots.current(store.snapshots(SNAPSHOT_PREFIX), rows, now.timestamp(), stale_after_s)
+    executors, gpus, live_waiting = _live(snapshots, now, stale_after_s)
+    view = waiting_view.build(rows, store.running(), now, stale_after_s)  # every executor's waiting tries
     waiting = _all_waiting(view, live_waiting, now)
     placements = store.placements(limit=PLACEMENT_LIMIT)
     one_host = len({g["host"] for g in gpus}) <= 1
@@ -75,86 +78,106 @@ def _live(
     executors: list[dict[str, Any]] = []
     gpus: list[dict[str, Any]] = []
     waiting: list[dict[str, Any]] = []
-    for name, (written_at, body) in sorted(snapshots.items()):
-        at = _epoch_dt(body.get("at")) or written_at
+    by_uuid: dict[str, dict[str, Any]] = {}  # two executors on one host list the same GPUs
+    freshest_first = sorted(snapshots.items(), key=lambda item: -live_snapshots.written_at(*item[1]))
+    for name, (written_at, body) in freshest_first:
+        at = c.epoch_dt(body.get("at")) or written_at
         age = max(0.0, (now - at).total_seconds())
         version = body.get("version")
-        host = _str(body.get("host")) or name.removeprefix(SNAPSHOT_PREFIX)
+        host = c.as_str(body.get("host")) or name.removeprefix(SNAPSHOT_PREFIX)
         executor: dict[str, Any] = {
             "name": name,
+            "id": live_snapshots.executor_of(body),  # None: a snapshot from before ids (live_snapshots.py)
             "host": host,
             "at": at.isoformat(),
             "age_s": round(age, 1),
             "stale": age > stale_after_s,
-            "policy": _str(body.get("policy")),
-            "backend": _str(body.get("backend")),
-            "queue": _str(body.get("queue")),
-            "running": _int(body.get("running")),
-            "dispatch": _str(body.get("dispatch")),
-            "pass_median_ms": _float(_dict(body.get("passes")).get("median_ms")),
-            "pending_store_writes": _int(body.get("pending_store_writes")),
+            "policy": c.as_str(body.get("policy")),
+            "backend": c.as_str(body.get("backend")),
+            "queue": c.as_str(body.get("queue")),
+            "running": c.as_int(body.get("running")),
+            "dispatch": c.as_str(body.get("dispatch")),
+            "pass_median_ms": c.as_float(c.as_dict(body.get("passes")).get("median_ms")),
+            "pending_store_writes": c.as_int(body.get("pending_store_writes")),
             "problem": None if version == SNAPSHOT_VERSION else f"snapshot version {version!r} is not understood",
         }
         executors.append(executor)
         if executor["problem"]:
             continue
-        for raw in _dicts(body.get("gpus")):
-            gpus.append(_gpu(raw, host, now, executor["stale"]))
-        for raw in _dicts(body.get("waiting")):
+        for raw in c.as_dicts(body.get("gpus")):
+            gpu = _gpu(raw, host, now, executor["stale"])
+            seen = by_uuid.get(gpu["uuid"]) if gpu["uuid"] else None
+            if seen is None:  # the freshest snapshot's readings of this GPU
+                by_uuid[gpu["uuid"]] = gpu
+                gpus.append(gpu)
+            else:  # and every executor's tenants on it
+                _add_tenants(seen, gpu["tenants"])
+        for raw in c.as_dicts(body.get("waiting")):
             waiting.append(_waiting(raw, host, now))
+    executors.sort(key=lambda e: e["name"])
     gpus.sort(key=lambda g: (g["host"], g["index"], g["uuid"]))
     waiting.sort(key=lambda w: -w["waiting_s"])
     return executors, gpus, waiting
 
 
 def _gpu(raw: Mapping[str, Any], host: str, now: datetime, stale: bool) -> dict[str, Any]:
-    total = _int(raw.get("memory_total_mib"))
-    used = _int(raw.get("memory_used_mib"))
+    total = c.as_int(raw.get("memory_total_mib"))
+    used = c.as_int(raw.get("memory_used_mib"))
     free = raw.get("memory_free_mib")
     tenants: list[dict[str, Any]] = [
         {
-            "label": _str(t.get("label")),
-            "key": _str(t.get("key")),
-            "reserved_mib": _int(t.get("reserved_mib")),
-            "since": _iso(_epoch_dt(t.get("since"))),
-            "for_s": _age(_epoch_dt(t.get("since")), now),
-            "activity": _fraction(t.get("activity")),  # learned solo SM activity; None: not known (or older executor)
+            "label": c.as_str(t.get("label")),
+            "key": c.as_str(t.get("key")),
+            "reserved_mib": c.as_int(t.get("reserved_mib")),
+            "since": c.iso(c.epoch_dt(t.get("since"))),
+            "for_s": c.age(c.epoch_dt(t.get("since")), now),
+            "activity": c.as_fraction(
+                t.get("activity")
+            ),  # learned solo SM activity; None: not known (or older executor)
         }
-        for t in _dicts(raw.get("tenants"))
+        for t in c.as_dicts(raw.get("tenants"))
     ]
     return {
-        "uuid": _str(raw.get("uuid")),
-        "index": _int(raw.get("index")),
-        "name": _str(raw.get("name")),
-        "host": _str(raw.get("host")) or host,
+        "uuid": c.as_str(raw.get("uuid")),
+        "index": c.as_int(raw.get("index")),
+        "name": c.as_str(raw.get("name")),
+        "host": c.as_str(raw.get("host")) or host,
         "memory_total_mib": total,
         "memory_used_mib": used,
-        "memory_free_mib": _int(free) if isinstance(free, (int, float)) else max(0, total - used),
-        "memory_used_pct": _pct(used, total),
+        "memory_free_mib": c.as_int(free) if isinstance(free, (int, float)) else max(0, total - used),
+        "memory_used_pct": c.pct(used, total),
         "reserved_mib": sum(t["reserved_mib"] for t in tenants),
-        "reserved_pct": _pct(sum(t["reserved_mib"] for t in tenants), total),
-        "smact": _float(raw.get("smact")),
-        "health": _str(raw.get("health")) or "unknown",
-        "health_reason": _str(raw.get("health_reason")),
-        "risk": _str(raw.get("risk")) or "unknown",
+        "reserved_pct": c.pct(sum(t["reserved_mib"] for t in tenants), total),
+        "smact": c.as_float(raw.get("smact")),
+        "health": c.as_str(raw.get("health")) or "unknown",
+        "health_reason": c.as_str(raw.get("health_reason")),
+        "risk": c.as_str(raw.get("risk")) or "unknown",
         "tenants": tenants,
         "snapshot_stale": stale,
     }
 
 
+def _add_tenants(gpu: dict[str, Any], tenants: Sequence[dict[str, Any]]) -> None:
+    """Another executor's tenants on a GPU already listed (one entry per try)."""
+    keys = {t["key"] for t in gpu["tenants"]}
+    gpu["tenants"] += [t for t in tenants if t["key"] not in keys]
+    reserved = sum(t["reserved_mib"] for t in gpu["tenants"])
+    gpu.update(reserved_mib=reserved, reserved_pct=c.pct(reserved, gpu["memory_total_mib"]))
+
+
 def _waiting(raw: Mapping[str, Any], host: str, now: datetime) -> dict[str, Any]:
-    since = _epoch_dt(raw.get("since"))
+    since = c.epoch_dt(raw.get("since"))
     return {
-        "label": _str(raw.get("label")),
-        "key": _str(raw.get("key")),
+        "label": c.as_str(raw.get("label")),
+        "key": c.as_str(raw.get("key")),
         "host": host,
-        "since": _iso(since),
-        "waiting_s": _age(since, now) or 0.0,
-        "memory_mib": _int(raw.get("memory_mib")),
-        "gpus": _int(raw.get("gpus")) or 1,
-        "try_number": _int(raw.get("try_number")),
-        "activity": _fraction(raw.get("activity")),
-        "reason": _str(raw.get("reason")),
+        "since": c.iso(since),
+        "waiting_s": c.age(since, now) or 0.0,
+        "memory_mib": c.as_int(raw.get("memory_mib")),
+        "gpus": c.as_int(raw.get("gpus")) or 1,
+        "try_number": c.as_int(raw.get("try_number")),
+        "activity": c.as_fraction(raw.get("activity")),
+        "reason": c.as_str(raw.get("reason")),
     }
 
 
@@ -181,8 +204,8 @@ def _waiting_record(p: PlacementRecord, now: datetime) -> dict[str, Any]:
         "label": p.label or f"{p.dag_id}.{p.task_id}",
         "key": p.key,
         "host": p.host or "",
-        "since": _iso(p.decided_at),
-        "waiting_s": _age(p.decided_at, now) or 0.0,
+        "since": c.iso(p.decided_at),
+        "waiting_s": c.age(p.decided_at, now) or 0.0,
         "memory_mib": p.estimate_mib or 0,
         "gpus": 1,  # a waiting row names no GPU; the live snapshot has the count
         "try_number": p.try_number,
@@ -208,12 +231,12 @@ def _placement(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, An
         "map_index": p.map_index,
         "try_number": p.try_number,
         "outcome": str(p.outcome),
-        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids],
+        "gpus": [gpu_names.get(u, c.short_uuid(u)) for u in p.gpu_uuids],
         "gpu_uuids": list(p.gpu_uuids),
         "host": p.host,
-        "decided_at": _iso(p.decided_at),
-        "started_at": _iso(p.started_at),
-        "ended_at": _iso(p.ended_at),
+        "decided_at": c.iso(p.decided_at),
+        "started_at": c.iso(p.started_at),
+        "ended_at": c.iso(p.ended_at),
         "estimate_mib": p.estimate_mib,
         "estimate_source": p.estimate_source,
         "outgrew_declaration": outgrew_declaration(p.estimate_source),  # flagged: its runs outgrew its memory
@@ -238,7 +261,7 @@ def _timeline(
         for u in p.gpu_uuids:
             if u not in known:
                 known.add(u)
-                lanes.append(Lane(u, f"{p.host or '?'} {_short_uuid(u)}", ""))
+                lanes.append(Lane(u, f"{p.host or '?'} {c.short_uuid(u)}", ""))
     if window_s is None:
         oldest = min((p.decided_at for p in placements), default=now)
         window_s = (now - oldest).total_seconds() * 1.03
@@ -265,13 +288,13 @@ def _timeline(
 
 
 def _bar_detail(p: PlacementRecord, names: Mapping[str, str]) -> str:
-    where = ", ".join(names.get(u, _short_uuid(u)) for u in p.gpu_uuids) or "no GPU"
+    where = ", ".join(names.get(u, c.short_uuid(u)) for u in p.gpu_uuids) or "no GPU"
     parts = [f"{p.label or p.dag_id + '.' + p.task_id} try {p.try_number}: {p.outcome} on {where}"]
     if p.started_at is not None:
         waited = (p.started_at - p.decided_at).total_seconds()
-        parts.append(f"started {_hms(p.started_at)} after {waited:.0f} s waiting")
+        parts.append(f"started {c.hms(p.started_at)} after {waited:.0f} s waiting")
     if p.ended_at is not None:
-        parts.append(f"ended {_hms(p.ended_at)}")
+        parts.append(f"ended {c.hms(p.ended_at)}")
     if p.estimate_mib is not None:
         flag = "declared memory outgrown: " if outgrew_declaration(p.estimate_source) else ""
         parts.append(f"{flag}estimate {p.estimate_mib} MiB ({p.estimate_source or '?'})")
@@ -296,13 +319,13 @@ def _oom(ev: OomRecord, store: Store, gpu_names: Mapping[str, str]) -> dict[str,
     recovery = min(later, key=lambda p: p.try_number) if later else None
     gpu_uuids = [u for u in (ev.gpu_uuid or "").split(",") if u]
     return {
-        "at": _iso(ev.at),
+        "at": c.iso(ev.at),
         "label": (failed.label if failed is not None and failed.label else f"{ev.dag_id}.{ev.task_id}"),
         "dag_id": ev.dag_id,
         "task_id": ev.task_id,
         "run_id": run_id,
         "try_number": ev.try_number,
-        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in gpu_uuids],
+        "gpus": [gpu_names.get(u, c.short_uuid(u)) for u in gpu_uuids],
         "estimate_mib": failed.estimate_mib if failed is not None else None,
         "peak_mib": ev.peak_mib,
         "message": ev.message[:300],
@@ -311,7 +334,7 @@ def _oom(ev: OomRecord, store: Store, gpu_names: Mapping[str, str]) -> dict[str,
 
 
 def _recovery(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any]:
-    where = ", ".join(gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids)
+    where = ", ".join(gpu_names.get(u, c.short_uuid(u)) for u in p.gpu_uuids)
     text = {
         TryOutcome.SUCCESS: f"recovered: try {p.try_number} succeeded on {where}",
         TryOutcome.RUNNING: f"retrying: try {p.try_number} runs on {where}",
@@ -325,7 +348,7 @@ def _recovery(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, Any
     return {
         "try_number": p.try_number,
         "outcome": str(p.outcome),
-        "gpus": [gpu_names.get(u, _short_uuid(u)) for u in p.gpu_uuids],
+        "gpus": [gpu_names.get(u, c.short_uuid(u)) for u in p.gpu_uuids],
         "estimate_mib": p.estimate_mib,
         "estimate_source": p.estimate_source,
         "text": text,
@@ -339,61 +362,3 @@ def _counts(placements: Sequence[PlacementRecord]) -> dict[str, int]:
     for p in placements:
         counts[p.outcome.value] += 1
     return counts
-
-
-# -- small coercions: a snapshot is data from another process, maybe another version ----------
-
-
-def _dicts(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _fraction(value: Any) -> float | None:
-    number = _float(value)
-    return None if number is None or not 0.0 <= number <= 1.0 else number
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return 0
-    return int(value)
-
-
-def _pct(part: int, whole: int) -> float:
-    return round(min(100.0, max(0.0, 100.0 * part / whole)), 1) if whole > 0 else 0.0
-
-
-def _epoch_dt(value: Any) -> datetime | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return datetime.fromtimestamp(value, tz=timezone.utc)
-
-
-def _iso(at: datetime | None) -> str | None:
-    return None if at is None else at.isoformat()
-
-
-def _age(at: datetime | None, now: datetime) -> float | None:
-    return None if at is None else round(max(0.0, (now - at).total_seconds()), 1)
-
-
-def _hms(at: datetime) -> str:
-    return at.astimezone(timezone.utc).strftime("%H:%M:%S")
-
-
-def _short_uuid(uuid: str) -> str:
-    return uuid if len(uuid) <= 16 else uuid[:12] + "…"

@@ -1,12 +1,14 @@
 """Fixtures for the end-to-end suite: real Airflow deployments on SQLite or PostgreSQL.
 
 * ``default_stack``: one deployment per backend for the whole session (2 simulated A100-40GB,
-  the DAGs of ``dags/`` and ``checkpoint_dags/``, the executor's defaults).  Tests on it stay
-  independent: each triggers its own DAG run, asserts only on that run's rows and logs
-  (``AirflowStack.run_log``), and starts once the tries before it have ended
-  (``AirflowStack.wait_quiet``).  A
-  boot costs about a minute of CPU on a 2-core machine; sharing it is what keeps the suite
-  within its budget.
+  the DAGs of ``dags/`` and ``checkpoint_dags/``, the executor's defaults), booted when a test
+  first needs it (:class:`SharedDeployments`).  Tests on it stay independent: each triggers its
+  own DAG run, asserts only on that run's rows and logs (``AirflowStack.run_log``), and starts
+  once the tries before it have ended (``AirflowStack.wait_quiet``).  A boot costs about 25 s of
+  CPU and 30-60 s on a loaded 2-core machine (bench/stack_cpu.py); sharing it is what keeps the
+  suite within its budget.
+* PostgreSQL deployments get a database copied from a migrated template (``_pg_template``), as
+  SQLite ones get a copied file (carma_airflow/devstack.py): no ``airflow db migrate`` per boot.
 * ``airflow_stack``: a throwaway Airflow per test, for tests that must own theirs (a killed or
   restarted scheduler, two schedulers, a config of their own).
 """
@@ -15,8 +17,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -30,25 +35,68 @@ DEFAULT_CARMA = {"simulated_gpus": "2xA100-40GB"}
 
 PG_ADMIN = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+# a teardown needs no orderly hand-back: each round of SIGTERM gets this long before SIGKILL (an
+# orderly stop took 10-21 s on a loaded 2-core machine: bench/stack_cpu.py)
+TEARDOWN_GRACE_S = 5.0
+# as for SQLite (carma_airflow/devstack.py): set, every PostgreSQL deployment is migrated at its boot
+PG_TEMPLATE = not os.environ.get("CARMA_STACK_FRESH_DB")
 
 
-def _pg_database() -> Iterator[str]:
+def _pg_url(name: str) -> str:
+    return PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _pg_template(admin: sa.Engine) -> str:
+    """A migrated Airflow metadata database on the server, one per Airflow version, made once
+    (``airflow db migrate`` into a database of its own, renamed when complete, so a concurrent
+    session sees a whole template or none).  ``CREATE DATABASE ... TEMPLATE`` copies it in about
+    0.05 s; a migration per boot cost 9 s (5 s of CPU) on a loaded 2-core machine."""
+    name = "carma_e2e_migrated_" + version("apache-airflow").replace(".", "_")
+    with admin.connect() as conn:
+        if conn.execute(sa.text("select 1 from pg_database where datname = :n"), {"n": name}).first():
+            return name
+        building = f"{name}_part_{uuid.uuid4().hex[:6]}"
+        conn.execute(sa.text(f'CREATE DATABASE "{building}"'))
+    try:
+        with tempfile.TemporaryDirectory(prefix="carma-e2e-template-") as home:
+            AirflowStack(Path(home), DAGS, db_url=_pg_url(building)).migrate()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'ALTER DATABASE "{building}" RENAME TO "{name}"'))
+    except sa.exc.ProgrammingError:  # another session made it first (duplicate name): theirs is whole
+        pass
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)'))
+    return name
+
+
+def _pg_database() -> Generator[str, None, None]:
+    """A fresh PostgreSQL database for one deployment, a copy of the migrated template (its
+    stack is made ``migrated``: no `airflow db migrate` at its boot)."""
     name = f"carma_e2e_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     try:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        template = f' TEMPLATE "{_pg_template(admin)}"' if PG_TEMPLATE else ""
+        for attempt in range(10):
+            try:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'CREATE DATABASE "{name}"{template}'))
+                break
+            except sa.exc.OperationalError as exc:  # another session copies the template right now
+                if "being accessed by other users" not in str(exc.orig) or attempt == 9:
+                    raise
+                time.sleep(0.5)
     except sa.exc.OperationalError as exc:
         pytest.fail(f"PostgreSQL at {PG_ADMIN} is not reachable ({exc.orig}); start it (make prereqs does)")
     try:
-        yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+        yield _pg_url(name)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
-def _database(kind: str) -> Iterator[str | None]:
+def _database(kind: str) -> Generator[str | None, None, None]:
     if kind == "sqlite":
         yield None
     else:
@@ -69,38 +117,85 @@ def airflow_stack(tmp_path: Path, backend: str | None) -> Iterator[Callable[...,
         home.mkdir()
         if backend is not None:
             carma.setdefault("store_url", backend)
-        stack = AirflowStack(home, DAGS, db_url=backend, **carma)
+        stack = AirflowStack(home, DAGS, db_url=backend, migrated=PG_TEMPLATE and backend is not None, **carma)
         made.append(stack)
         stack.start()
         return stack
 
     yield start
     for stack in made:
-        stack.stop()
+        stack.stop(grace_s=TEARDOWN_GRACE_S)
 
 
 # -- the shared deployment -----------------------------------------------------------------
-@pytest.fixture(scope="session", params=BACKENDS)
-def shared_backend(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The backend of the session's shared deployment (a test that needs only one of them
-    parametrises this indirectly)."""
-    yield from _database(request.param)
+class SharedDeployments:
+    """The shared deployment of each backend, booted when a test first asks for it and kept to
+    the end of the session.  (A session fixture parametrised by backend is torn down and booted
+    again whenever the order of tests switches backend; with whole files per worker,
+    ``--dist loadfile``, that is about once per file: one worker booted it 8 times.)"""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp = tmp_path_factory
+        self.stacks: dict[str, AirflowStack] = {}
+        self.failed: dict[str, str] = {}
+        self.databases: list[Generator[str | None, None, None]] = []  # closed at the end: DROP DATABASE
+
+    def get(self, kind: str) -> AirflowStack:
+        if kind in self.failed:
+            pytest.fail(f"the shared {kind} deployment did not start: {self.failed[kind]}")
+        if kind not in self.stacks:
+            try:
+                self.stacks[kind] = self._boot(kind)
+            except BaseException as exc:
+                self.failed[kind] = f"{type(exc).__name__}: {exc}"[:4000]
+                raise
+        return self.stacks[kind]
+
+    def _boot(self, kind: str) -> AirflowStack:
+        database = _database(kind)
+        self.databases.append(database)
+        url = next(database)
+        dags = self.tmp.mktemp("default-dags")
+        shutil.copytree(DAGS, dags, dirs_exist_ok=True)
+        shutil.copytree(CHECKPOINT_DAGS, dags, dirs_exist_ok=True)
+        carma = dict(DEFAULT_CARMA)
+        if url is not None:
+            carma["store_url"] = url
+        migrated = PG_TEMPLATE and url is not None
+        stack = AirflowStack(self.tmp.mktemp("default-home"), dags, db_url=url, migrated=migrated, **carma)
+        try:
+            stack.start()
+        except BaseException:
+            stack.stop(grace_s=TEARDOWN_GRACE_S)
+            raise
+        return stack
+
+    def close(self) -> None:
+        for stack in self.stacks.values():
+            stack.stop(grace_s=TEARDOWN_GRACE_S)
+        for database in self.databases:
+            database.close()  # the generator's finally drops a PostgreSQL database
 
 
 @pytest.fixture(scope="session")
-def default_deployment(shared_backend: str | None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
-    dags = tmp_path_factory.mktemp("default-dags")
-    shutil.copytree(DAGS, dags, dirs_exist_ok=True)
-    shutil.copytree(CHECKPOINT_DAGS, dags, dirs_exist_ok=True)
-    carma = dict(DEFAULT_CARMA)
-    if shared_backend is not None:
-        carma["store_url"] = shared_backend
-    stack = AirflowStack(tmp_path_factory.mktemp("default-home"), dags, db_url=shared_backend, **carma)
+def shared_deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDeployments]:
+    shared = SharedDeployments(tmp_path_factory)
     try:
-        stack.start()
-        yield stack
+        yield shared
     finally:
-        stack.stop()
+        shared.close()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def shared_backend(request: pytest.FixtureRequest) -> str:
+    """The backend of the shared deployment a test runs on (a test that needs only one of them
+    parametrises this indirectly)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def default_deployment(shared_backend: str, shared_deployments: SharedDeployments) -> AirflowStack:
+    return shared_deployments.get(shared_backend)
 
 
 @pytest.fixture

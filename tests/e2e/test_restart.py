@@ -10,16 +10,18 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
 import pytest
 
+from carma_airflow.live_snapshots import PREFIX, name_of
 from carma_airflow.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 @pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack) -> None:
+def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack: Any) -> None:
     stack = airflow_stack(
         simulated_gpus="2xA100-40GB",
         AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="5",
@@ -37,7 +39,7 @@ def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack) -> None:
         time.sleep(1)
     else:
         raise AssertionError("tasks did not start:\n" + stack.tail("scheduler"))
-    pids = {t: p.pid for t, p in running.items()}
+    pids = {t: p.pid for t, p in running.items() if p.pid is not None}
 
     os.kill(stack.procs["scheduler"].pid, signal.SIGKILL)  # the executor dies with it
     time.sleep(3)
@@ -60,8 +62,10 @@ def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack) -> None:
         raise AssertionError(f"store after the run: {final}")
     deadline = time.time() + 30
     while time.time() < deadline:  # the new executor's live view: no tenant left on any GPU
-        snaps = store.snapshots("executor:")
-        body = next(iter(snaps.values()))[1] if snaps else {"gpus": [{"tenants": [1]}]}
+        # the new executor's snapshot (each executor writes its own: the killed one's stays)
+        newest = max(store.executors(), key=lambda e: e.started_at).id
+        snap = store.snapshots(PREFIX).get(name_of(newest))
+        body = snap[1] if snap else {"gpus": [{"tenants": [1]}]}
         if body["gpus"] and all(not g["tenants"] for g in body["gpus"]):
             break
         time.sleep(1)

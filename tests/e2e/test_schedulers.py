@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -133,9 +134,11 @@ def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> N
 
 
 @ON_POSTGRES
-def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack) -> None:
-    # tries that outlive Airflow's finding the killed scheduler dead (health threshold + check interval)
-    stack = airflow_stack(**HA, ha_train_seconds="45")
+def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack, tmp_path: Path) -> None:
+    # tries that outlive Airflow's finding the killed scheduler dead (health threshold + check
+    # interval): those that start before the kill train 45 s, those after it 15 s (carma_ha.py)
+    killed = tmp_path / "killed"
+    stack = airflow_stack(**HA, ha_train_seconds="45", ha_killed=str(killed))
     _start_second(stack)
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     runs = _trigger(stack)
@@ -149,6 +152,7 @@ def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack)
     else:
         raise AssertionError("scheduler-2 placed nothing:\n" + stack.tail("scheduler-2"))
     os.kill(victim, signal.SIGKILL)  # its executor dies with it, its task processes do not
+    killed.touch()
     _check(stack, store, runs, stack.tail("scheduler", 40_000))
     states = [stack.task_states("carma_ha", run) for run in runs]
     print("states:", states)

@@ -101,12 +101,29 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
         with sqlite3.connect(out_dir / f"{task_id}.db") as db:
             db.execute("create table if not exists t (x)")
             db.execute("insert into t values (1)")
-    time.sleep(behaviour.get("seconds", 0.2))
+    _run_for(behaviour, out_dir)
     result = TryResult.from_json(behaviour.get("result", {"state": "success", "peak_mib": 1000}))
     assert result is not None, f"not a try result: {behaviour.get('result')}"
     write_result(result)
     time.sleep(behaviour.get("linger", 0.0))  # the supervisor outlives the task's own report
     return 0
+
+
+def _run_for(behaviour: dict[str, Any], out: Path) -> None:
+    """``seconds`` of work; with ``until`` (a file name) the try ends once the test releases it
+    (:func:`release`), ``seconds`` being then the longest it runs."""
+    seconds = float(behaviour.get("seconds", 0.2))
+    if "until" not in behaviour:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (out / behaviour["until"]).exists():
+        time.sleep(0.05)
+
+
+def release(name: str) -> None:
+    """End the tries whose behaviour says ``until: name`` (they run no longer than the test needs)."""
+    (out_dir() / name).touch()
 
 
 def make_callback(path: str = "callbacks.notify", *, exit_code: int = 0) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from airflow.utils.state import TaskInstanceState
-from executor_helpers import make_workload, run_until, seen_env, submit
+from executor_helpers import make_workload, release, run_until, seen_env, submit
 
 
 def test_tasks_that_fit_share_one_gpu_and_see_only_it(executor_factory) -> None:
@@ -141,7 +141,8 @@ def test_successful_runs_teach_the_history_estimator(executor_factory) -> None:
 
 
 def test_revoke_takes_a_waiting_try_out_of_the_queue_and_never_raises(executor_factory) -> None:
-    ex = executor_factory(gpus="1xA100-40GB", behaviour={"run": {"seconds": 1.0}})
+    # the try runs until the test releases it: on a loaded machine 1 s ended before the hand-over
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"run": {"seconds": 30.0, "until": "run-released"}})
     run, wait = make_workload("run", config={"exclusive": True}), make_workload("wait", config={"exclusive": True})
     submit(ex, run, wait)
     ex.revoke_task(ti=wait.ti)  # type: ignore[arg-type]
@@ -152,6 +153,7 @@ def test_revoke_takes_a_waiting_try_out_of_the_queue_and_never_raises(executor_f
     assert stray.key not in ex.queued_tasks
     submit(ex, run)  # handed over twice: ignored, no second process
     assert list(ex.active) == [run.key]
+    release("run-released")
     run_until(ex, lambda: not ex.active, timeout=20)
     assert ex.event_buffer[run.key][0] == "success"
     assert wait.key not in ex.event_buffer  # revoked: the scheduler queues it again, no event for it

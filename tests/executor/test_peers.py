@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from executor_helpers import abandon, make_workload, run_until, seen_env, submit
+from executor_helpers import abandon, make_workload, release, run_until, seen_env, submit
 
 from carma_airflow.executor.peers import Peers
 from carma_airflow.keys import request_key
@@ -108,7 +108,8 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     executor_factory, pg_url: str
 ) -> None:
     opts = {"store_url": pg_url, "peer_timeout_seconds": "3"}
-    behaviour = {"a1": {"seconds": 20}, "a2": {"seconds": 20}}  # outlive b's start on a loaded machine
+    # they outlive b's start on a loaded machine: they run until the hand-over is checked (60 s at most)
+    behaviour = {"a1": {"seconds": 60, "until": "handed-over"}, "a2": {"seconds": 60, "until": "handed-over"}}
     a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
     a1, a2 = make_workload("a1", config=GIB16), make_workload("a2", config=GIB16)
     submit(a, a1, a2)
@@ -126,6 +127,7 @@ def test_restart_reconciles_only_tries_whose_owner_is_gone_and_adopts_a_peer_tha
     store.executors = executors  # type: ignore[method-assign]
     assert a1.key in b.active and a2.key in b.active
     assert b.store.placement(request_key(a1.key)).owner == _peers(b).me
+    release("handed-over")
     run_until(b, lambda: not b.active, timeout=30)
     assert b.get_event_buffer()[a1.key][0] == "success"
     _close(b)
@@ -173,7 +175,9 @@ def test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched
     reconciles nothing until its registration, retried at each beat, succeeds; then A, alive, keeps
     its running try: not adopted, not closed, its reservation not dropped."""
     opts = {"store_url": pg_url, "peer_timeout_seconds": "60"}  # a beat every 5 s
-    a = executor_factory(gpus="1xA100-40GB", behaviour={"a1": {"seconds": 25}, "b1": {"seconds": 1}}, **opts)
+    # a1 runs until B's view of it is checked (60 s at most)
+    behaviour = {"a1": {"seconds": 60, "until": "checked"}, "b1": {"seconds": 1}}
+    a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **opts)
     a1 = make_workload("a1", config=GIB16)
     submit(a, a1)
     run_until(a, lambda: a1.key in a.active, timeout=20)
@@ -186,7 +190,7 @@ def test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched
     conn.exec_driver_sql("LOCK TABLE carma_executor IN ACCESS EXCLUSIVE MODE")
     try:
         impatient = {**opts, "store_url": pg_url + "?options=-c%20lock_timeout%3D300"}
-        b = executor_factory(gpus="1xA100-40GB", behaviour={"a1": {"seconds": 25}, "b1": {"seconds": 1}}, **impatient)
+        b = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, **impatient)
         peers_b = _peers(b)
         assert not peers_b.view.known and "lock" in (peers_b.view.error or "")
         assert not peers_b.owner_gone(me_a) and peers_b.owner_state(me_a).value == "unknown"
@@ -208,6 +212,7 @@ def test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched
     assert rec is not None and rec.owner == me_a and rec.outcome.value == "running"
     run_until(a, lambda: _peers(a).shared, timeout=20)
     assert [r.key for r in b.store.shared_reservations(owner=me_a)] == [key]  # still reserved, still A's
+    release("checked")
     _close(a, b)
 
 
@@ -253,7 +258,8 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     """Try 1 of ``w`` OOMs; its try 2 only waited when its executor stopped (Airflow resets it and
     hands try 3 over).  The never-run try 2 is no OOM try and does not hide try 1's OOM: try 3
     is planned by the recovery planner, with one OOM try spent, not two and not none."""
-    behaviour = {"big": {"seconds": 30}, "w": {"seconds": 0.3, "result": OOM}}
+    # big runs until try 3's plan is checked (60 s at most): it outlives b's start and adoption
+    behaviour = {"big": {"seconds": 60, "until": "planned"}, "w": {"seconds": 0.3, "result": OOM}}
     a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, peer_timeout_seconds="3")
     first = make_workload("w", config={"memory": "8GiB"})
     submit(a, first)
@@ -275,6 +281,7 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     attempt = b.active.get(third.key) or b.waiting[third.key]
     assert attempt.request is not None and attempt.request.recovered  # planned from try 1's OOM
     assert attempt.request.memory.mib >= 12500 and attempt.prior_ooms == 1
+    release("planned")
     run_until(b, lambda: not b.active and not b.waiting, timeout=60)
     assert seen_env("w", 3)["CARMA_PRIOR_OOM_TRIES"] == "1"  # one OOM retry spent, the never-run try none
     _close(b)

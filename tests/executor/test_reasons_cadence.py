@@ -11,7 +11,7 @@ from carma_airflow.settings import CarmaSettings
 
 def _live(tmp_path) -> LiveView:  # type: ignore[no-untyped-def]
     settings = CarmaSettings.load({"gpu_backend": "simulated"}.get, str(tmp_path))
-    return LiveView(settings, "interference-aware", "backfill")
+    return LiveView(settings, "interference-aware", "backfill", "test-host:1:ab")
 
 
 def test_a_short_queue_gets_reasons_at_every_pass(tmp_path) -> None:  # type: ignore[no-untyped-def]

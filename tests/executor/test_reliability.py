@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import sqlalchemy as sa
 from airflow.utils.state import TaskInstanceState
-from executor_helpers import abandon, make_workload, run_until, seen_env, submit
+from executor_helpers import abandon, make_workload, release, run_until, seen_env, submit
 from private_pg import PrivatePostgres
 from tcp_proxy import TcpProxy
 
@@ -133,8 +133,9 @@ def test_a_task_that_can_never_fit_fails_at_once(executor_factory, config, why) 
 
 def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executor_factory) -> None:
     # "long" must outlive the second executor's start (its launcher imports Airflow: seconds on a
-    # loaded machine)
-    first = executor_factory(gpus="2xA100-40GB", behaviour={"long": {"seconds": 15}, "short": {"seconds": 0.1}})
+    # loaded machine): it runs until it was adopted (60 s at most)
+    behaviour = {"long": {"seconds": 60, "until": "adopted"}, "short": {"seconds": 0.1}}
+    first = executor_factory(gpus="2xA100-40GB", behaviour=behaviour)
     long, short = make_workload("long", config={"memory": "8GiB"}), make_workload("short", config={"memory": "8GiB"})
     submit(first, long, short)
     long_gpu = first.active[long.key].gpu_uuids
@@ -153,6 +154,7 @@ def test_after_a_restart_running_tries_are_adopted_and_ended_ones_closed(executo
     stray = make_workload("gone").ti  # a try this host knows nothing about: the scheduler resets it
     assert second.try_adopt_task_instances([long.ti, stray]) == [stray]
     assert long.key in second.active and long.key in second.running
+    release("adopted")
     run_until(second, lambda: not second.active, timeout=40)
     assert second.get_event_buffer()[long.key][0] == TaskInstanceState.SUCCESS
     assert second.store.latest_for("dag", "long")[0].outcome == TryOutcome.SUCCESS
@@ -177,7 +179,12 @@ class Outage:
     seconds: float
 
 
-OUTAGE_S = float(os.environ.get("CARMA_OUTAGE_SECONDS", "60"))
+# The server-stopped outage: 20 s is more than twice the writer's longest pause between two tries
+# (8 s) and than the executor's peer timeout set below, so the writer has retried at its longest
+# pause and the executor's own heartbeats have lapsed before the store returns, as in a minute's
+# outage (CARMA_OUTAGE_SECONDS=60 runs a minute; bench/store_outage.py cuts 60 s).
+OUTAGE_S = float(os.environ.get("CARMA_OUTAGE_SECONDS", "20"))
+OUTAGE_PEER_TIMEOUT_S = "8"
 
 
 @pytest.fixture(params=["server-stopped", "connection-cut"])
@@ -218,7 +225,9 @@ def store_outage(request) -> Iterator[Outage]:
 @pytest.mark.slow
 def test_placement_goes_on_while_the_store_is_gone_and_nothing_is_lost(executor_factory, store_outage) -> None:
     outage = store_outage
-    ex = executor_factory(gpus="2xA100-40GB", store_url=outage.url, snapshot_period="0.2")
+    ex = executor_factory(
+        gpus="2xA100-40GB", store_url=outage.url, snapshot_period="0.2", peer_timeout_seconds=OUTAGE_PEER_TIMEOUT_S
+    )
     before = make_workload("before", config={"memory": "4GiB"})
     submit(ex, before)
     run_until(ex, lambda: not ex.active)

@@ -63,6 +63,9 @@ def test_grid_prints_every_cell_with_the_oracle_and_the_targets(tmp_path: Path) 
     assert cell["never_worse"] == (cell["jct"] <= 1.0 and cell["makespan"] <= 1.02 and cell["lost"] == 0)
     if cell["oracle_jct"] < 1.0:
         assert abs(cell["share_captured"] - (1 - cell["jct"]) / (1 - cell["oracle_jct"])) < 1e-9
+    waits = data["results"]["b0.8 s1.0"]["most-free-memory"]["t1"]  # the baseline's tail waits, printed too
+    assert waits["max_wait_s"] >= waits["p99_wait_s"] > 0
+    assert "keeps backfill's priority-then-arrival order" in out.stdout  # the queue each policy runs
     met = data["met"]["interference-aware"]
     assert 0 <= met["both"] <= min(met["never_worse"], met["gain"]) <= data["checks"]
 
@@ -75,6 +78,13 @@ def test_targets_and_share_captured() -> None:
     assert not robustness.targets(0.86, 1.0, 0, 0.8, 0.7)[1]
     worse, gain, _ = robustness.targets(0.99, 1.0, 1, None, None)
     assert not worse and gain  # a task lost is worse; with no reference the bound is 1.0
+
+
+def test_wait_tail_is_the_longest_and_the_99th_percentile_wait() -> None:
+    runs = {"a": (1.0, 1.0, 0, [float(w) for w in range(100)]), "b": (1.0, 1.0, 0, [500.0])}
+    assert robustness.wait_tail(runs, ["a"]) == (99.0, 99.0)
+    assert robustness.wait_tail(runs, ["a", "b"]) == (500.0, 99.0)  # 101 waits: the 100th of them
+    assert robustness.wait_tail({"c": (1.0, 1.0, 0, [])}, ["c"]) == (0.0, 0.0)
 
 
 def test_the_oracle_decides_by_the_truth_and_beats_the_learned_rule_where_it_knows_more() -> None:

@@ -74,6 +74,16 @@ def test_page_escapes_what_dags_and_errors_write(store: Store, store_url: str, n
     assert "<script>alert" not in page and "&lt;script&gt;alert" in page
 
 
+@pytest.mark.parametrize(("held", "words"), [(1, "holds 1 store write it"), (3, "holds 3 store writes it")])
+def test_held_store_writes_are_counted_in_words(
+    store: Store, store_url: str, now: datetime, held: int, words: str
+) -> None:
+    body = snapshot_body(now)
+    body["pending_store_writes"] = held
+    store.put_snapshot(f"executor:{HOST}", now, body)
+    assert words in text_of(client_for(lambda: Store(store_url)).get("/").text)
+
+
 def test_stale_executor_is_said_to_be_not_running(store: Store, store_url: str, now: datetime) -> None:
     fill_store(store, now, snapshot_age_s=300)
     text = text_of(client_for(lambda: Store(store_url)).get("/").text)

@@ -7,7 +7,7 @@ policy's keys (idle GPUs first, then collocation candidates).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -108,6 +108,12 @@ class Policy:
         except TypeError:  # a parameter that is not a plain value: no reuse
             return None
         return token
+
+    def ranker(self) -> Callable[[TaskRequest, float], float | None] | None:
+        """The policy's rank of the waiting tries inside one priority for the pass about to run
+        (request, seconds waited -> lower first; None: overdue), or None: the queue's own order.
+        See :mod:`carma_airflow.core.queueing`."""
+        return None
 
     def begin_pass(self, now: float, waiting: int = 0, gpus: int = 1) -> None:
         """A pass starts at ``now`` over ``waiting`` tries on ``gpus`` GPUs (the placer calls it

@@ -33,6 +33,12 @@ pass to pass (:mod:`carma_airflow.core.placement_pass`), so only the GPUs whose 
 soonest drain found are played forward.  Predicted speeds are memoised per set of (task type,
 activity) co-tenants, finish times per set of (type, activity, work left to the second).
 
+Which waiting try a freed GPU goes to is the queue's order, and the policy ranks it
+(:meth:`CompletionTime.rank`, used by :mod:`carma_airflow.core.queueing`'s backfill): inside one
+priority, shortest predicted run alone first (the summed-completion-time rule for one machine),
+until a try has waited ``overdue_runs`` times its predicted run (or the queue's starvation bound):
+then it goes ahead of its priority's ranked tries, by arrival, and ages.  Priority order holds.
+
 The paper's risk rule (a busy GPU takes no new tenant) is off: the prediction decides whether a
 busy GPU is worth sharing.  ``risk_rule=True`` keeps it.  Every priced option goes into the
 decision's reasons (``carma why``): ``GPU 2 (A100-40GB): interference: predicted 1.42x slower,
@@ -61,9 +67,27 @@ class CompletionSettings:
     risk_rule: bool = False  # True: the paper's risk rule filters busy GPUs first
     caution: float = 0.25  # how far an unsure speed is pulled toward its interval's low end
     waits: bool = True  # False: never wait while a GPU set can take the try
-    queue: float = 1.0  # weight of the queue's delay (0: only the newcomer and the tries already there)
+    queue: float = 0.35  # weight of the queue's delay (0: only the newcomer and the tries already there)
     # GPU sets within this share of the cheapest cost tie: the first in the cheap bound's order wins
     tolerance: float = 0.0
+    # the queue: inside one priority, waiting tries by shortest predicted run first, until a try has
+    # waited ``overdue_runs`` times its predicted run (or the queue's starvation bound): then it goes
+    # first, by arrival (False: the queue's own order, as for every other policy)
+    shortest_first: bool = True
+    overdue_runs: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
+            raise ValueError(
+                f"CompletionSettings.overdue_runs must be a positive, finite number of predicted runs,"
+                f" got {self.overdue_runs!r}"
+            )
+        if not 0.0 <= self.caution <= 1.0:
+            raise ValueError(f"CompletionSettings.caution must be between 0 and 1, got {self.caution!r}")
+        if self.candidates < 1:
+            raise ValueError(f"CompletionSettings.candidates must be at least 1, got {self.candidates!r}")
+        if not self.queue >= 0:
+            raise ValueError(f"CompletionSettings.queue must be 0 or more, got {self.queue!r}")
 
 
 DEFAULT_COMPLETION_SETTINGS = CompletionSettings()
@@ -171,6 +195,8 @@ class CompletionTime(Policy):
         self._played: dict[tuple[object, ...], list[float]] = {}
         self._played_by: Forecast | None = None
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
+        self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
+        self._rank_token: object = None
 
     # -- what the driver tells it ----------------------------------------------------------
     def use_model(self, model: InterferenceModel) -> None:
@@ -196,6 +222,35 @@ class CompletionTime(Policy):
 
     def pricer(self) -> CompletionTime:
         return self
+
+    # -- the queue's order inside a priority --------------------------------------------------
+    def ranker(self) -> Callable[[TaskRequest, float], float | None] | None:
+        """Rank the waiting tries shortest predicted run first once run times are known (None
+        before: every try is one unit of work): see :meth:`rank`.  Runs are kept per try while
+        the forecast and its version stay, so a pass over 10,000 waiting looks each up once."""
+        fc = self.forecast
+        if not (self.settings.shortest_first and fc.timed()):
+            return None
+        token = (id(fc), getattr(fc, "version", None))
+        if token != self._rank_token or len(self._runs) > 200_000:
+            self._runs, self._rank_token = {}, token
+        runs, bound = self._runs, self.settings.overdue_runs
+
+        def rank(request: TaskRequest, waited: float) -> float | None:
+            work = runs.get(request.key)
+            if work is None:
+                work = runs[request.key] = fc.run_alone(request)
+            return None if waited > bound * work else work
+
+        return rank
+
+    def rank(self, request: TaskRequest, waited: float) -> float | None:
+        """The try's predicted run alone (seconds): shortest first minimises the summed completion
+        times of the tries one freed GPU could take; None once it waited more than
+        ``overdue_runs`` times that (it then goes ahead, by arrival), or while nothing is timed.
+        One value per task type, as the queue's classes need."""
+        ranker = self.ranker()
+        return None if ranker is None else ranker(request, waited)
 
     # -- the pool order (the cheap bound) --------------------------------------------------
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:

@@ -57,6 +57,11 @@ class Forecast(Protocol):
         """The request as an occupant (its whole work left)."""
         ...
 
+    def run_alone(self, request: TaskRequest) -> float:
+        """The request's predicted run alone (its newcomer's work), without touching what the
+        forecast keeps: the queue's rank asks it of waiting tries."""
+        ...
+
     def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
         """Speed relative to solo of each occupant of one GPU of model ``spec`` (the scoring speeds)."""
         ...
@@ -208,6 +213,9 @@ class LearnedForecast:
         if self.durations.measured(kind):
             return MIN_LEFT * done
         return done
+
+    def run_alone(self, request: TaskRequest) -> float:
+        return self._work(task_type(request.label))
 
     def newcomer(self, request: TaskRequest) -> Occupant:
         kind = task_type(request.label)

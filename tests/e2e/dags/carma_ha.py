@@ -17,7 +17,10 @@ from airflow.sdk import dag, task
 from carma_airflow import gpu_task
 
 PEAK_MIB = 16384
-TRAIN_S = float(os.environ.get("AIRFLOW__CARMA__HA_TRAIN_SECONDS", "15"))  # the kill test trains longer
+TRAIN_S = 15.0
+# the kill test: tries that start before the file AIRFLOW__CARMA__HA_KILLED exists train this long
+# (they must outlive Airflow's finding the killed scheduler dead), later ones TRAIN_S
+LONG_TRAIN_S = float(os.environ.get("AIRFLOW__CARMA__HA_TRAIN_SECONDS", str(TRAIN_S)))
 
 
 @dag(dag_id="carma_ha", start_date=datetime(2026, 1, 1), schedule=None, catchup=False, max_active_runs=16)
@@ -26,7 +29,9 @@ def ha() -> None:
     def train() -> dict[str, object]:
         from carma_airflow.testing import simulated_training
 
-        out = simulated_training(peak_mib=PEAK_MIB, seconds=TRAIN_S, ramp_s=10.0)
+        killed = os.environ.get("AIRFLOW__CARMA__HA_KILLED")
+        seconds = TRAIN_S if killed and os.path.exists(killed) else LONG_TRAIN_S
+        out = simulated_training(peak_mib=PEAK_MIB, seconds=seconds, ramp_s=10.0)
         return {"gpus": out["gpus"], "peak_mib": out["peak_mib"]}
 
     train()
