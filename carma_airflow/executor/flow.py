@@ -1,6 +1,5 @@
 """The life of every try of one executor, Airflow-free: intake, the scheduling pass over the
-core cycle, launching, ends, GPU faults, the tries the scheduler takes back and restart
-reconciliation.
+core cycle, launching, ends, GPU faults, tries the scheduler takes back, restart reconciliation.
 
 The executor (executor.py) is the Airflow adapter around it: it hands tries over, calls
 :meth:`TryFlow.sync` once per heartbeat and passes on what :meth:`report` is told.  The try book
@@ -88,6 +87,7 @@ class TryFlow:
         self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
         self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
+        self.placer.keep_promises(self.starter.kept_margin_mib())  # a fenced tenant's promise, for life
         self.starter.driver_owner = self.peers.me  # driver caps: its cgroup leaves, under its own id
         self.starter.nvml = nvml_owner(parts.monitor)  # and the monitor's NVML owner sets their limits
         # what a try's co-tenants were promised: protective and live caps (core/fencing.py)

@@ -128,6 +128,16 @@ class TryStarter:
             self._resolved[requested] = resolve(requested, self._host, CapRule(self.settings.isolation_cap))
         return self._resolved[requested]
 
+    def kept_margin_mib(self) -> int | None:
+        """What the placer keeps above each tenant's reservation for its life under this host's
+        configured fence (core/fencing.FenceModel.kept_margin_mib, the simulator's own rule); None
+        when unfenced, or when the configured mode cannot start here (its tries are refused)."""
+        try:
+            model = self.isolation(IsolationMode.parse(self.settings.isolation)).model
+        except ConfigError:
+            return None
+        return model.kept_margin_mib(self.settings.isolation_margin_mib)
+
     def fence(self, attempt: Try, decision: Decision) -> Fence:
         """What the placed try is held to on each of its GPUs (core/fencing.py): each GPU's cap from
         that GPU's co-tenants, every one of them counted from its placement on."""

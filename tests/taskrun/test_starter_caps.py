@@ -181,3 +181,14 @@ def test_the_scheduler_log_says_the_fence_in_force(tmp_path: Path, caplog: pytes
     with caplog.at_level(logging.INFO, logger="carma_airflow.executor"):
         s.placed_env(attempt("d", 8192), decision(sim_uuid(0)))
     assert "the simulated GPUs' ledger plays (no cgroup here)" in caplog.records[-1].getMessage()
+
+
+def test_the_placer_keeps_each_tenants_promise_under_the_hosts_fence(tmp_path: Path) -> None:
+    """What the executor's placer keeps above a tenant's reservation for its life (the simulator's
+    rule, core/facts.py): nothing more under a live cap, the margin under a cap fixed at start,
+    and no promise at all unfenced or when the configured mode cannot start on this host."""
+    assert starter(tmp_path, isolation="framework").kept_margin_mib() == 0  # the default rule: live
+    fixed = starter(tmp_path, isolation="framework", isolation_cap="promise", isolation_margin_mib="1536")
+    assert fixed.kept_margin_mib() == 1536
+    assert starter(tmp_path, isolation="none").kept_margin_mib() is None
+    assert starter(tmp_path, isolation="mps").kept_margin_mib() is None  # no MPS daemon here: refused
