@@ -34,7 +34,7 @@ soonest drain found are played forward.  Predicted speeds are memoised per set o
 activity) co-tenants, finish times per set of (type, activity, work left to the second).
 
 Which waiting try a freed GPU goes to is the queue's order, and the policy ranks it
-(:meth:`CompletionTime.rank`, used by :mod:`carma_airflow.core.queueing`'s backfill): inside one
+(:meth:`CompletionTime.ranker`, used by :mod:`carma_airflow.core.queueing`'s backfill): inside one
 priority, shortest predicted run alone first (the summed-completion-time rule for one machine),
 until a try has waited ``overdue_runs`` times its predicted run (or the queue's starvation bound):
 then it goes ahead of its priority's ranked tries, by arrival, and ages.  Priority order holds.
@@ -226,7 +226,10 @@ class CompletionTime(Policy):
     # -- the queue's order inside a priority --------------------------------------------------
     def ranker(self) -> Callable[[TaskRequest, float], float | None] | None:
         """Rank the waiting tries shortest predicted run first once run times are known (None
-        before: every try is one unit of work): see :meth:`rank`.  Runs are kept per try while
+        before: every try is one unit of work).  A try's rank is its predicted run alone (seconds,
+        one value per task type, as the queue's classes need): shortest first minimises the summed
+        completion times of the tries one freed GPU could take; None once it waited more than
+        ``overdue_runs`` times that (it then goes ahead, by arrival).  Runs are kept per try while
         the forecast and its version stay, so a pass over 10,000 waiting looks each up once."""
         fc = self.forecast
         if not (self.settings.shortest_first and fc.timed()):
@@ -243,14 +246,6 @@ class CompletionTime(Policy):
             return None if waited > bound * work else work
 
         return rank
-
-    def rank(self, request: TaskRequest, waited: float) -> float | None:
-        """The try's predicted run alone (seconds): shortest first minimises the summed completion
-        times of the tries one freed GPU could take; None once it waited more than
-        ``overdue_runs`` times that (it then goes ahead, by arrival), or while nothing is timed.
-        One value per task type, as the queue's classes need."""
-        ranker = self.ranker()
-        return None if ranker is None else ranker(request, waited)
 
     # -- the pool order (the cheap bound) --------------------------------------------------
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
