@@ -23,8 +23,7 @@ compare: $(STAMP)
 	$(BIN)/carma compare --trace t1 --gpus 4xA100-40GB --plot out/compare_t1.png
 
 ## test: provide what the suite needs (prereqs), set up, then lint, type-check and run the whole test suite
-## (what CI runs): unit tests in parallel, then the end-to-end tests (real Airflow: SQLite, PostgreSQL,
-## Celery, Chromium) two files at a time, a deployment shared by the tests that can share it (tests/e2e/conftest.py)
+## (what CI runs): the unit and the end-to-end tests side by side (see unit below)
 test: prereqs $(STAMP) lint typecheck unit
 
 ## prereqs: Debian's chromium + chromedriver and PostgreSQL, Redis, RabbitMQ on loopback: installed or
@@ -39,14 +38,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## unit: the unit tests keep 2 cores about half busy with 2 workers (docs/measured.md, "The test
-## suite on a 2-core machine"), so 4 overlap their waits (idle 2-core machine: 1,691 passed in
-## 385 s with 4, against 665-697 s with 2). The e2e tests are CPU-bound: two files at a time.
+## unit: both suites, overlapped (tools/test-suites): the end-to-end tests (real Airflow: SQLite,
+## PostgreSQL, Celery, Chromium) E2E_WORKERS files at a time, a deployment shared by the tests that
+## can share it (tests/e2e/conftest.py), and beside them the unit tests at nice 10, their output
+## printed when they end.  The e2e tests wait on real processes most of the time (about one of two
+## cores busy, docs/measured.md): three files at a time and the unit tests fill the rest.
+## SUITES_OVERLAP=0 runs them one after the other.
 UNIT_WORKERS ?= 4
-E2E_WORKERS  ?= 2
+E2E_WORKERS  ?= 3
 unit: $(STAMP) prereqs
-	$(BIN)/pytest -q -n $(UNIT_WORKERS) -m "not e2e"
-	$(BIN)/pytest -q -n $(E2E_WORKERS) --dist loadfile -m e2e
+	BIN=$(BIN) UNIT_WORKERS=$(UNIT_WORKERS) E2E_WORKERS=$(E2E_WORKERS) tools/test-suites
 
 ## bench: the paper's table and the speed figures (prints; not part of the tests)
 bench: $(STAMP)

@@ -2,7 +2,8 @@
 
 Per host profile (``--host framework|mps|driver``: framework caps only, an MPS daemon, NVML
 per-cgroup driver limits), each cap rule the mechanism can play (``promise``, ``protective``,
-``live``; MPS reads its limit once, so no ``live``) against no fence (``isolation = none``), with
+``live``; under MPS ``live`` is the pinned limit fixed at the start at ``protective`` with the
+framework's live cap beneath it) against no fence (``isolation = none``), with
 the default policy, estimator and queue on 4xA100-40GB.  Cells: the paper's traces t1 and t2 over
 ``--truth-seeds`` seeds of the truth (which jobs grow, by how much and when, who allocates next
 when unfenced), and a sweep of ``--sweep`` synthetic 60-task traces at 2.0x exclusive load (one
@@ -67,7 +68,9 @@ def model_key(host: str, rule: CapRule | None) -> str:
     if rule is None:
         return "none"
     model = sim_fence(SimConfig(gpus=(), host=host, isolation="auto", cap_rule=rule.value)).model
-    return f"{model.rule.value}@{model.reset_s:g}" if model.live else model.rule.value
+    if not model.live:
+        return model.rule.value
+    return f"{model.rule.value}{'+start' if model.start_bound else ''}@{model.reset_s:g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +119,17 @@ def run_one(job: Job) -> tuple[Job, dict[str, Any]]:
     return job, {k: s[k] for k in keep}
 
 
-def plan(truth_seeds: int, sweep: int, growths: tuple[float, ...], policy: str = "", estimator: str = "") -> list[Job]:
+def plan(
+    truth_seeds: int,
+    sweep: int,
+    growths: tuple[float, ...],
+    policy: str = "",
+    estimator: str = "",
+    hosts: tuple[str, ...] = HOST_PROFILES,
+) -> list[Job]:
     cells = [(c, s) for c in ("t1", "t2") for s in range(truth_seeds)] + [(f"sweep{k}", k) for k in range(sweep)]
     models: dict[str, tuple[str, str | None]] = {"none": (HOST_PROFILES[0], None)}
-    for host in HOST_PROFILES:
+    for host in hosts:
         for rule in rules_of(host):
             models.setdefault(model_key(host, rule), (host, rule.value))
     return [
@@ -199,12 +209,14 @@ def table(results: dict[Job, dict[str, Any]], growths: tuple[float, ...]) -> lis
     ]
 
 
-def report(rows: list[dict[str, Any]], seeds: int, sweep: int, who: str) -> dict[str, dict[str, Any]]:
+def report(
+    rows: list[dict[str, Any]], seeds: int, sweep: int, who: str, hosts: tuple[str, ...] = HOST_PROFILES
+) -> dict[str, dict[str, Any]]:
     print(
         f"{GPUS}, {who}; t1, t2 over {seeds} truth seeds, sweep of {sweep} traces; "
         "each rule against isolation = none with the same checkpoints (JCT: mean of per-run ratios +- SE)"
     )
-    for host in HOST_PROFILES:
+    for host in hosts:
         mode = sim_fence(SimConfig(gpus=(), host=host, isolation="auto")).model.mode
         default = default_cap_rule(mode)
         print(f"\nhost {host}: auto -> {mode.value}; the executor's default rule: {default.value}")
@@ -229,10 +241,10 @@ def report(rows: list[dict[str, Any]], seeds: int, sweep: int, who: str) -> dict
                     f"  {r0['lost_gpu_h']:>7.1f} ({r0['lost_gpu_h_none']:>5.1f}) / {r1['lost_gpu_h']:>5.1f} "
                     f"({r1['lost_gpu_h_none']:>5.1f})"
                 )
-    return verdicts(rows)
+    return verdicts(rows, hosts)
 
 
-def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def verdicts(rows: list[dict[str, Any]], hosts: tuple[str, ...] = HOST_PROFILES) -> dict[str, dict[str, Any]]:
     """Issue 22's targets for each mechanism's default rule, and the rule the numbers favour: the
     targets met first, then the fewest victims on t1 and t2 (a promise kept comes before speed),
     then the lowest mean JCT ratio over t1, t2 and the sweep at growth 0.3."""
@@ -241,7 +253,7 @@ def verdicts(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     print(
         f"\ntargets at growth {TARGET_GROWTH} on t1 and t2 (victims 0, OOM <= none, JCT <= 1.00 ckpt / 1.03 without):"
     )
-    for host in HOST_PROFILES:
+    for host in hosts:
         mode = sim_fence(SimConfig(gpus=(), host=host, isolation="auto")).model.mode
         scores: dict[CapRule, tuple[bool, bool, int, float]] = {}
         for rule in rules_of(host):
@@ -281,19 +293,26 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 seeds, 1 sweep trace, growth 0.3 only (tests)")
     parser.add_argument("--policy", default="", help="placement policy (default: the default)")
     parser.add_argument("--estimator", default="", help="memory estimator (default: the default)")
+    parser.add_argument(
+        "--host", action="append", choices=HOST_PROFILES, help="only this host profile (repeatable; default: all)"
+    )
+    parser.add_argument(
+        "--growth", action="append", type=float, help=f"only this memory growth (repeatable; default: {GROWTHS})"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     seeds, sweep = args.truth_seeds, args.sweep
-    growths: tuple[float, ...] = GROWTHS
+    growths: tuple[float, ...] = tuple(args.growth) if args.growth else GROWTHS
     if args.quick:
         seeds, sweep, growths = 2, 1, (TARGET_GROWTH,)
-    jobs = plan(seeds, sweep, growths, args.policy, args.estimator)
+    hosts: tuple[str, ...] = tuple(dict.fromkeys(args.host)) if args.host else HOST_PROFILES
+    jobs = plan(seeds, sweep, growths, args.policy, args.estimator, hosts)
     base = SimConfig(gpus=())
     who = f"{args.policy or base.policy}/{args.estimator or base.estimator}/{base.queue}"
     print(f"{len(jobs)} simulations on {args.jobs} worker(s)", file=sys.stderr, flush=True)
     results = measure(jobs, args.jobs)
     rows = table(results, growths)
-    verdict = report(rows, seeds, sweep, who)
+    verdict = report(rows, seeds, sweep, who, hosts)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"policy": who, "rows": rows, "verdicts": verdict}, handle, indent=1)

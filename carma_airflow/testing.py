@@ -152,7 +152,7 @@ def simulated_training(
             promise = fence.promise_mib[ordinal] if cap is not None else None
             ledger.allocate(
                 pid, uuid, mib, profile, label, ordinal=ordinal, promise_mib=promise, cap_mib=cap,
-                leaf=caps.leaf, held_by=caps.held_by,
+                leaf=caps.leaf, held_by=caps.held_by_on(ordinal),
             )  # fmt: skip
 
     model = SharingModel()

@@ -239,6 +239,7 @@ class SchedulingCycle:
             now,
             exclusive=self.placer.needs_idle(request),
             activity=request.activity,
+            kept_margin_mib=request.kept_margin_mib,  # its own fence's promise, kept for its life
         )
         self._running[request.key] = _Entry(request, now, prior_ooms)
 

@@ -1,8 +1,9 @@
 """The placer's facts: per GPU the numbers filters and orderings use, read once from a view.
 
 Pure functions of a view, a policy and the settings: the free memory a GPU offers after the
-reservations of tenants the monitor has not seen yet (under a fence, ``kept_margin_mib`` set: of
-every tenant, at its promise, for its life), the SM activity with the prior for those tenants,
+reservations of tenants the monitor has not seen yet (and of every fenced tenant, its own
+``Tenant.kept_margin_mib`` set: at its promise, for its life), the SM activity with the prior for
+those tenants,
 and the paper's risk flag.  Also the structural "never fits" check (no GPU set of the
 cluster could ever take a request) and ``gpu_model`` matching.
 """
@@ -55,8 +56,6 @@ def gpu_facts(
     idle_used = s.idle_used_mib
     prior = s.activity_prior
     reservations = pol.uses_reservations
-    keeps = s.kept_margin_mib is not None  # a fence keeps each tenant's promise for its life
-    kept = s.kept_margin_mib or 0
     risk = s.risk
     out: list[GpuFacts] = []
     append = out.append
@@ -71,13 +70,14 @@ def gpu_facts(
             for t in tenants:
                 exclusive_tenant = exclusive_tenant or t.exclusive
                 observed = t.observed_mib
-                promised = t.reserved_mib + kept
+                kept = t.kept_margin_mib  # its own fence's promise above its reservation; None: unfenced
+                promised = t.reserved_mib + kept if kept is not None else t.reserved_mib
                 if observed is None or now - t.placed_at < lock_s:
                     unseen += 1
                     accounted += promised if observed is None or observed < promised else observed
                     if observed is not None:
                         changes = min(changes, t.placed_at + lock_s)
-                elif keeps:  # seen, but its fence lets it grow into its promise: keep that for it
+                elif kept is not None:  # seen, but its fence lets it grow into its promise: keep that for it
                     accounted += promised if observed < promised else observed
                 else:  # seen long enough: trust what it holds, the free reading covers it
                     accounted += observed

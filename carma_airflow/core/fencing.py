@@ -16,24 +16,32 @@ mechanism           rule          what holds the try
 ``framework``       live          protective at start, re-set ``reset_s`` after each co-tenant
                                   change (the cap file: a heartbeat + the 1 s follower);
                                   in between the old cap holds (the exposure window)
-``mps``             promise       set once at start (``live`` is played as ``promise``)
-``mps``             protective    set once at start
+``mps``             promise       the MPS limit set once at start: the promise
+``mps``             protective    the MPS limit set once at start: protective
+``mps``             live          the MPS limit set once at start (an MPS client reads it once)
+                                  at ``protective`` + the margin, *and* the framework hook's live
+                                  cap beneath it (PyTorch's fraction from its cap file, re-set as
+                                  for ``framework live``, from ``protective`` at the start): the
+                                  try may hold the lower of the two
 ``driver``          promise/prot. the NVML per-cgroup hard limit, set once at start
 ``driver``          live          the hard limit re-set by the executor (a heartbeat)
 =================== ============= =========================================================
 
 A ledger or simulator asks two questions per try and GPU:
 1. At the try's start: ``model.start_cap_mib(promise_mib=..., total_mib=..., reserve_mib=...,
-   co_tenants=[Tenant(promise, held), ...], exclusive=...)`` -> the cap set at its start (None
-   under ``none``).  ``promise_mib`` is ``model.promise_mib(reservation, margin, total)``: the
-   reservation plus ``model.margin_mib(margin)`` (none under a live rule), for the try and each
-   co-tenant alike (the executor and the simulator both call it: one rule).
+   co_tenants=[Tenant(promise, held), ...], exclusive=..., margin_mib=...)`` -> the cap set at its
+   start (None under ``none``; ``margin_mib``, ``[carma] isolation_margin_mib``, counts only for
+   the limit fixed at the start of a start-bound model, MPS ``live``).  ``promise_mib`` is
+   ``model.promise_mib(reservation, margin, total)``: the reservation plus
+   ``model.margin_mib(margin)`` (none under a live rule), for the try and each co-tenant alike
+   (the executor and the simulator both call it: one rule).
 2. At any allocation: ``model.may_hold_mib(start_cap_mib=..., promise_mib=..., total_mib=...,
    reserve_mib=..., co_tenants=[...], exclusive=...)`` -> what the try may hold now (None:
    unfenced, only the GPU's free memory bounds it).  For a fixed mechanism that is its start
    cap; for a live one it is the GPU less the reserve and the co-tenants, never below its own
    promise as the placer counts it now (pass ``promise_mib=counted_mib(...)`` of its own: once
-   the placer counts what it holds, the rest of its reservation may be a newcomer's).
+   the placer counts what it holds, the rest of its reservation may be a newcomer's), and under
+   a start-bound one (MPS live: :attr:`FenceModel.start_bound`) never above its start cap.
    ``co_tenants``: the set *as the mechanism last saw it* (live, ``reset_s > 0``: as of the last
    re-set; one that arrived since is not seen yet, one that left still counts: the exposure).
 
@@ -42,7 +50,8 @@ or not (a try loading data on the CPU holds nothing, yet is promised its reserva
 ``Tenant(counted_mib(promise, held, allocated=..., age_s=..., lock_s=...), held)``: the larger of
 its promise and what it holds until it allocated and its lock window passed, then what it holds
 (the tries already there may use the rest).  A newcomer may not: under a fence the placer keeps
-each tenant's promise for its life (core/facts.py, :meth:`FenceModel.kept_margin_mib`).
+each fenced tenant's promise for its life (core/facts.py, each tenant's own
+:meth:`FenceModel.kept_margin_mib`, from the fence it runs under).
 An allocation past the cap fails in the try that asked, its message carrying :data:`PAST_CAP`.
 
 The rule (docs/isolation.md says why): a try's **promise** on a GPU is the memory it was placed
@@ -51,7 +60,10 @@ promise was never offered to anyone else); its **cap** is what nobody else was p
 the GPU less the reserve and its co-tenants' promises (or what they hold, if more).  A live cap
 follows that as tenants come and go (alone, a try may use the whole card); a cap set once at the
 start is the promise (``PROMISE``: protects tenants placed later), or the GPU less the
-co-tenants then (``PROTECTIVE``); an exclusive try's is its whole GPU.
+co-tenants then (``PROTECTIVE``); an exclusive try's is its whole GPU.  Under MPS ``live`` both
+hold: the pinned limit fixed at the start (``PROTECTIVE`` plus the margin: it keeps the tenants
+then present from every allocation of the client, but for the margin) and the live cap beneath
+it (it keeps later tenants' promises from the framework's allocator).
 """
 
 from __future__ import annotations
@@ -109,9 +121,14 @@ class CapRule(enum.Enum):
 # Seconds between a co-tenant's arrival (or departure) and a live cap's re-set: the executor
 # re-writes caps once a heartbeat (about 1 s: flow.sync calls refresh_caps before it places), and
 # a framework try's follower thread re-reads its cap file once a second (taskrun/live_cap.py).
-RESET_S: dict[IsolationMode, float] = {IsolationMode.FRAMEWORK: 2.0, IsolationMode.DRIVER: 1.0}
-# the mechanisms whose cap can be re-set while the try runs (MPS reads its limit once, at start)
+# MPS: the pinned limit is read once at the client's start, but under live the framework hook
+# beneath it follows the cap file as under framework (the same heartbeat + 1 s follower).
+RESET_S: dict[IsolationMode, float] = {IsolationMode.FRAMEWORK: 2.0, IsolationMode.DRIVER: 1.0, IsolationMode.MPS: 2.0}
+# the mechanisms whose cap can be re-set while the try runs (under MPS: the framework's live cap)
 RESETTABLE = frozenset(RESET_S)
+# the mechanisms whose own limit stays where the try's start set it even under a live rule: the
+# live cap moves beneath it (an MPS client reads its pinned memory limit once, at its start)
+FIXED_AT_START = frozenset({IsolationMode.MPS})
 
 
 class Tenant(NamedTuple):
@@ -138,12 +155,12 @@ class FenceModel:
 
     @classmethod
     def of(cls, mode: IsolationMode, rule: CapRule = CapRule.PROMISE, reset_s: float | None = None) -> FenceModel:
-        """The model of ``mode`` under ``rule``, normalised: ``live`` under a mechanism that reads
-        its limit once (MPS) is played as ``promise``, the only cap set at the start that keeps the
-        promises of tenants placed later (``live`` asks for every co-tenant's promise kept;
-        ``protective`` would keep only those present at the start: measured in bench/fencing.py,
-        docs/isolation.md); under ``none`` the rule is moot (kept as ``promise``); ``reset_s``
-        defaults to the mechanism's (:data:`RESET_S`)."""
+        """The model of ``mode`` under ``rule``, normalised: under ``none`` the rule is moot (kept
+        as ``promise``); ``reset_s`` defaults to the mechanism's (:data:`RESET_S`).  ``live`` under
+        MPS, whose client reads its limit once, is the MPS limit fixed at the start at the
+        protective level plus the margin *and* the framework's live cap beneath it
+        (:attr:`start_bound`; measured against ``promise``, ``protective`` and the limit without
+        the margin in bench/fencing.py, docs/isolation.md)."""
         if mode is IsolationMode.NONE:
             return cls(mode, CapRule.PROMISE, 0.0)
         if rule is CapRule.LIVE and mode not in RESETTABLE:
@@ -161,6 +178,12 @@ class FenceModel:
         """The cap is re-set as co-tenants come and go (else it stays where it was set at start)."""
         return self.fenced and self.rule is CapRule.LIVE
 
+    @property
+    def start_bound(self) -> bool:
+        """A live cap beneath a limit fixed at the start (MPS: the pinned memory limit, read once by
+        the client, over PyTorch's live fraction): the try may hold the lower of the two."""
+        return self.live and self.mode in FIXED_AT_START
+
     def promise_mib(self, reservation_mib: int, margin_mib: int, total_mib: int) -> int:
         """A try's (or a co-tenant's) promise on a GPU: its reservation plus this model's margin
         (:meth:`margin_mib` of ``margin_mib``, ``[carma] isolation_margin_mib``), within the GPU."""
@@ -174,8 +197,9 @@ class FenceModel:
         return 0 if self.live else max(0, margin_mib)
 
     def kept_margin_mib(self, margin_mib: int) -> int | None:
-        """What the placer keeps from newcomers above each try's reservation for its life
-        (``PlacementSettings.kept_margin_mib``): its :meth:`margin_mib` under a fence, else None."""
+        """What the placer keeps from newcomers above the reservation of a try this model holds,
+        for the try's life (``TaskRequest.kept_margin_mib``, each tenant's own): its
+        :meth:`margin_mib` under a fence, else None."""
         return self.margin_mib(margin_mib) if self.fenced else None
 
     def start_cap_mib(
@@ -186,15 +210,21 @@ class FenceModel:
         reserve_mib: int = 0,
         co_tenants: Iterable[Tenant | tuple[int, int]] = (),
         exclusive: bool = False,
+        margin_mib: int = 0,
     ) -> int | None:
-        """The cap set when the try starts (None: unfenced)."""
+        """The cap set when the try starts (None: unfenced).  Under a start-bound model (MPS
+        ``live``) it is the limit fixed at the start, which the live cap moves beneath: the
+        protective level plus ``margin_mib``, as every cap fixed at the start carries the margin
+        (measured: without it, a grower whose co-tenant left is stopped at the level the
+        co-tenant's departure freed; docs/isolation.md)."""
         if not self.fenced:
             return None
         if exclusive:
             return total_mib
         if self.rule is CapRule.PROMISE:
             return min(total_mib, promise_mib)
-        return min(total_mib, max(promise_mib, protective_cap_mib(total_mib, reserve_mib, co_tenants)))
+        cap = max(promise_mib, protective_cap_mib(total_mib, reserve_mib, co_tenants))
+        return min(total_mib, cap + (max(0, margin_mib) if self.start_bound else 0))
 
     def may_hold_mib(
         self,
@@ -218,13 +248,22 @@ class FenceModel:
                     promise_mib=promise_mib, total_mib=total_mib, reserve_mib=reserve_mib, co_tenants=co_tenants
                 )
             return start_cap_mib
-        return min(total_mib, max(promise_mib, protective_cap_mib(total_mib, reserve_mib, co_tenants)))
+        live = min(total_mib, max(promise_mib, protective_cap_mib(total_mib, reserve_mib, co_tenants)))
+        if self.start_bound and start_cap_mib is not None:
+            return min(start_cap_mib, live)  # the pinned limit fixed at the start still bounds it
+        return live
 
     def describe(self) -> str:
         """How the mechanism under its rule holds a try, in words (logs, ``carma why``, results)."""
         mode = self.mode.value
         if not self.fenced:
             return "none (unfenced)"
+        if self.start_bound:
+            return (
+                f"{mode}, pinned limit fixed at the try's start (the GPU less its co-tenants then, + margin); "
+                f"PyTorch's fraction re-set beneath it as co-tenants come and go (within about {self.reset_s:g} s "
+                "of a change)"
+            )
         if self.live:
             return f"{mode}, cap re-set as co-tenants come and go (within about {self.reset_s:g} s of a change)"
         if self.rule is CapRule.PROTECTIVE:
@@ -233,92 +272,14 @@ class FenceModel:
 
 
 # the cap rule of ``[carma] isolation_cap`` by default (carma_airflow/settings.py; measured per
-# mechanism in bench/fencing.py, docs/isolation.md): live where the cap can be re-set, played as
-# the promise where it cannot (MPS)
+# mechanism in bench/fencing.py, docs/isolation.md): live everywhere; under MPS the pinned limit
+# fixed at the start at the protective level with the framework's live cap beneath it
 DEFAULT_CAP_RULE = CapRule.LIVE
-MPS_PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
-MPS_DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # NVIDIA's documented default
-_DRIVER_FALLBACK = "a try NVML refuses runs with framework caps, its log says so"
 
 
 def default_rule(mode: IsolationMode) -> CapRule:
-    """:data:`DEFAULT_CAP_RULE` as ``mode`` plays it (``live`` under MPS is ``promise``)."""
+    """:data:`DEFAULT_CAP_RULE` as ``mode`` plays it (:meth:`FenceModel.of`)."""
     return FenceModel.of(mode, DEFAULT_CAP_RULE).rule
-
-
-@dataclass(frozen=True, slots=True)
-class HostIsolation:
-    """What a host offers to fence its tries (taskrun/isolation.host_isolation detects it)."""
-
-    backend: str  # nvml | simulated
-    mps_daemon: bool = False
-    driver_limits: bool = False
-    driver_why: str = "not checked"
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """The mechanism in force, the cap rule it is played with, and why it was chosen."""
-
-    mode: IsolationMode
-    why: str
-    rule: CapRule = CapRule.PROMISE
-    simulated: bool = False  # simulated GPUs: the ledger plays the mechanism
-
-    @property
-    def model(self) -> FenceModel:
-        """How the mechanism holds a try under the rule."""
-        return FenceModel.of(self.mode, self.rule)
-
-    @property
-    def live(self) -> bool:
-        """The cap follows the co-tenants while the try runs (else it stays where its start set it)."""
-        return self.model.live
-
-    def describe(self) -> str:
-        return f"isolation: {self.model.describe()}: {self.why}"
-
-
-def resolve(requested: IsolationMode, host: HostIsolation, rule: CapRule = CapRule.PROMISE) -> Resolved:
-    """The mechanism in force for ``requested`` on ``host`` under ``rule`` ([carma] isolation_cap);
-    ConfigError for a mechanism the host lacks."""
-    if requested is IsolationMode.NONE:
-        return Resolved(IsolationMode.NONE, "isolation = none: a try that grows can crash its co-tenants")
-    if host.backend == "simulated":
-        if requested is IsolationMode.AUTO:
-            why = "auto: simulated GPUs, a host without an MPS daemon or driver limits; the ledger plays framework caps"
-            return Resolved(IsolationMode.FRAMEWORK, why, rule, simulated=True)
-        plays = {
-            IsolationMode.FRAMEWORK: "framework caps (PyTorch's fraction, re-read from its cap file if live)",
-            IsolationMode.MPS: "MPS's pinned memory limit, read once at the client's start",
-            IsolationMode.DRIVER: "the cgroup's NVML hard limit, kept in the ledger (no cgroup here)",
-        }[requested]
-        return Resolved(requested, f"simulated GPUs: the ledger plays {plays}", rule, simulated=True)
-    if requested is IsolationMode.DRIVER:
-        if not host.driver_limits:
-            raise ConfigError(
-                f"[carma] isolation = driver: {host.driver_why}; use isolation = mps (with an MPS control daemon) "
-                "or framework"
-            )
-        why = f"NVML per-cgroup limits, one cgroup leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}"
-        return Resolved(IsolationMode.DRIVER, why, rule)
-    if requested is IsolationMode.AUTO and host.driver_limits:
-        why = f"auto: NVML per-cgroup limits, one leaf per try ({host.driver_why}); {_DRIVER_FALLBACK}"
-        return Resolved(IsolationMode.DRIVER, why, rule)
-    if requested is IsolationMode.MPS:
-        if not host.mps_daemon:
-            raise ConfigError(
-                "[carma] isolation = mps but no MPS control daemon serves this host's GPUs (no control pipe in "
-                f"${MPS_PIPE_ENV} or {MPS_DEFAULT_PIPE_DIR}): start `nvidia-cuda-mps-control -d` as the user the "
-                "tasks run as, or use isolation = framework"
-            )
-        return Resolved(IsolationMode.MPS, "an MPS control daemon serves the GPUs", rule)
-    if requested is IsolationMode.AUTO and host.mps_daemon:
-        return Resolved(IsolationMode.MPS, "auto: an MPS control daemon serves the GPUs", rule)
-    why = "PyTorch / TensorFlow / JAX allocator limits set in the try"
-    if requested is IsolationMode.AUTO:
-        why = f"auto: no MPS daemon, no driver limits ({host.driver_why}); {why}"
-    return Resolved(IsolationMode.FRAMEWORK, why, rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,13 +290,19 @@ class Fence:
     promise_mib: tuple[int, ...]
     cap_mib: tuple[int, ...]
     total_mib: tuple[int, ...]
-    # the mechanism re-reads the co-tenants on every allocation (the simulated ledger): the cap
-    # tightens to what they were promised as they arrive, and ``cap_mib`` is only its ceiling
+    # the cap is re-set as co-tenants come and go (a cap file, a driver limit); ``cap_mib`` is
+    # where it starts
     live: bool = False
+    # a start-bound live fence (MPS live: FenceModel.start_bound): the limit fixed at the start
+    # beneath which the live cap moves, per GPU, as the mechanism is set (MPS's pinned memory
+    # limit); () where the fixed limit is ``cap_mib`` itself
+    fixed_mib: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not (len(self.promise_mib) == len(self.cap_mib) == len(self.total_mib)):
             raise ValueError("a fence has one promise, cap and total per GPU")
+        if self.fixed_mib and len(self.fixed_mib) != len(self.cap_mib):
+            raise ValueError("a fence has one fixed limit per GPU, or none")
 
     @property
     def fenced(self) -> bool:
@@ -350,6 +317,9 @@ class Fence:
             return "unfenced (isolation = none): a co-tenant that grows past its reservation can crash this try"
         caps = ", ".join(f"{c} MiB" for c in self.cap_mib)
         live = ", less what its co-tenants were promised" if self.live else ""
+        if self.fixed_mib:
+            fixed = ", ".join(f"{c} MiB" for c in self.fixed_mib)
+            live += f", beneath a limit fixed at the start at {fixed}"
         return f"fenced ({self.mode.value}): capped at {caps} per GPU{live}; promised {self.promise_mib[0]} MiB"
 
 
@@ -379,22 +349,18 @@ def protective_cap_mib(total_mib: int, reserve_mib: int, others: Iterable[tuple[
 __all__ = [
     "DEFAULT_CAP_RULE",
     "FENCE_REASON",
-    "MPS_DEFAULT_PIPE_DIR",
-    "MPS_PIPE_ENV",
+    "FIXED_AT_START",
     "PAST_CAP",
     "RESETTABLE",
     "RESET_S",
     "CapRule",
     "Fence",
     "FenceModel",
-    "HostIsolation",
     "IsolationMode",
-    "Resolved",
     "Tenant",
     "counted_mib",
     "default_rule",
     "fence_line",
     "promise_mib",
     "protective_cap_mib",
-    "resolve",
 ]

@@ -88,7 +88,9 @@ class Tenant:
 
     ``reserved_mib`` is what the placer reserved for it (its estimate); ``observed_mib`` is what
     the monitor last saw it use, None until its process appears.  ``activity`` is its expected
-    solo SM activity (as on its request), None where unknown.
+    solo SM activity (as on its request), None where unknown.  ``kept_margin_mib``: what its own
+    fence lets it grow into above its reservation for its life (as on its request,
+    ``TaskRequest.kept_margin_mib``); None: unfenced, counted as the paper counts.
     """
 
     key: str
@@ -98,6 +100,7 @@ class Tenant:
     observed_mib: int | None = None
     exclusive: bool = False
     activity: ActivityEstimate | None = None
+    kept_margin_mib: int | None = None
 
     @property
     def accounted_mib(self) -> int:

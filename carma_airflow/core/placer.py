@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
@@ -76,12 +76,6 @@ class Placer:
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._next_sig = itertools.count()
         self.kept = KeptWaits()  # a pricing policy's waits by choice, kept from pass to pass
-
-    def keep_promises(self, margin_mib: int | None) -> None:
-        """Count each tenant at its reservation plus ``margin_mib`` for its life (its fence lets it
-        grow into that; ``PlacementSettings.kept_margin_mib``, from the host's fence model), or,
-        None, at what it holds once seen (unfenced)."""
-        self.settings = replace(self.settings, kept_margin_mib=margin_mib)
 
     # -- facts -------------------------------------------------------------------------
     def facts(self, view: ClusterView, until: list[float] | None = None) -> list[GpuFacts]:

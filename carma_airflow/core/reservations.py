@@ -8,7 +8,9 @@ monitor's GPUs as the tenants the placer counts (:meth:`Reservations.view`).
 
 Whether a tenant is *seen* decides how the placer counts it (``Placer.facts``): an unseen tenant
 counts with its whole reservation (and the activity prior), a seen one with what it was observed
-to hold, which the GPU's free reading already covers.  A tenant becomes seen in one of two ways:
+to hold, which the GPU's free reading already covers (a fenced one, its reservation carrying a
+``kept_margin_mib``, with at least its promise for its life).  A tenant becomes seen in one of two
+ways:
 
 * a driver that knows each process's memory (the simulator) says so with :meth:`observe`;
 * with ``seen_after_s`` set, once the tenant is that old: the monitor's readings include it by
@@ -37,7 +39,8 @@ class Reservation:
 
     ``exclusive``: the try must have its GPUs to itself (asked exclusive, or its memory is
     unknown); no one joins it.  ``observed_mib``: what it was last seen to hold per GPU, None
-    until a driver observes it.
+    until a driver observes it.  ``kept_margin_mib``: what its fence lets it grow into above
+    ``mib`` for its life (``TaskRequest.kept_margin_mib``); None: unfenced.
     """
 
     key: str
@@ -48,6 +51,7 @@ class Reservation:
     exclusive: bool = False
     observed_mib: int | None = None
     activity: ActivityEstimate | None = None  # the try's expected solo SM activity (its request's)
+    kept_margin_mib: int | None = None
 
 
 class Reservations:
@@ -85,8 +89,10 @@ class Reservations:
         *,
         exclusive: bool = False,
         activity: ActivityEstimate | None = None,
+        kept_margin_mib: int | None = None,
     ) -> Reservation:
-        """Book ``mib`` on each of ``gpu_uuids`` for try ``key`` from ``now`` on.
+        """Book ``mib`` on each of ``gpu_uuids`` for try ``key`` from ``now`` on (``kept_margin_mib``:
+        what its fence promises it above that for its life, None unfenced; see :class:`Reservation`).
 
         Also the GPUs' last placement time (the placer's lock window starts there).  A key holds
         one reservation: booking it again is a driver's bug, not a second placement.
@@ -96,7 +102,9 @@ class Reservations:
             raise DuplicateKeyError(
                 f"try {key!r} already holds GPUs {', '.join(held.gpu_uuids)}; release it before reserving again"
             )
-        res = Reservation(key, label, tuple(gpu_uuids), mib, now, exclusive, activity=activity)
+        res = Reservation(
+            key, label, tuple(gpu_uuids), mib, now, exclusive, activity=activity, kept_margin_mib=kept_margin_mib
+        )
         self._by_key[key] = res
         for uuid in res.gpu_uuids:
             self._on.setdefault(uuid, {})[key] = res
@@ -188,7 +196,7 @@ class Reservations:
                     seen = r.mib  # the monitor's readings include it by now: its reservation, held
                 else:
                     until = min(until, r.since + after)
-            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive, r.activity))
+            out.append(Tenant(r.key, r.label, r.mib, r.since, seen, r.exclusive, r.activity, r.kept_margin_mib))
         return tuple(out), until
 
     def view(self, now: float, gpus: Sequence[GpuState]) -> ClusterView:

@@ -35,7 +35,11 @@ class TaskRequest:
     to keep away from; ``gpu_model`` is a case-insensitive substring of the spec name.
     ``activity``: the task's expected solo SM activity (learned from its earlier tries or its
     ``executor_config`` hint); None where nobody knows, and the policies that predict
-    interference then fall back to memory order.
+    interference then fall back to memory order.  ``kept_margin_mib``: what the fence the try
+    runs under lets it grow into above its reservation for its whole life, which the placer then
+    keeps from newcomers while it is a tenant (core/fencing.FenceModel.kept_margin_mib: 0 under a
+    live cap, the margin under a cap fixed at its start); None, unfenced: seen past its lock
+    window it counts at what it holds (the paper's count).
     """
 
     key: str
@@ -51,6 +55,7 @@ class TaskRequest:
     recovered: bool = False
     avoid_gpus: frozenset[str] = field(default_factory=frozenset)
     activity: ActivityEstimate | None = None
+    kept_margin_mib: int | None = None
 
     @property
     def needs_idle_gpu(self) -> bool:

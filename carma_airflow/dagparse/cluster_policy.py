@@ -28,7 +28,7 @@ from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
 
 from carma_airflow.core.errors import ConfigError, TaskRefusedError
-from carma_airflow.settings import option_default
+from carma_airflow.options import option_default
 from carma_airflow.task_config import EXECUTOR_NAME, check_task
 
 AUTHOR_RETRIES_KEY = "carma_author_retries"  # top-level executor_config key, written by this policy

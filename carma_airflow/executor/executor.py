@@ -44,7 +44,8 @@ from carma_airflow.executor.runtime import NotStartedError, Runtime, start_runti
 from carma_airflow.executor.standby import Standby
 from carma_airflow.executor.tries import WAIT_RECORD_S, Try
 from carma_airflow.keys import request_key
-from carma_airflow.settings import CarmaSettings, option_default
+from carma_airflow.options import option_default
+from carma_airflow.settings import CarmaSettings
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance

@@ -87,7 +87,8 @@ class TryFlow:
         self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
         self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
-        self.placer.keep_promises(self.starter.kept_margin_mib())  # a fenced tenant's promise, for life
+        # a peer's tenant is counted by this host's configured fence (its own is not published)
+        self.peers.ledger.foreign_kept_margin_mib = self.starter.kept_margin_mib()
         self.starter.driver_owner = self.peers.me  # driver caps: its cgroup leaves, under its own id
         self.starter.nvml = nvml_owner(parts.monitor)  # and the monitor's NVML owner sets their limits
         # what a try's co-tenants were promised: protective and live caps (core/fencing.py)
@@ -159,12 +160,9 @@ class TryFlow:
         if self.waiting:
             started = time.perf_counter()
             self.schedule(samples)
-            took_ms = (time.perf_counter() - started) * 1000
-            self.live.pass_ms.append(took_ms)
+            self.live.pass_ms.append(took_ms := (time.perf_counter() - started) * 1000)
             metrics.decision_time(took_ms)
-        metrics.waiting(len(self.waiting))
-        metrics.running(len(self.active))
-        metrics.pending_writes(self.writer.pending)
+        metrics.heartbeat(len(self.waiting), len(self.active), self.writer.pending)
         self._publish(samples)
 
     def _reap(self, attempts: Iterable[Try], no_handle: Ended | None) -> None:
@@ -191,7 +189,9 @@ class TryFlow:
             return
         try:
             now = time.time()
-            request = first_request(ti, config, self.estimator, self.learned, now)
+            # the placer keeps what the try's own fence promises it for its life (its mode, or the host's)
+            kept = self.starter.kept_margin_mib(config.isolation)
+            request = first_request(ti, config, self.estimator, self.learned, now, kept_margin_mib=kept)
             request, attempt.prior_ooms, replanned = recovered(ti, request, self.learned, self.cycle.plan_retry, now)
         except Exception as exc:  # never the scheduler: this task fails, with the reason
             log.exception("Task %s could not be taken", attempt.key)

@@ -30,9 +30,15 @@ def label_of(ti: Any) -> str:
 
 
 def first_request(
-    ti: Any, config: GpuTaskConfig, estimator: MemoryEstimator, learned: Learned, now: float
+    ti: Any,
+    config: GpuTaskConfig,
+    estimator: MemoryEstimator,
+    learned: Learned,
+    now: float,
+    kept_margin_mib: int | None = None,
 ) -> TaskRequest:
-    """The request of a try before recovery: declared memory, else learned, else the floor."""
+    """The request of a try before recovery: declared memory, else learned, else the floor;
+    ``kept_margin_mib``: what the placer keeps above its reservation for its life (its fence's)."""
     history: tuple[int, ...] = ()
     history_of = None
     if ti.map_index >= 0:  # a mapped instance learns from its own runs first
@@ -61,6 +67,7 @@ def first_request(
         submitted_at=now,
         try_number=ti.try_number,
         activity=learned.activity(ti.dag_id, ti.task_id, config.activity),
+        kept_margin_mib=kept_margin_mib,
     )
 
 

@@ -145,6 +145,13 @@ def pending_writes(count: int) -> None:
     stats.gauge(PENDING_WRITES, count)
 
 
+def heartbeat(waiting_count: int, running_count: int, pending: int) -> None:
+    """The gauges set once a heartbeat: :func:`waiting`, :func:`running` and :func:`pending_writes`."""
+    waiting(waiting_count)
+    running(running_count)
+    pending_writes(pending)
+
+
 def parked_write(write: str) -> None:
     """The store refused a write for good (a constraint, a value, the schema): it was parked in
     ``parked-writes.jsonl`` under the state folder and the writes behind it went on (writer.py)."""
@@ -192,6 +199,7 @@ __all__ = [
     "executor_error",
     "gpu_gauges",
     "gpu_key",
+    "heartbeat",
     "never_fits",
     "oom",
     "parked_write",

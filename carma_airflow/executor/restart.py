@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +92,9 @@ def keep_orphan(flow: TryFlow, orphan: Try) -> Try:
         flow.end(orphan, ended)
         return orphan
     assert orphan.request is not None
+    # its fence is not in the store (its executor_config comes with its hand-over): the placer
+    # keeps the promise of the host's configured fence for it
+    orphan.request = replace(orphan.request, kept_margin_mib=flow.starter.kept_margin_mib())
     flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
     return orphan
 

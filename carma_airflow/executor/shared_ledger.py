@@ -40,6 +40,9 @@ class SharedLedger(Reservations):
     def __init__(self, *, seen_after_s: float | None = None) -> None:
         super().__init__(seen_after_s=seen_after_s)
         self.foreign: set[str] = set()  # keys of the peers' reservations laid over the view
+        # what the placer keeps above a peer's reservation for its life (Reservation.kept_margin_mib):
+        # a peer does not publish its try's fence, so this host's configured one's (the flow sets it)
+        self.foreign_kept_margin_mib: int | None = None
         self._released: deque[str] = deque()
 
     def release(self, key: str) -> Reservation | None:
@@ -93,6 +96,7 @@ class SharedLedger(Reservations):
                 rec.since,
                 exclusive=rec.exclusive,
                 activity=_activity(rec.activity),
+                kept_margin_mib=self.foreign_kept_margin_mib,
             )
             self.foreign.add(rec.key)
             for uuid, last in before.items():  # a peer's older placement does not move the lock window back

@@ -128,12 +128,14 @@ class TryStarter:
             self._resolved[requested] = resolve(requested, self._host, CapRule(self.settings.isolation_cap))
         return self._resolved[requested]
 
-    def kept_margin_mib(self) -> int | None:
-        """What the placer keeps above each tenant's reservation for its life under this host's
-        configured fence (core/fencing.FenceModel.kept_margin_mib, the simulator's own rule); None
-        when unfenced, or when the configured mode cannot start here (its tries are refused)."""
+    def kept_margin_mib(self, requested: str | None = None) -> int | None:
+        """What the placer keeps above a try's reservation for its life under the fence it starts
+        under: the mode it asks (its ``executor_config``'s ``isolation``; None: the host's
+        configured one) as resolved here, with the host's cap rule (core/fencing.FenceModel.kept_margin_mib,
+        the simulator's own rule; it goes on the try's request).  None when unfenced, or when the
+        mode cannot start here (the try is refused at its start)."""
         try:
-            model = self.isolation(IsolationMode.parse(self.settings.isolation)).model
+            model = self.isolation(IsolationMode.parse(requested or self.settings.isolation)).model
         except ConfigError:
             return None
         return model.kept_margin_mib(self.settings.isolation_margin_mib)
@@ -210,7 +212,8 @@ class TryStarter:
         if (
             not fence.live
             or self.co_tenants is None
-            or fence.mode not in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER)  # driver: PyTorch's cap moves too
+            # driver and mps: PyTorch's cap moves too (under mps beneath the pinned limit fixed at start)
+            or fence.mode not in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER, IsolationMode.MPS)
             or request is None
             or request.needs_idle_gpu
             or not all(t > 0 for t in fence.total_mib)

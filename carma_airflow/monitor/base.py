@@ -18,6 +18,12 @@ from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.risk import MetricWindow
 
 
+def percent_share(percent: float) -> float:
+    """A percent a GPU reports (NVML's utilisation and GPM metrics) as the 0..1 share a sample
+    carries, clamped."""
+    return min(1.0, max(0.0, float(percent) / 100.0))
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessUsage:
     """One process holding memory on a GPU (host PID).

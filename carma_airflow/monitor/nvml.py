@@ -14,6 +14,11 @@ and MPS) with each one's share of SM time where the device reports it
 (``activity_source="utilization"``) and occupancy and DRAM activity are missing.  A GPU in MIG
 mode is replaced by its MIG instances, each with its own UUID and memory (their ``index`` is the parent's).
 
+This module owns the NVML session and walks the devices; two helpers read for it, through its
+binding and its choke point, never on their own: GPM's two-buffer activity readings
+(:mod:`~carma_airflow.monitor.nvml_gpm`) and each device's processes with their shares of SM
+time (:mod:`~carma_airflow.monitor.nvml_processes`).
+
 A GPU NVML cannot read (lost, fallen off the bus, Xid) becomes a sample with ``error`` set and
 the UUID it had; it never makes :meth:`NvmlProbe.sample` raise.  Without a driver,
 :meth:`NvmlProbe.sample` raises :class:`NoGpuDriverError` with one line saying what to do.
@@ -32,15 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from carma_airflow.core.errors import CarmaError
-from carma_airflow.monitor.base import GpuSample, NoGpuDriverError, ProcessUsage
+from carma_airflow.monitor.base import GpuSample, NoGpuDriverError, percent_share
+from carma_airflow.monitor.nvml_gpm import GpmActivity, MigParent
+from carma_airflow.monitor.nvml_processes import ProcessAccounting
 
 log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
-GPM_SM_UTIL = 2
-GPM_SM_OCCUPANCY = 3
-GPM_DRAM_BW_UTIL = 10
-_GPM_METRICS = (GPM_SM_UTIL, GPM_SM_OCCUPANCY, GPM_DRAM_BW_UTIL)
 _SIMULATED_HINT = "On a machine without a GPU set [carma] gpu_backend = simulated."
 # NVML errors that mean "this reading does not exist here", not "this GPU is broken"
 _MISSING_ERRORS = (
@@ -53,10 +56,6 @@ _MISSING_ERRORS = (
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _fraction(percent: float) -> float:
-    return min(1.0, max(0.0, float(percent) / 100.0))
 
 
 def _init_message(nv: Any, exc: BaseException) -> str:
@@ -102,17 +101,6 @@ class _MemoryLimits(ctypes.Structure):  # nvmlSetMemoryLimits_v1_t as NVML docum
     _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong)]
 
 
-class _Gpm:
-    """GPM sample buffers of one device: two, used in turn, so each reading spans one period."""
-
-    __slots__ = ("bufs", "current", "primed")
-
-    def __init__(self, bufs: tuple[Any, Any] | None) -> None:
-        self.bufs = bufs  # None: the device has no GPM
-        self.current = 0
-        self.primed = False
-
-
 class NvmlProbe:
     """Samples every GPU (and MIG instance) NVML sees on this host."""
 
@@ -124,11 +112,11 @@ class NvmlProbe:
         self._nv: Any = None
         self._missing: tuple[type[BaseException], ...] = ()
         self._logged: set[str] = set()
-        self._gpm: dict[str, _Gpm] = {}
+        self._gpm = GpmActivity(self._call)
         self._uuid_by_index: dict[int, str] = {}
         self._mig_by_index: dict[int, list[str]] = {}
         self._name_by_uuid: dict[str, str] = {}
-        self._util_seen: dict[str, int] = {}  # uuid -> newest per-process utilisation sample read (us)
+        self._accounting = ProcessAccounting(self._call)
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -151,9 +139,7 @@ class NvmlProbe:
             nv = self._nv
             if nv is None:
                 return
-            for state in self._gpm.values():
-                self._free(nv, state)
-            self._gpm.clear()
+            self._gpm.close(nv)
             try:
                 nv.nvmlShutdown()
             except nv.NVMLError as exc:
@@ -256,7 +242,7 @@ class NvmlProbe:
         index: int,
         name: str,
         now: float,
-        mig_parent: tuple[Any, int] | None = None,
+        mig_parent: MigParent | None = None,
     ) -> GpuSample:
         memory = self._memory(nv, handle)
         if memory is None:
@@ -265,8 +251,8 @@ class NvmlProbe:
             )
         total, used, free = memory
         util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
-        busy = _fraction(util.gpu) if util is not None else None
-        gpm = self._gpm_read(nv, handle, uuid, mig_parent)
+        busy = percent_share(util.gpu) if util is not None else None
+        gpm = self._gpm.read(nv, handle, uuid, mig_parent)
         smocc = drama = None
         if gpm is not None:
             smact, smocc, drama = gpm
@@ -293,13 +279,11 @@ class NvmlProbe:
             activity_source=source,
             power_w=float(power) / 1000.0 if power is not None else None,
             energy_j=float(energy) / 1000.0 if energy is not None else None,
-            processes=self._processes(nv, handle, uuid),
+            processes=self._accounting.processes(nv, handle, uuid),
         )
 
     def _error_sample(self, nv: Any, uuid: str, index: int, exc: BaseException, now: float) -> GpuSample:
-        state = self._gpm.pop(uuid, None)
-        if state is not None:
-            self._free(nv, state)
+        self._gpm.forget(nv, uuid)
         name = self._name_by_uuid.get(uuid, "unknown")
         return GpuSample(uuid, index, name, self.host, 0, 0, 0, now, error=f"{type(exc).__name__}: {exc}")
 
@@ -322,126 +306,3 @@ class NvmlProbe:
         if info is None:
             return None
         return int(info.total) // _MIB, int(info.used) // _MIB, int(info.free) // _MIB
-
-    def _processes(self, nv: Any, handle: Any, uuid: str) -> tuple[ProcessUsage, ...]:
-        held: dict[int, int] = {}
-        for fn_names in (
-            ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
-            ("nvmlDeviceGetMPSComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2"),
-        ):
-            procs = None
-            for fn_name in fn_names:  # the unversioned call needs the newest NVML; fall back
-                fn = getattr(nv, fn_name, None)
-                if fn is not None:
-                    procs = self._call(fn, handle, name=fn_name)
-                if procs is not None:
-                    break
-            for proc in procs or ():
-                used = getattr(proc, "usedGpuMemory", None)  # None where NVML cannot tell (WDDM)
-                pid = int(proc.pid)
-                held[pid] = max(held.get(pid, 0), int(used) // _MIB if used is not None else 0)
-        if not held:
-            return ()
-        util = self._process_sm_util(nv, handle, uuid)
-        if util is None:
-            return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
-        # NVML lists only processes whose kernels ran since the last reading: the others had none
-        return tuple(ProcessUsage(pid, mib, util.get(pid, 0.0)) for pid, mib in sorted(held.items()))
-
-    def _process_sm_util(self, nv: Any, handle: Any, uuid: str) -> dict[int, float] | None:
-        """Each process's share of SM time since this device's last reading (0..1), or None.
-
-        ``nvmlDeviceGetProcessUtilization`` answers with the samples newer than the timestamp it
-        is given (the newest one of the previous answer, kept per device).  "Not found" means no
-        sample is newer: no process ran a kernel in the interval, an idle interval (``{}``: every
-        process's share is 0), not a missing one; leaving it out biased activity upward, as only
-        busy intervals were counted.  None where the device cannot tell (MIG instances, older
-        drivers: "not supported"), or on any other NVML error: per-process readings never fail a
-        sample.
-        """
-        fn = getattr(nv, "nvmlDeviceGetProcessUtilization", None)
-        if fn is None:
-            return None
-        seen = self._util_seen.get(uuid, 0)
-        not_found = getattr(nv, "NVMLError_NotFound", None)
-        try:
-            samples = self._call(fn, handle, seen, name="nvmlDeviceGetProcessUtilization")
-        except nv.NVMLError as exc:
-            if isinstance(not_found, type) and isinstance(exc, not_found):
-                return {}  # no kernel of any process since the last reading: all idle
-            log.debug("nvmlDeviceGetProcessUtilization on %s: %s (per-process SM time left out)", uuid, exc)
-            return None
-        if samples is None:
-            return None
-        shares: dict[int, list[float]] = {}
-        for sample in samples:
-            seen = max(seen, int(sample.timeStamp))
-            shares.setdefault(int(sample.pid), []).append(_fraction(sample.smUtil))
-        self._util_seen[uuid] = seen
-        return {pid: sum(values) / len(values) for pid, values in shares.items()}
-
-    def _gpm_read(
-        self, nv: Any, handle: Any, uuid: str, mig_parent: tuple[Any, int] | None
-    ) -> tuple[float, float | None, float | None] | None:
-        """SM activity, SM occupancy, DRAM activity over the last period, or None without GPM."""
-        state = self._gpm.get(uuid)
-        if state is None:
-            state = self._gpm[uuid] = _Gpm(self._gpm_buffers(nv, handle if mig_parent is None else mig_parent[0]))
-        if state.bufs is None:
-            return None
-        buf = state.bufs[state.current]
-        if mig_parent is None:
-            got = self._call(nv.nvmlGpmSampleGet, handle, buf)
-        else:
-            got = self._call(nv.nvmlGpmMigSampleGet, mig_parent[0], mig_parent[1], buf)
-        if got is None:
-            self._free(nv, state)
-            self._gpm[uuid] = _Gpm(None)
-            return None
-        previous = state.bufs[state.current ^ 1]
-        state.current ^= 1
-        if not state.primed:  # one reading so far: the next sample has a period to measure
-            state.primed = True
-            return None
-        request = nv.c_nvmlGpmMetricsGet_t()
-        request.version = nv.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(_GPM_METRICS)
-        request.sample1 = previous
-        request.sample2 = buf
-        for i, metric in enumerate(_GPM_METRICS):
-            request.metrics[i].metricId = metric
-        result = self._call(nv.nvmlGpmMetricsGet, request)
-        if result is None:
-            return None
-        values: list[float | None] = []
-        for i in range(len(_GPM_METRICS)):
-            metric = result.metrics[i]
-            values.append(_fraction(metric.value) if int(metric.nvmlReturn) == int(nv.NVML_SUCCESS) else None)
-        smact, smocc, drama = values
-        if smact is None:
-            return None
-        return smact, smocc, drama
-
-    def _gpm_buffers(self, nv: Any, handle: Any) -> tuple[Any, Any] | None:
-        support = self._call(nv.nvmlGpmQueryDeviceSupport, handle)
-        if support is None or not int(support.isSupportedDevice):
-            return None
-        bufs: list[Any] = []
-        try:
-            for _ in range(2):
-                bufs.append(nv.nvmlGpmSampleAlloc())
-        except nv.NVMLError as exc:
-            log.warning("GPM sample buffers could not be allocated (%s); using utilization instead", exc)
-            for buf in bufs:
-                nv.nvmlGpmSampleFree(buf)
-            return None
-        return bufs[0], bufs[1]
-
-    @staticmethod
-    def _free(nv: Any, state: _Gpm) -> None:
-        for buf in state.bufs or ():
-            try:
-                nv.nvmlGpmSampleFree(buf)
-            except nv.NVMLError as exc:
-                log.debug("nvmlGpmSampleFree failed: %s", exc)
-        state.bufs = None

@@ -62,9 +62,9 @@ class Simulation:
         if isinstance(policy, Predictive) and config.predictive is not None:
             policy = Predictive(settings=config.predictive)
         self.fence = sim_fence(config)  # the host's mechanism and cap rule, resolved as the executor does
-        # the placer keeps what the fence promises each try (core/fencing.FenceModel.kept_margin_mib)
-        kept = self.fence.model.kept_margin_mib(config.settings.headroom_mib)
-        self.placer = Placer(policy, replace(config.settings, kept_margin_mib=kept))
+        # each request carries what the run's fence promises it for life (FenceModel.kept_margin_mib)
+        self.kept_margin_mib = self.fence.model.kept_margin_mib(config.settings.headroom_mib)
+        self.placer = Placer(policy, config.settings)
         self.queue = make_queue(config.queue)
         # the simulation knows when each process allocates (the ramp): it observes its tenants
         # itself, none is assumed seen after the lock time
@@ -179,6 +179,7 @@ class Simulation:
             gpus=arrival.task.gpus,
             submitted_at=arrival.submit_s,
             activity=self.know.activity_of(arrival.task),
+            kept_margin_mib=self.kept_margin_mib,
         )
 
     def _submit(self, request: TaskRequest) -> None:

@@ -9,12 +9,14 @@ Two truths the placer never reads:
   the CPU before its first allocation; by default the sharing model's ramp).
 * **The fence** (``--host``, ``--isolation``, ``--cap-rule``): the host's mechanisms (a profile:
   ``framework`` only, an MPS daemon, or NVML per-cgroup ``driver`` limits), the mechanism asked
-  for (``auto`` resolves on that host exactly as the executor's does, core/fencing.resolve) and
+  for (``auto`` resolves on that host exactly as the executor's does, core/fence_host.resolve) and
   the cap rule (``promise``, ``protective``, ``live``; the executor's default unless given).  The
   model of each mechanism is core/fencing.py's :class:`~carma_airflow.core.fencing.FenceModel`,
-  the one the executor's simulated GPUs use: a cap set at the try's start, or (``live`` under
-  framework or driver) re-set a few seconds after each co-tenant arrives or leaves; between the
-  arrival and the re-set the old cap holds (the exposure window).
+  the one the executor's simulated GPUs use: a cap set at the try's start, or (``live``) re-set a
+  few seconds after each co-tenant arrives or leaves; between the arrival and the re-set the old
+  cap holds (the exposure window).  Under MPS ``live`` the live cap moves beneath the pinned limit
+  fixed at the try's start (the GPU less its co-tenants then, plus the margin): the try may hold
+  the lower of the two.
 
 Unfenced, an allocation fails only where the GPU has no room left, and when a grower takes the
 last of it the try that allocates next crashes, whoever grew (:func:`next_allocator`): a
@@ -38,15 +40,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.fence_host import HostIsolation, resolve
 from carma_airflow.core.fencing import (
     DEFAULT_CAP_RULE,
     PAST_CAP,
     CapRule,
     FenceModel,
-    HostIsolation,
     IsolationMode,
     default_rule,
-    resolve,
 )
 from carma_airflow.core.recovery import RecoverySettings
 
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 GROWTH_START, GROWTH_END = 0.5, 0.9  # when a job grows, as a share of its solo work
 
-# --host: what a GPU host offers to fence its tries (core/fencing.HostIsolation)
+# --host: what a GPU host offers to fence its tries (core/fence_host.HostIsolation)
 HOST_PROFILES = ("framework", "mps", "driver")
 DEFAULT_HOST = "framework"  # the common real host: no MPS daemon, no r615+ driver with cgroup v2
 
@@ -82,7 +83,7 @@ def parse_host(text: str) -> str:
 
 def default_cap_rule(mode: IsolationMode) -> CapRule:
     """The executor's default ``[carma] isolation_cap`` (core/fencing.DEFAULT_CAP_RULE, which
-    carma_airflow/settings.py takes) as ``mode`` plays it (``live`` under MPS is ``promise``)."""
+    carma_airflow/settings.py takes) as ``mode`` plays it (core/fencing.FenceModel.of)."""
     return default_rule(mode)
 
 
@@ -112,7 +113,7 @@ def sim_fence(config: SimConfig) -> SimFence:
     requested = IsolationMode.parse(config.isolation, where="--isolation")
     resolved = resolve(requested, host_profile(host))
     rule = DEFAULT_CAP_RULE if config.cap_rule is None else CapRule.parse(config.cap_rule, "--cap-rule")
-    model = FenceModel.of(resolved.mode, rule)  # normalised: live under MPS is promise
+    model = FenceModel.of(resolved.mode, rule)  # normalised: under MPS live is start-bound
     return SimFence(host, requested, model, resolved.why)
 
 

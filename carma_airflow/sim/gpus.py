@@ -250,6 +250,7 @@ class SimGpus:
                 reserve_mib=self.reserve_mib,
                 co_tenants=[Tenant(self._counted(o, now), o.held) for o in g.runs],
                 exclusive=run.request.needs_idle_gpu,
+                margin_mib=self.margin_mib,  # only a start-bound model's fixed limit carries it (MPS live)
             )
             for g in gpus
         ]

@@ -9,7 +9,8 @@ Per GPU lists follow the try's CUDA_VISIBLE_DEVICES order::
     CARMA_MEMORY_PROMISE_MIB=14336       # what it was placed with, plus the margin (as the GPU counts it)
     CARMA_MEMORY_CAP_MIB=13836           # what the mechanism is set to at the start (a framework's:
                                          # the cap less the CUDA context its allocator cannot see)
-    CARMA_MEMORY_CAP_LIVE=1              # the cap is re-set as co-tenants come and go (isolation_cap = live)
+    CARMA_MEMORY_CAP_LIVE=1              # the cap is re-set as co-tenants come and go (isolation_cap = live;
+                                         # under mps the framework's cap, beneath the MPS limit fixed at start)
     CARMA_MEMORY_CAP_RULE=promise        # the cap rule it was set by (core.fencing.CapRule)
     CARMA_CUDA_CONTEXT_MIB=500           # the CUDA context counted per GPU (core/cuda_context.py)
     CARMA_GPU_TOTAL_MIB=40960            # each GPU's memory, where the executor knows it (0: unknown)
@@ -63,10 +64,29 @@ def fence_env(fence: Fence) -> dict[str, str]:
         # one process-wide fraction: the tightest of its GPUs (JAX has no per-device form)
         fraction = f"{min(fence.fractions()):.4f}"
         env.update(dict.fromkeys(JAX_FRACTION_ENVS, fraction))
-    whole = [t > 0 and c >= t for c, t in zip(fence.cap_mib, fence.total_mib, strict=True)]
-    if fence.mode is IsolationMode.MPS and not any(whole) and max(fence.cap_mib) < UNKNOWN_SIZE_MIB:
-        env[MPS_LIMIT_ENV] = ",".join(f"{i}={cap}M" for i, cap in enumerate(fence.cap_mib))
+    limits = fence.fixed_mib or fence.cap_mib  # MPS live: the limit fixed at start, PyTorch's fraction beneath
+    whole = [t > 0 and c >= t for c, t in zip(limits, fence.total_mib, strict=True)]
+    if fence.mode is IsolationMode.MPS and not any(whole) and max(limits) < UNKNOWN_SIZE_MIB:
+        env[MPS_LIMIT_ENV] = ",".join(f"{i}={cap}M" for i, cap in enumerate(limits))
     return env
+
+
+def mps_limits_from_env(environ: Mapping[str, str], gpus: int) -> tuple[int, ...] | None:
+    """The MPS client's pinned memory limit per GPU in MiB, as ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``
+    says it (``"0=10240M,1=10240M"``, the form :func:`fence_env` writes); None where it is not set
+    for each of the try's ``gpus`` or does not parse."""
+    text = environ.get(MPS_LIMIT_ENV, "").strip()
+    if not text:
+        return None
+    found: dict[int, int] = {}
+    for part in text.split(","):
+        index, _, value = part.strip().partition("=")
+        if not index.isdigit() or not value.upper().endswith("M") or not value[:-1].isdigit():
+            return None
+        found[int(index)] = int(value[:-1])
+    if sorted(found) != list(range(gpus)):
+        return None
+    return tuple(found[i] for i in range(gpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +154,16 @@ def describe_try_fence(fence: TryFence, environ: Mapping[str, str]) -> str:
         what = "mps: the client's pinned memory limit" + (", played by the simulated GPUs' ledger" if simulated else "")
     else:
         what = "framework: PyTorch's fraction" + (", played by the simulated GPUs' ledger" if simulated else "")
-    if fence.live:
-        how = "re-set as co-tenants come and go (the executor rewrites it, the try re-reads it once a second)"
+    follows = "the executor rewrites it, the try re-reads it once a second"
+    pinned = mps_limits_from_env(environ, len(fence.cap_mib)) if fence.mode is IsolationMode.MPS else None
+    if fence.live and fence.mode is IsolationMode.MPS:
+        limit = f"at {_per_gpu(pinned)}" if pinned else "at the whole GPU (not set)"
+        how = (
+            f"pinned limit fixed at the try's start {limit}; PyTorch's fraction re-set live beneath it as "
+            f"co-tenants come and go ({follows})"
+        )
+    elif fence.live:
+        how = f"re-set as co-tenants come and go ({follows})"
     elif fence.rule == "exclusive":
         how = "fixed at the try's start: its whole GPU, which it has to itself"
     elif fence.rule == "protective":
@@ -167,4 +195,5 @@ __all__ = [
     "describe_try_fence",
     "fence_env",
     "fence_from_env",
+    "mps_limits_from_env",
 ]

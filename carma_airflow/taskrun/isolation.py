@@ -2,7 +2,7 @@
 
 Airflow-free: the executor and the GPU kit both call it.  The mode is resolved once per host
 (``[carma] isolation``, or a task's ``executor_config={"carma": {"isolation": ...}}``) by
-core/fencing.py :func:`~carma_airflow.core.fencing.resolve` (pure: the simulator resolves its
+core/fence_host.py :func:`~carma_airflow.core.fence_host.resolve` (pure: the simulator resolves its
 ``--host`` profiles with it), from what :func:`host_isolation` detects here:
 
 * ``auto``: the strongest mechanism the host has: NVML per-cgroup limits (taskrun/driver_cap.py)
@@ -13,7 +13,8 @@ core/fencing.py :func:`~carma_airflow.core.fencing.resolve` (pure: the simulator
   says what to start or to choose.  Simulated GPUs play each one as the real one holds a try
   (core/fencing.py ``FenceModel``): framework and MPS caps set once at the try's start (a
   framework cap under ``isolation_cap = live`` re-set from its cap file by the try's follower
-  thread, as PyTorch's is), the driver's hard limit kept in the ledger (re-set by the executor
+  thread, as PyTorch's is; under MPS ``live`` that framework cap moves beneath the MPS limit
+  fixed at the start), the driver's hard limit kept in the ledger (re-set by the executor
   under ``live``).  The ledger never re-reads the co-tenants on an allocation: no real
   mechanism does.
 * ``none``: unfenced.
@@ -31,17 +32,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from carma_airflow.core.fence_host import MPS_DEFAULT_PIPE_DIR, MPS_PIPE_ENV, HostIsolation, Resolved, resolve
 from carma_airflow.core.fencing import (
-    MPS_DEFAULT_PIPE_DIR,
-    MPS_PIPE_ENV,
     CapRule,
     Fence,
     FenceModel,
-    HostIsolation,
     IsolationMode,
-    Resolved,
     Tenant,
-    resolve,
 )
 from carma_airflow.taskrun.fence_env import UNKNOWN_SIZE_MIB
 
@@ -104,21 +101,33 @@ def fence_for(
         raise ValueError(f"co_tenants_by_gpu has {len(by_gpu)} lists for {len(totals)} GPUs")
     contexts = tuple(context_mib) if context_mib is not None else (0,) * len(totals)
     unknown = UNKNOWN_SIZE_MIB  # a GPU whose size the executor does not know: the mechanism bounds it
-    promises, caps = [], []
+    promises, caps, fixed = [], [], []
     for total, others, context in zip(totals, by_gpu, contexts, strict=True):
         size = total if total > 0 else unknown
         promise = model.promise_mib(reservation_mib, margin_mib, size)
         promises.append(promise)
+        tenants = [Tenant(p) for p in others]
         start = model.start_cap_mib(
             promise_mib=promise,
             total_mib=size,
             reserve_mib=reserve_mib,
-            co_tenants=[Tenant(p) for p in others],
+            co_tenants=tenants,
             exclusive=exclusive,
+            margin_mib=margin_mib,
         )
         cap = min(size if start is None else start, size)
+        fixed.append(mechanism_cap_mib(model.mode, cap, context))
+        if model.start_bound and not exclusive:  # MPS live: PyTorch's fraction starts beneath the fixed limit
+            held = model.may_hold_mib(
+                start_cap_mib=cap, promise_mib=promise, total_mib=size, reserve_mib=reserve_mib, co_tenants=tenants
+            )
+            cap = cap if held is None else min(cap, held)
         caps.append(mechanism_cap_mib(model.mode, cap, context))
-    return Fence(model.mode, tuple(promises), tuple(caps), totals, live=model.live and not exclusive)
+    bound = model.start_bound and not exclusive
+    return Fence(
+        model.mode, tuple(promises), tuple(caps), totals, live=model.live and not exclusive,
+        fixed_mib=tuple(fixed) if bound else (),
+    )  # fmt: skip
 
 
 __all__ = [

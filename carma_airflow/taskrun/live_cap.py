@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from carma_airflow.core.fencing import IsolationMode, protective_cap_mib
-from carma_airflow.taskrun.fence_env import SIM_LEAF_ENV, TryFence
+from carma_airflow.taskrun.fence_env import SIM_LEAF_ENV, TryFence, mps_limits_from_env
 
 CAP_FILE_ENV = "CARMA_MEMORY_CAP_FILE"
 PERIOD_S = 1.0
@@ -89,7 +89,9 @@ class SimulatedCaps:
 
     * a framework or MPS cap set at the start (its environment), and under ``isolation_cap = live``
       re-set by the same :class:`CapFollower` thread a real PyTorch try runs, from the cap file
-      the executor rewrites: a newcomer is exposed until the follower's next read;
+      the executor rewrites: a newcomer is exposed until the follower's next read; under MPS the
+      pinned limit set at the start stays beneath it, so the try may hold the lower of the two
+      (core/fencing.py ``FenceModel.start_bound``);
     * under ``driver``, the leaf's hard limit, which the ledger keeps and the executor re-sets
       (executor/sim_driver.py); the process names its leaf on each allocation.
 
@@ -100,9 +102,13 @@ class SimulatedCaps:
         self.fence = fence
         self.leaf = (environ.get(SIM_LEAF_ENV) or None) if fence.mode is IsolationMode.DRIVER else None
         self.current = list(fence.cap_mib)
+        # MPS: the client's pinned memory limit, read once at its start from its environment (a live
+        # cap moves beneath it); none set: the whole GPU
+        pinned = mps_limits_from_env(environ, len(fence.cap_mib)) if fence.mode is IsolationMode.MPS else None
+        self.fixed = list(pinned) if pinned is not None else None
         self.follower: CapFollower | None = None
         path = environ.get(CAP_FILE_ENV)
-        if path and fence.mode in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER):
+        if path and fence.mode in (IsolationMode.FRAMEWORK, IsolationMode.DRIVER, IsolationMode.MPS):
             self.follower = CapFollower(path, self._apply, period_s)
             self.follower.start()
 
@@ -112,14 +118,35 @@ class SimulatedCaps:
     def cap_mib(self, ordinal: int) -> int | None:
         """The cap the framework (or MPS) holds the process to now on its GPU ``ordinal``; None under
         a simulated driver, where the leaf's hard limit holds it."""
-        return None if self.leaf else self.current[ordinal]
+        if self.leaf:
+            return None
+        if self.fixed is not None:
+            return min(self.fixed[ordinal], self.current[ordinal])
+        return self.current[ordinal]
 
     @property
     def held_by(self) -> str:
-        """What set the cap, for the OOM message."""
+        """What set the cap, for the OOM message (on the try's first GPU: :meth:`held_by_on`)."""
+        return self.held_by_on(0)
+
+    def held_by_on(self, ordinal: int) -> str:
+        """What sets the cap on the try's GPU ``ordinal`` now, for the OOM message."""
         mode = self.fence.mode
         if self.leaf:
             return "the driver's hard limit of its cgroup leaf (the ledger plays it)"
+        fixed = self.fixed[ordinal] if self.fixed is not None and ordinal < len(self.fixed) else None
+        if mode is IsolationMode.MPS and self.follower is not None:
+            if fixed is None or self.current[ordinal] < fixed:
+                beneath = (
+                    f"beneath MPS's pinned memory limit of {fixed} MiB set at the client's start"
+                    if fixed is not None
+                    else "no MPS limit set"
+                )
+                return f"PyTorch's fraction, re-set as co-tenants come and go (from its cap file), {beneath}"
+            return (
+                f"MPS's pinned memory limit, set at the client's start at {fixed} MiB (PyTorch's fraction "
+                "beneath it is re-set as co-tenants come and go)"
+            )
         if mode is IsolationMode.MPS:
             return "MPS's pinned memory limit, set at the client's start"
         if self.follower is not None:

@@ -46,7 +46,9 @@ def test_one_margin_rule_for_every_promise() -> None:
     live = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE)
     assert fixed.promise_mib(8192, 2048, 40960) == 10240
     assert live.promise_mib(8192, 2048, 40960) == 8192 and live.margin_mib(2048) == 0
-    assert FenceModel.of(IsolationMode.MPS, CapRule.LIVE).promise_mib(8192, 2048, 40960) == 10240  # played as promise
+    # MPS live: a live promise too (the pinned limit fixed at the start carries the margin instead)
+    assert FenceModel.of(IsolationMode.MPS, CapRule.LIVE).promise_mib(8192, 2048, 40960) == 8192
+    assert FenceModel.of(IsolationMode.MPS, CapRule.PROMISE).promise_mib(8192, 2048, 40960) == 10240
 
 
 def test_mode_parse_names_the_modes() -> None:
@@ -102,9 +104,13 @@ def test_cap_rule_parse_normalises_or_names_the_rules() -> None:
 def test_fence_model_of_each_mechanism() -> None:
     from carma_airflow.core.fencing import RESET_S, FenceModel
 
-    # MPS reads its limit once: live asks for every co-tenant's promise kept, so the promise
-    assert FenceModel.of(IsolationMode.MPS, CapRule.LIVE).rule is CapRule.PROMISE
-    assert not FenceModel.of(IsolationMode.MPS, CapRule.LIVE).live
+    # MPS reads its limit once: under live the framework's live cap moves beneath it
+    mps = FenceModel.of(IsolationMode.MPS, CapRule.LIVE)
+    assert mps.rule is CapRule.LIVE and mps.live and mps.start_bound
+    assert mps.reset_s == RESET_S[IsolationMode.FRAMEWORK]  # PyTorch's follower, as under framework
+    assert not FenceModel.of(IsolationMode.MPS, CapRule.PROMISE).start_bound
+    assert not FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE).start_bound
+    assert "pinned limit fixed at the try's start" in mps.describe() and "PyTorch's fraction re-set" in mps.describe()
     live = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE)
     assert live.live and live.reset_s == RESET_S[IsolationMode.FRAMEWORK]
     assert FenceModel.of(IsolationMode.DRIVER, CapRule.LIVE).reset_s < live.reset_s  # no follower thread
@@ -141,3 +147,26 @@ def test_a_co_tenant_counts_at_its_promise_until_its_placer_trusts_what_it_holds
     assert counted_mib(22528, 30000, allocated=True, age_s=10.0, lock_s=30.0) == 30000
     assert counted_mib(22528, 12288, allocated=True, age_s=31.0, lock_s=30.0) == 12288
     assert counted_mib(22528, 12288, allocated=True, age_s=1e9, lock_s=float("inf")) == 22528
+
+
+def test_mps_live_holds_a_try_to_the_lower_of_its_pinned_limit_and_its_live_cap() -> None:
+    """MPS live: the pinned limit fixed at the try's start (the GPU less the co-tenants then, plus
+    the margin) and PyTorch's fraction re-set beneath it as co-tenants come and go."""
+    from carma_airflow.core.fencing import FenceModel, Tenant
+
+    mps = FenceModel.of(IsolationMode.MPS, CapRule.LIVE)
+    common = {"promise_mib": 8192, "total_mib": 40960, "reserve_mib": 512}
+    start = mps.start_cap_mib(**common, co_tenants=[Tenant(12288)], margin_mib=2048)
+    assert start == 40960 - 512 - 12288 + 2048  # the pinned limit: protective, plus the margin
+    # at the start PyTorch's fraction is the protective cap, beneath the pinned limit
+    assert mps.may_hold_mib(start_cap_mib=start, **common, co_tenants=[Tenant(12288)]) == 40960 - 512 - 12288
+    # the co-tenant left: the try grows past reservation + margin (10,240), up to the pinned limit
+    assert mps.may_hold_mib(start_cap_mib=start, **common, co_tenants=[]) == start > 10240
+    # a neighbour placed later: the live fraction keeps its 20,480, which the pinned limit could not
+    assert mps.may_hold_mib(start_cap_mib=start, **common, co_tenants=[Tenant(20480)]) == 40960 - 512 - 20480
+    # alone at its start: the pinned limit is the whole GPU; exclusive: the whole GPU
+    assert mps.start_cap_mib(**common, co_tenants=[], margin_mib=2048) == 40960
+    assert mps.start_cap_mib(**common, co_tenants=[Tenant(12288)], exclusive=True, margin_mib=2048) == 40960
+    # the margin is only the fixed limit's: framework live starts at the protective cap
+    framework = FenceModel.of(IsolationMode.FRAMEWORK, CapRule.LIVE)
+    assert framework.start_cap_mib(**common, co_tenants=[Tenant(12288)], margin_mib=2048) == 40960 - 512 - 12288

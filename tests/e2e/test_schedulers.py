@@ -3,7 +3,8 @@
 Eight tries of 16 GiB whose memory ramps over 10 s: two fit at a time.  Each scheduler's
 CarmaExecutor must count the other's reservations, so no GPU is booked twice: no CUDA OOM, at
 most two tries on the GPU at any moment, every task succeeds on its first try and no try runs
-twice; the same when one scheduler is SIGKILLed mid-run and the other adopts its tries.
+twice; the same when one scheduler is SIGKILLed mid-run and the other adopts its tries.  An OOM
+retry taken by the other scheduler is placed by the recovery plan in the store.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from oom_checks import oom_retried_elsewhere
 
 from carma_airflow.devstack import AirflowStack
 from carma_airflow.store import PlacementRecord, Store
@@ -162,4 +164,73 @@ def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack,
     assert all(s["train"][0] == "success" for s in states), states
     # a try that only waited in the killed executor is reset by Airflow (try 2); none that ran
     assert "Adopted" in stack.tail(survivor, 400_000)
+    store.close()
+
+
+def _owner_of(tries: list[PlacementRecord], pids: dict[str, int]) -> str | None:
+    """The scheduler whose executor placed (owns) one of ``tries``, by its process id."""
+    owners = [p.owner for p in tries if p.owner]
+    return next((n for n, pid in pids.items() if any(f":{pid}:" in o for o in owners)), None)
+
+
+@ON_POSTGRES
+def test_the_next_try_after_an_oom_follows_the_plan_on_the_other_scheduler(airflow_stack) -> None:
+    # issue 24: the OOM retry plan lives in the store, whichever scheduler takes the next try.
+    # carma_oom on 2 GPUs: the underdeclared task OOMs beside a big tenant on try 1; the scheduler
+    # that placed it is then stopped until the other one has queued try 2 (a 5 s OOM retry delay
+    # leaves the time), so try 2 is placed by the other executor, from the plan in the store: on
+    # the other GPU, with at least what the crash reached.  (Stopped below Airflow's health
+    # threshold and the peer timeout: a paused scheduler, not a gone one.)
+    stack = airflow_stack(
+        **{
+            **HA,
+            "simulated_gpus": "2xA100-40GB",
+            "peer_timeout_seconds": "40",
+            "oom_retry_delay": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "40",
+        }
+    )
+    _start_second(stack)
+    store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
+    pids = {name: stack.procs[name].pid for name in ("scheduler", "scheduler-2")}
+    stack.wait_for_dag("carma_oom")
+    run = stack.trigger("carma_oom")
+    deadline = time.time() + 240
+    first: list[PlacementRecord] = []
+    while time.time() < deadline and not first:
+        first = [
+            p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 1 and p.outcome == "oom"
+        ]
+        time.sleep(0.2)
+    assert first, "try 1 did not OOM:\n" + stack.tail("scheduler") + stack.tail("scheduler-2")
+    placer = _owner_of(first, pids)
+    assert placer is not None, f"try 1's owner {first[0].owner} is neither scheduler {pids}"
+    other = "scheduler-2" if placer == "scheduler" else "scheduler"
+    os.kill(pids[placer], signal.SIGSTOP)
+    try:
+        deadline = time.time() + 30
+        nudge_at = time.time() + 8
+        while time.time() < deadline:
+            rows = stack.query(
+                "select try_number, state from task_instance where dag_id = 'carma_oom' "
+                "and task_id = 'underdeclared' and run_id = :r",
+                r=run,
+            )
+            if rows and rows[0][0] >= 2 and rows[0][1] in ("queued", "running", "success"):
+                break
+            if time.time() > nudge_at:  # stopped inside a transaction that holds a row lock: let it commit
+                os.kill(pids[placer], signal.SIGCONT)
+                time.sleep(0.3)
+                os.kill(pids[placer], signal.SIGSTOP)
+                nudge_at = time.time() + 8
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"{other} did not queue try 2 while {placer} was stopped: {rows}")
+    finally:
+        os.kill(pids[placer], signal.SIGCONT)
+    assert stack.wait_run("carma_oom", run, timeout=300) == "success", stack.tail(other, 20_000)
+    plan_first, plan_second = oom_retried_elsewhere(stack, run)
+    second = [p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 2]
+    assert _owner_of(second, pids) == other, (first[0].owner, [p.owner for p in second])
+    print(f"try 1 on {plan_first['gpu_uuids']} by {placer}, try 2 on {plan_second['gpu_uuids']} by {other}")
     store.close()

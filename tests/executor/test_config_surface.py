@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.settings import OPTIONS, CarmaSettings, options_markdown
+from carma_airflow.options import OPTIONS, options_markdown
+from carma_airflow.settings import CarmaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,7 +3,7 @@
 A grower declares 8 GiB and grows to 30 GiB; a neighbour declaring 20 GiB is placed beside it and
 holds nothing yet (it loads data on the CPU), then allocates 12 GiB.  Whatever the order of
 placement, under every mechanism the simulated GPUs play (framework fixed, framework live,
-driver live), the grower is the one stopped, the OOM names it, and the neighbour gets its 12
+driver live, MPS fixed, MPS live), the grower is the one stopped, the OOM names it, and the neighbour gets its 12
 GiB.  Each try is held as its real mechanism would hold it: the executor's own TryStarter sets
 its fence, cap file or driver limits, the try reads them (taskrun/live_cap.py SimulatedCaps),
 and the ledger enforces only what the mechanism set.
@@ -106,7 +106,9 @@ MECHANISMS = [
     pytest.param({"isolation": "auto"}, "re-set as co-tenants", id="auto-default"),
     pytest.param({"isolation": "framework", "isolation_cap": "live"}, "re-set as co-tenants", id="framework-live"),
     pytest.param({"isolation": "driver", "isolation_cap": "live"}, "driver's hard limit", id="driver-live"),
-    pytest.param({"isolation": "mps"}, "MPS's pinned memory limit", id="mps-promise"),
+    pytest.param({"isolation": "mps", "isolation_cap": "promise"}, "MPS's pinned memory limit", id="mps-promise"),
+    # MPS live: the pinned limit fixed at start (+ margin) is above the cap here; PyTorch's live fraction stops it
+    pytest.param({"isolation": "mps"}, "PyTorch's fraction, re-set as co-tenants come and go", id="mps-live"),
 ]
 
 
@@ -175,3 +177,43 @@ def test_a_leafs_hard_limit_counts_all_its_processes(tmp_path: Path) -> None:
     ledger.allocate(os.getppid(), GPU, 4 * GIB, P, "d.t", leaf="ti-1")
     ledger.drop_limits(["ti-1"])  # the try ended: its leaf's limits go
     assert ledger.limits() == {}
+
+
+def test_mps_live_a_grower_whose_co_tenant_left_grows_and_a_later_neighbour_keeps_its_promise(
+    tmp_path: Path,
+) -> None:
+    """MPS under the default ``live``: the pinned limit is fixed at the grower's start beside a
+    12 GiB co-tenant (the GPU less the reserve and it, plus the margin) and PyTorch's fraction,
+    re-set from the cap file, moves beneath it.  The co-tenant leaves: the grower grows past its
+    reservation and margin (10 GiB, where ``promise`` stopped it); a neighbour placed later is kept
+    its 20 GiB by the live fraction, which the pinned limit alone could not."""
+    host = Host(tmp_path, isolation="mps")
+    grower_pid, neighbour_pid = os.getpid(), os.getppid()
+    try:
+        host.place("short", 12 * GIB)
+        grower_env, grower = host.place("grower", 8 * GIB)
+        pinned = 40960 - 512 - 12 * GIB + 2048
+        assert grower_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={pinned}M"  # simulated GPUs: no CUDA context
+        assert grower_env["CARMA_MEMORY_CAP_MIB"] == str(40960 - 512 - 12 * GIB)  # PyTorch's, at the start
+        assert grower_env["CARMA_MEMORY_CAP_LIVE"] == "1" and "CARMA_MEMORY_CAP_FILE" in grower_env
+        said = host.starter.fence_reasons("grower")[0]
+        assert f"pinned limit fixed at the try's start at {pinned} MiB per GPU" in said
+        assert "PyTorch's fraction re-set live beneath it" in said
+        host.allocate(grower_pid, "d.grower", grower_env, grower, 8 * GIB)
+        del host.placed["short"]  # the co-tenant ended: the executor re-sets the caps of those left
+        host.starter.refresh_caps(["grower"])
+        settle(grower)
+        host.allocate(grower_pid, "d.grower", grower_env, grower, 8 * GIB)  # 16 GiB: past 8 + 2
+        with pytest.raises(SimulatedCudaOOM) as fixed:  # 30 GiB: past the pinned limit, which stays
+            host.allocate(grower_pid, "d.grower", grower_env, grower, 14 * GIB)
+        assert f"MPS's pinned memory limit, set at the client's start at {pinned} MiB" in str(fixed.value)
+        neighbour_env, neighbour = host.place("neighbour", 20 * GIB)  # placed later, loading data
+        settle(grower)
+        with pytest.raises(SimulatedCudaOOM) as live:  # 20 GiB: into the neighbour's promise
+            host.allocate(grower_pid, "d.grower", grower_env, grower, 4 * GIB)
+        message = str(live.value)
+        assert "this try (d.grower) is past its cap" in message and "PyTorch's fraction, re-set" in message
+        host.allocate(neighbour_pid, "d.neighbour", neighbour_env, neighbour, 20 * GIB)  # its whole promise
+        assert sum(a.mib for a in host.ledger.state().on(GPU)) == 36 * GIB
+    finally:
+        host.close()

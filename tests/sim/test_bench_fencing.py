@@ -25,9 +25,10 @@ def test_fencing_bench_prints_each_hosts_rules_against_none(tmp_path: Path) -> N
     got = json.loads(target.read_text())
     rows, verdicts = got["rows"], got["verdicts"]
     assert {r["cell"] for r in rows} == {"t1", "t2", "sweep"}
-    assert {r["model"] for r in rows} == {"promise", "protective", "live@2", "live@1"}
+    assert {r["model"] for r in rows} == {"promise", "protective", "live@2", "live@1", "live+start@2"}
     assert all(r["runs"] == (1 if r["cell"] == "sweep" else 2) and r["jct_se"] >= 0 for r in rows)
     assert set(verdicts) == {"framework", "mps", "driver"}
-    assert "live" not in verdicts["mps"]["mean_jct_ratio"]  # MPS reads its limit once
+    assert verdicts["mps"]["default"] == "live"  # the pinned limit fixed at start, PyTorch's fraction live
+    assert "live" in verdicts["mps"]["mean_jct_ratio"]
     # a live cap stops only growers: no victims, on any cell
     assert all(r["victims"] == 0 for r in rows if r["model"].startswith("live"))

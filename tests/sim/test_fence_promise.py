@@ -62,7 +62,14 @@ def test_unfenced_the_neighbour_crashes(tmp_path: Path, order: str) -> None:
 @pytest.mark.parametrize("order", ["grower first", "neighbour first"])
 @pytest.mark.parametrize(
     ("host", "rule"),
-    [("framework", "promise"), ("framework", "live"), ("mps", "promise"), ("driver", "promise"), ("driver", "live")],
+    [
+        ("framework", "promise"),
+        ("framework", "live"),
+        ("mps", "promise"),
+        ("mps", "live"),
+        ("driver", "promise"),
+        ("driver", "live"),
+    ],
 )
 def test_fenced_the_grower_is_stopped_and_named(tmp_path: Path, order: str, host: str, rule: str) -> None:
     result, sim = _run(tmp_path, order, host=host, rule=rule)
@@ -100,5 +107,6 @@ def test_the_result_names_the_mechanism_and_rule(tmp_path: Path) -> None:
     result, _ = _run(tmp_path, "grower first", host="mps", rule="live")
     summary = result.summary()
     assert (summary["host"], summary["isolation"], summary["mechanism"]) == ("mps", "auto", "mps")
-    assert summary["cap_rule"] == "promise"  # MPS reads its limit once: live is played as the promise
-    assert [job for job, _ in _crashed(result)] == [1]  # which keeps the later neighbour's
+    assert summary["cap_rule"] == "live"  # the pinned limit fixed at start, PyTorch's fraction live beneath
+    assert "pinned limit fixed at the try's start" in str(summary["fence"])
+    assert [job for job, _ in _crashed(result)] == [1]  # the live part keeps the later neighbour's

@@ -77,7 +77,9 @@ def test_simulated_gpus_resolve_as_a_host_without_mps_or_driver_limits() -> None
     assert not fence.live and fence.cap_mib == fence.promise_mib == (10240,)  # no ledger re-check
     live = resolve(IsolationMode.AUTO, sim, CapRule.LIVE)  # PyTorch's fraction re-set from its cap file
     assert live.live and live.model.reset_s > 0
-    assert not resolve(IsolationMode.MPS, sim, CapRule.LIVE).live  # an MPS client reads its limit once
+    # an MPS client reads its limit once; under live PyTorch's fraction moves beneath it
+    assert resolve(IsolationMode.MPS, sim, CapRule.LIVE).live
+    assert not resolve(IsolationMode.MPS, sim, CapRule.PROMISE).live
     assert resolve(IsolationMode.DRIVER, sim, CapRule.LIVE).live  # the executor re-sets the hard limit
     assert "fixed at the try's start" in auto.describe() and "re-set as co-tenants" in live.describe()
 
@@ -194,3 +196,41 @@ def test_the_cli_line_names_the_mode_or_why_it_is_missing() -> None:
     assert "re-set as co-tenants come and go" in live
     line = _isolation_line(SimpleNamespace(isolation="mps", gpu_backend="nvml"))
     assert "unavailable" in line and "nvidia-cuda-mps-control -d" in line
+
+
+def test_mps_live_pins_the_limit_at_start_and_starts_pytorch_beneath_it() -> None:
+    """MPS under live: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` is the GPU less the co-tenants then
+    plus the margin (fixed: the client reads it once), PyTorch's fraction starts at the protective
+    cap and follows the cap file; both less the CUDA context."""
+    from carma_airflow.taskrun.fence_env import describe_try_fence, mps_limits_from_env
+
+    mps = resolve(IsolationMode.MPS, HostIsolation("nvml", mps_daemon=True), CapRule.LIVE)
+    fence = fence_for(
+        mps, reservation_mib=8192, totals_mib=[40960, 40960], exclusive=False, margin_mib=2048, reserve_mib=512,
+        co_tenants_by_gpu=[[12288], [30000]], context_mib=[500, 500],
+    )  # fmt: skip
+    assert fence.live and fence.promise_mib == (8192, 8192)  # a live promise: no margin
+    protective = (40960 - 512 - 12288, 40960 - 512 - 30000)
+    assert fence.cap_mib == (protective[0] - 500, protective[1] - 500)
+    assert fence.fixed_mib == (protective[0] + 2048 - 500, protective[1] + 2048 - 500)
+    env = gpu_task_env(["GPU-A", "GPU-B"], result_path="/r", placement="p", fence=fence)
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={fence.fixed_mib[0]}M,1={fence.fixed_mib[1]}M"
+    assert env["CARMA_MEMORY_CAP_MIB"] == f"{fence.cap_mib[0]},{fence.cap_mib[1]}"
+    assert mps_limits_from_env(env, 2) == fence.fixed_mib
+    read = fence_from_env(env, 2)
+    assert read is not None and read.live
+    words = describe_try_fence(read, env)
+    assert f"pinned limit fixed at the try's start at {fence.fixed_mib[0]} MiB, {fence.fixed_mib[1]} MiB" in words
+    assert "PyTorch's fraction re-set live beneath it" in words
+    # an exclusive try: its whole GPU, no MPS limit, nothing moves
+    alone = fence_for(mps, reservation_mib=8192, totals_mib=[40960], exclusive=True, margin_mib=2048)
+    assert not alone.live and alone.fixed_mib == () and alone.cap_mib == (40960,)
+
+
+def test_mps_limits_from_env_reads_only_a_whole_well_formed_list() -> None:
+    from carma_airflow.taskrun.fence_env import mps_limits_from_env
+
+    assert mps_limits_from_env({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "1=20M,0=10M"}, 2) == (10, 20)
+    assert mps_limits_from_env({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10M"}, 2) is None  # a GPU missing
+    assert mps_limits_from_env({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10G"}, 1) is None
+    assert mps_limits_from_env({}, 1) is None

@@ -183,12 +183,18 @@ def test_the_scheduler_log_says_the_fence_in_force(tmp_path: Path, caplog: pytes
     assert "the simulated GPUs' ledger plays (no cgroup here)" in caplog.records[-1].getMessage()
 
 
-def test_the_placer_keeps_each_tenants_promise_under_the_hosts_fence(tmp_path: Path) -> None:
+def test_the_placer_keeps_each_tenants_promise_under_its_own_fence(tmp_path: Path) -> None:
     """What the executor's placer keeps above a tenant's reservation for its life (the simulator's
-    rule, core/facts.py): nothing more under a live cap, the margin under a cap fixed at start,
-    and no promise at all unfenced or when the configured mode cannot start on this host."""
+    rule, core/facts.py), by the mode the try asks (else the host's) with the host's cap rule:
+    nothing more under a live cap, the margin under a cap fixed at start, and no promise at all
+    unfenced or when the mode cannot start on this host."""
     assert starter(tmp_path, isolation="framework").kept_margin_mib() == 0  # the default rule: live
     fixed = starter(tmp_path, isolation="framework", isolation_cap="promise", isolation_margin_mib="1536")
     assert fixed.kept_margin_mib() == 1536
+    assert fixed.kept_margin_mib("none") is None  # a try asking none is not fenced: no promise kept
     assert starter(tmp_path, isolation="none").kept_margin_mib() is None
+    unfenced = starter(tmp_path, isolation="none", isolation_cap="promise", isolation_margin_mib="1536")
+    assert unfenced.kept_margin_mib("framework") == 1536  # a try asking a fence is kept its promise
+    assert unfenced.kept_margin_mib("auto") == 1536  # auto here: framework
     assert starter(tmp_path, isolation="mps").kept_margin_mib() is None  # no MPS daemon here: refused
+    assert unfenced.kept_margin_mib("mps") is None

@@ -75,6 +75,10 @@ class CompletionSettings:
     # first, by arrival (False: the queue's own order, as for every other policy)
     shortest_first: bool = True
     overdue_runs: float = 0.5
+    # a task type without run times of its own: False, the median over the measured types; True,
+    # pooled by its label's family and size (core/policies/durations.py; not the default: on
+    # bench/robustness.py it met fewer targets, docs/placement.md)
+    pooled_runs: bool = False
 
     def __post_init__(self) -> None:
         if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
@@ -184,7 +188,7 @@ class CompletionTime(Policy):
         self.settings = settings
         self.max_tenants = settings.max_tenants
         self.checks_risk = settings.risk_rule
-        self.learned = LearnedForecast(model, activity, settings.caution)
+        self.learned = LearnedForecast(model, activity, settings.caution, settings.pooled_runs)
         self.forecast: Forecast = self.learned
         self.now = 0.0
         self.queue_weight = 0.0  # waiting tries per GPU: what a GPU-second taken costs the queue

@@ -7,7 +7,9 @@ time one finishes), which gives each occupant's completion time from now.
 
 :class:`LearnedForecast` is what the executor and the simulator's placer know: the interference
 model learned per GPU model (:mod:`carma_airflow.core.interference`), the tasks' learned
-activities, and per task type the solo run time of its earlier tries (:class:`DurationBook`).
+activities, and per task type the solo run time of its earlier tries (:class:`DurationBook`; a
+type without any: the median of the measured ones, or with ``pooled_runs`` its family's,
+:mod:`carma_airflow.core.policies.durations`).
 Its speeds are *cautious where the model is unsure*: each predicted speed is pulled toward the
 low end of its prediction interval by one minus the prediction's confidence, so a collocation
 the model knows well is scored near its point prediction and one it does not near its worst
@@ -16,19 +18,17 @@ case.  ``bench/oracle.py`` implements the same protocol from the simulator's tru
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.durations import DurationBook
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.task import TaskRequest
 
 MIN_LEFT = 0.1  # a tenant past its measured run time counts this share of it (or of its age) still to do
-SOLO_KEPT = 10  # solo run times kept per task type (their median is the expectation)
 MIN_SPEED = 1e-3
 
 
@@ -89,47 +89,6 @@ def finish_times(forecast: Forecast, spec: str, occupants: Sequence[Occupant]) -
     return out
 
 
-MOVED = 0.05  # an expectation that moves by less keeps the forecasts made with it
-
-
-def _moved(old: float, new: float) -> bool:
-    return abs(new - old) > MOVED * max(abs(old), 1e-9)
-
-
-class DurationBook:
-    """Per task type the solo run times of its latest tries; the expectation is their median,
-    for a type never measured the median over the types that were (None: nothing measured)."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, deque[float]] = {}
-        self._median: dict[str, float] = {}
-        self._overall: float | None = None
-
-    def add(self, kind: str, seconds: float) -> bool:
-        """Count one run; True where an expectation moved by more than ``MOVED`` (or is new)."""
-        if not seconds > 0:
-            return False
-        runs = self._runs.setdefault(kind, deque(maxlen=SOLO_KEPT))
-        runs.append(float(seconds))
-        old, old_overall = self._median.get(kind), self._overall
-        self._median[kind] = statistics.median(runs)
-        self._overall = statistics.median(self._median.values())
-        return (
-            old is None or old_overall is None or _moved(old, self._median[kind]) or _moved(old_overall, self._overall)
-        )
-
-    def expected(self, kind: str) -> float | None:
-        got = self._median.get(kind)
-        return self._overall if got is None else got
-
-    def measured(self, kind: str) -> bool:
-        """Whether the expectation is the type's own (else borrowed from the others)."""
-        return kind in self._median
-
-    def __len__(self) -> int:
-        return len(self._median)
-
-
 class LearnedForecast:
     """The forecast from what is learned: the interference model, activities, solo run times."""
 
@@ -138,9 +97,10 @@ class LearnedForecast:
         model: InterferenceModel | None = None,
         activity: ActivitySettings = DEFAULT_ACTIVITY_SETTINGS,
         caution: float = 1.0,
+        pooled_runs: bool = False,
     ) -> None:
         self.model = model if model is not None else InterferenceModel()
-        self.durations = DurationBook()
+        self.durations = DurationBook(pooled=pooled_runs)  # pooled: run times of rare types by family
         self.caution = caution  # 0: point predictions; 1: pulled toward the low end by 1 - confidence
         self._prior = unknown_activity(activity).sm_activity
         self._activities: dict[str, float] = {}  # per task type, the last activity a request carried

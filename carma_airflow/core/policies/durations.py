@@ -1,0 +1,146 @@
+"""Solo run times per task type, and estimates for the types seen rarely or never (issue 23).
+
+:class:`DurationBook` keeps the solo run times of each task type's latest tries; a type's
+expectation is their median.  A type that has none of its own (a first run, or one that has not
+ended yet) gets a *pooled* estimate from the types that do, by what its label says about it:
+
+1. its **family**: the label less a trailing number (``resnet50_64`` -> ``resnet50``,
+   ``mobilenet3`` -> ``mobilenet``, ``resnet34_cifar100_20e_2`` -> ``resnet34_cifar100_20e``; a
+   label without one is its own family at size 1: ``vgg``, ``vgg2`` and ``vgg3`` are one family).
+   The trailing number is the type's *size* (a batch size, or the ordinal of one).  Where
+   measured types of the family have two sizes or more, their medians are fitted as
+   ``log run = a + b log size`` (least squares, one point per type) with ``b`` bounded to
+   [-1, 1] (doubling the size at most halves or doubles the run) and the estimate is the fit at
+   the type's size; where they have one size, it is their median.
+2. else its **nearest prefix**: the longest prefix of the family, in tokens split at ``.``, ``_``
+   and ``-`` (at least the first token: in the executor a label is ``dag_id.task_id``, so that is
+   the DAG), shared with measured types: the median of their medians
+   (``resnet34_cifar100_50e_3`` with no 50-epoch run yet: the 20-epoch ones).
+3. else the median over every measured type.
+
+Only what the executor knows goes in: the task types' labels and the run times of earlier tries.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import deque
+
+SOLO_KEPT = 10  # solo run times kept per task type (their median is the expectation)
+MOVED = 0.05  # an expectation that moves by less keeps the forecasts made with it
+SLOPE_BOUND = 1.0  # |b| of a family's size trend: doubling the size at most halves or doubles the run
+
+_SIZED = re.compile(r"^(.*\D)(\d+)$")
+_SEPARATORS = "._-"
+_SPLIT = re.compile(r"[._\-]")
+
+
+def _moved(old: float, new: float) -> bool:
+    return abs(new - old) > MOVED * max(abs(old), 1e-9)
+
+
+def family_of(kind: str) -> tuple[str, int]:
+    """(family, size) a task type's label names: the label less its trailing number, and that
+    number (1 where there is none).  ``resnet50_64`` -> (``resnet50``, 64), ``vgg2`` -> (``vgg``, 2),
+    ``vgg`` -> (``vgg``, 1); a label that is only digits is its own family."""
+    m = _SIZED.match(kind)
+    if m is None:
+        return kind, 1
+    family = m.group(1)
+    if family[-1] in _SEPARATORS and len(family) > 1:
+        family = family[:-1]
+    return family, int(m.group(2))
+
+
+def prefix_tokens(family: str) -> tuple[str, ...]:
+    """A family's tokens, split at ``.``, ``_`` and ``-`` (empty tokens dropped)."""
+    return tuple(t for t in _SPLIT.split(family) if t)
+
+
+def size_trend(points: list[tuple[int, float]], size: int) -> float:
+    """The run time at ``size`` from (size, run time) points of one family: where they have two
+    positive sizes or more, the least-squares fit of log run time on log size, its slope bounded
+    to +-``SLOPE_BOUND``; else (or for a size of 0) the median of the run times."""
+    usable = [(math.log(s), math.log(r)) for s, r in points if s > 0 and r > 0]
+    if size <= 0 or len({x for x, _ in usable}) < 2:
+        return statistics.median(r for _, r in points)
+    mx = statistics.fmean(x for x, _ in usable)
+    my = statistics.fmean(y for _, y in usable)
+    sxx = sum((x - mx) ** 2 for x, _ in usable)
+    slope = sum((x - mx) * (y - my) for x, y in usable) / sxx
+    slope = max(-SLOPE_BOUND, min(SLOPE_BOUND, slope))
+    return math.exp(my + slope * (math.log(size) - mx))
+
+
+class DurationBook:
+    """Per task type the solo run times of its latest tries; the expectation is their median, for
+    a type without any its pooled estimate (the module doc; None: nothing measured).  ``pooled``
+    False: a type without run times borrows the median over the measured types, whatever its
+    label (as before the pooled estimate)."""
+
+    def __init__(self, pooled: bool = True) -> None:
+        self.pooled = pooled
+        self._runs: dict[str, deque[float]] = {}
+        self._median: dict[str, float] = {}
+        self._overall: float | None = None
+        # measured types by family, (size, median) each; each family's tokens
+        self._families: dict[str, dict[str, tuple[int, float]]] = {}
+        self._tokens: dict[str, tuple[str, ...]] = {}
+        self._pooled: dict[str, float] = {}  # estimates of unmeasured types, until the next run
+
+    def add(self, kind: str, seconds: float) -> bool:
+        """Count one run; True where an expectation moved by more than ``MOVED`` (or is new): a
+        type's own, the overall median, and with them the pooled estimates that rest on them."""
+        if not seconds > 0:
+            return False
+        runs = self._runs.setdefault(kind, deque(maxlen=SOLO_KEPT))
+        runs.append(float(seconds))
+        old, old_overall = self._median.get(kind), self._overall
+        median = self._median[kind] = statistics.median(runs)
+        self._overall = statistics.median(self._median.values())
+        family, size = family_of(kind)
+        self._families.setdefault(family, {})[kind] = (size, median)
+        self._tokens.setdefault(family, prefix_tokens(family))
+        self._pooled = {}
+        return old is None or old_overall is None or _moved(old, median) or _moved(old_overall, self._overall)
+
+    def expected(self, kind: str) -> float | None:
+        """The type's median run alone, else its pooled estimate (None: nothing measured)."""
+        got = self._median.get(kind)
+        if got is not None or self._overall is None or not self.pooled:
+            return self._overall if got is None else got
+        got = self._pooled.get(kind)
+        if got is None:
+            got = self._pooled[kind] = self._pool(kind)
+        return got
+
+    def _pool(self, kind: str) -> float:
+        family, size = family_of(kind)
+        members = self._families.get(family)
+        if members:
+            return size_trend(list(members.values()), size)
+        tokens = prefix_tokens(family)
+        for depth in range(len(tokens), 0, -1):  # the family's own tokens first: families that extend it
+            head = tokens[:depth]
+            near = [
+                median
+                for other, kinds in self._families.items()
+                if self._tokens[other][:depth] == head
+                for _, median in kinds.values()
+            ]
+            if near:
+                return statistics.median(near)
+        assert self._overall is not None
+        return self._overall
+
+    def measured(self, kind: str) -> bool:
+        """Whether the expectation is the type's own (else pooled from the others)."""
+        return kind in self._median
+
+    def __len__(self) -> int:
+        return len(self._median)
+
+
+__all__ = ["MOVED", "SOLO_KEPT", "DurationBook", "family_of", "prefix_tokens", "size_trend"]

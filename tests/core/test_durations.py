@@ -1,0 +1,109 @@
+"""Run-time estimates for task types seen once or never: pooled by the label's family and size,
+then by the nearest shared prefix, then the median over every measured type (issue 23)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
+from carma_airflow.core.policies.forecast import DurationBook, LearnedForecast
+from carma_airflow.core.task import MemoryNeed, TaskRequest
+
+# the others: long, so the median over every measured type (900 s) is far from each family's
+OTHERS = (("vgg", 3000.0), ("BERT_base", 900.0), ("maskrcnn", 6000.0))
+
+
+def _book(*runs: tuple[str, float], pooled: bool = True) -> DurationBook:
+    book = DurationBook(pooled=pooled)
+    for kind, seconds in (*OTHERS, *runs):
+        book.add(kind, seconds)
+    return book
+
+
+@pytest.mark.parametrize(
+    ("label", "family", "size"),
+    [
+        ("resnet50_64", "resnet50", 64),
+        ("mobilenet3", "mobilenet", 3),
+        ("vgg", "vgg", 1),
+        ("resnet34_cifar100_20e_2", "resnet34_cifar100_20e", 2),
+        ("xlnet_large_cased_2", "xlnet_large_cased", 2),
+        ("nightly.train-bert-16", "nightly.train-bert", 16),
+        ("2024", "2024", 1),
+    ],
+)
+def test_a_label_names_its_family_and_size(label: str, family: str, size: int) -> None:
+    from carma_airflow.core.policies.durations import family_of
+
+    assert family_of(label) == (family, size)
+
+
+def test_a_type_never_measured_takes_its_familys_run_time_not_the_median_of_all() -> None:
+    book = _book(("resnet34_cifar100_20e_3", 264.0))
+    assert book.expected("resnet34_cifar100_20e_2") == 264.0  # one size measured: its run time
+    assert not book.measured("resnet34_cifar100_20e_2")
+    assert book.expected("vgg2") == 3000.0  # ``vgg`` is the family's size 1
+    assert book.expected("dlrm") == 1950.0  # nothing alike: the median of 264, 900, 3000, 6000
+
+
+def test_a_familys_size_trend_scales_the_estimate_within_a_halving_or_doubling() -> None:
+    book = _book(("mobilenet_cifar100_20e_1", 1140.0), ("mobilenet_cifar100_20e_2", 600.0))
+    got = book.expected("mobilenet_cifar100_20e_3")
+    slope = math.log(600.0 / 1140.0) / math.log(2.0)  # the fit through both points
+    assert got == pytest.approx(1140.0 * 3.0**slope)
+    assert 300.0 < got < 600.0
+    # a steeper trend is bounded: doubling the size at most halves the run
+    steep = _book(("a_1", 1000.0), ("a_2", 100.0))
+    mx, my = math.log(2.0) / 2.0, (math.log(1000.0) + math.log(100.0)) / 2.0
+    assert steep.expected("a_4") == pytest.approx(math.exp(my - (math.log(4.0) - mx)))
+    assert steep.expected("a_4") > 100.0 / 2.0  # the unbounded fit (slope -3.3) would say 10 s
+
+
+def test_without_its_family_a_type_takes_the_nearest_prefix_shared_with_measured_types() -> None:
+    book = _book(
+        ("resnet34_cifar100_20e_3", 264.0), ("resnet34_cifar100_20e_1", 996.0), ("xlnet_large_cased_2", 3524.0)
+    )
+    # no 50-epoch run yet: the 20-epoch ones of the same model and data set
+    assert book.expected("resnet34_cifar100_50e_3") == pytest.approx((264.0 + 996.0) / 2.0)
+    assert book.expected("xlnet_base_cased_2") == 3524.0  # first token: ``xlnet``
+    assert book.expected("BERT") == 900.0  # a family that others extend: ``BERT_base``
+
+
+def test_a_types_own_runs_always_win_over_the_pool() -> None:
+    book = _book(("resnet2", 1950.0), ("resnet3", 1880.0))
+    book.add("resnet", 2100.0)
+    book.add("resnet", 2000.0)
+    assert book.expected("resnet") == 2050.0 and book.measured("resnet")
+
+
+def test_unpooled_keeps_the_median_over_measured_types() -> None:
+    book = _book(("resnet34_cifar100_20e_3", 264.0), pooled=False)
+    assert book.expected("resnet34_cifar100_20e_2") == 1950.0
+    assert DurationBook().expected("anything") is None  # nothing measured
+
+
+def test_a_new_family_member_moves_the_forecasts_version() -> None:
+    fc = LearnedForecast(pooled_runs=True)
+    fc.learn_duration("vgg", 3000.0)
+    before = fc.version
+    fc.learn_duration("resnet18_cifar100_20e_3", 204.0)
+    assert fc.version > before
+    assert fc.durations.expected("resnet18_cifar100_20e_1") == 204.0
+
+
+def _request(key: str, label: str) -> TaskRequest:
+    return TaskRequest(key=key, label=label, memory=MemoryNeed(4000, "test"))
+
+
+def test_the_queue_ranks_a_short_familys_first_run_ahead_of_an_unknown_type() -> None:
+    policy = CompletionTime(settings=CompletionSettings(pooled_runs=True))
+    for kind, seconds in (*OTHERS, ("resnet34_cifar100_20e_3", 264.0)):
+        policy.learn_duration(kind, seconds)
+    rank = policy.ranker()
+    assert rank is not None
+    sibling = rank(_request("a", "resnet34_cifar100_20e_2[7]"), 0.0)
+    stranger = rank(_request("b", "UNet[8]"), 0.0)
+    assert sibling is not None and stranger is not None
+    assert sibling == 264.0 and stranger == 1950.0
