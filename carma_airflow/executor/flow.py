@@ -84,11 +84,10 @@ class TryFlow:
             self.tries, self.end, lambda t, why: self._record(t, outcome=TryOutcome.FAILED, summary=why)
         )
         self.learned = Learned()
-        self.peers = Peers(settings, parts.store)  # other schedulers' executors (peers.py)
-        self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter = TryStarter(settings, parts.launcher, token_for, parts.ledger_path)
-        # a peer's tenant is counted by this host's configured fence (its own is not published)
-        self.peers.ledger.foreign_kept_margin_mib = self.starter.kept_margin_mib()
+        # other schedulers' executors (peers.py); a peer's tenant is counted by this host's configured fence
+        self.peers = Peers(settings, parts.store, foreign_kept_margin_mib=self.starter.kept_margin_mib())
+        self.cycle = SchedulingCycle(self.placer, self.queue, recovery=self.recovery, reservations=self.peers.ledger)
         self.starter.driver_owner = self.peers.me  # driver caps: its cgroup leaves, under its own id
         self.starter.nvml = nvml_owner(parts.monitor)  # and the monitor's NVML owner sets their limits
         # what a try's co-tenants were promised: protective and live caps (core/fencing.py)

@@ -44,6 +44,7 @@ RECOVERY = f"{PREFIX}.recovery"
 DECISION_TIME = f"{PREFIX}.decision_time"
 GPU = f"{PREFIX}.gpu"
 EXECUTOR_ERRORS = f"{PREFIX}.executor_errors"
+PEER_LAPSES = f"{PREFIX}.peer_lapses"
 
 RecoveryOutcome = Literal["retried", "gave_up", "recovered"]
 RECOVERY_OUTCOMES: tuple[RecoveryOutcome, ...] = ("retried", "gave_up", "recovered")
@@ -76,6 +77,7 @@ ALL_METRICS: dict[str, str] = {
     **{f"{RECOVERY}.{outcome}": "c" for outcome in RECOVERY_OUTCOMES},
     DECISION_TIME: "ms",
     EXECUTOR_ERRORS: "c",
+    PEER_LAPSES: "c",
     **{f"{GPU}.<gpu>.{name}": "g" for name in GPU_FIELDS},
 }
 
@@ -187,6 +189,12 @@ def executor_error(step: str) -> None:
     stats.incr(EXECUTOR_ERRORS, tags=_tags(step=step))
 
 
+def peer_lapse() -> None:
+    """This executor's heartbeat in the store lapsed past ``[carma] peer_timeout_seconds`` (a stalled
+    scheduler or a store outage): its peers may have taken it for gone meanwhile (peers.py)."""
+    stats.incr(PEER_LAPSES)
+
+
 def decision_time(ms: float) -> None:
     """Time one scheduling pass took (view, queue order, placer), in milliseconds."""
     stats.timing(DECISION_TIME, timedelta(milliseconds=max(0.0, ms)))
@@ -203,6 +211,7 @@ __all__ = [
     "never_fits",
     "oom",
     "parked_write",
+    "peer_lapse",
     "pending_writes",
     "placed",
     "recovery",

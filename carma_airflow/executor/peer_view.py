@@ -64,6 +64,32 @@ class PeerView:
         return OwnerState.UNKNOWN
 
 
+def refusal_text(other: ExecutorRecord, sqlite: bool) -> str:
+    """Exclusive mode: why this executor places nothing while ``other`` (the oldest live one) does."""
+    why = (
+        "SQLite serves one scheduler only; use PostgreSQL ([carma] store_url) for several"
+        if sqlite
+        else "[carma] schedulers = one; set it to auto or several to share the GPUs"
+    )
+    return (
+        f"waiting: another CarmaExecutor ({other.id}, pid {other.pid}, started {other.started_at:%H:%M:%S}) "
+        f"places GPU tries on this store and this one does not ({why}); it places when that one stops"
+    )
+
+
+def lapse_text(me: str, last_beat: float | None, now: float, timeout_s: float) -> str | None:
+    """What to say when executor ``me``'s own heartbeat lapsed past the peer timeout (None: it did not)."""
+    if last_beat is None or now - last_beat <= timeout_s:
+        return None
+    return (
+        f"CarmaExecutor {me} sent no heartbeat for {now - last_beat:.0f} s, over [carma] peer_timeout_seconds "
+        f"({timeout_s:.0f} s): its peers may have taken it for gone and adopted its running tries, and Airflow "
+        "may have reset its queued ones (a reset try's old attempt is refused by Airflow's API if it starts); "
+        "a scheduler that stalls this long needs a longer peer_timeout_seconds and "
+        "[scheduler] scheduler_health_check_threshold"
+    )
+
+
 def pid_exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -74,4 +100,4 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-__all__ = ["FORGET_AFTER_S", "OwnerState", "PeerView", "beat_period", "pid_exists"]
+__all__ = ["FORGET_AFTER_S", "OwnerState", "PeerView", "beat_period", "lapse_text", "pid_exists", "refusal_text"]

@@ -49,8 +49,17 @@ from carma_airflow.core.cycle import CycleResult, SchedulingCycle
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.gpu import GpuState
+from carma_airflow.executor import metrics
 from carma_airflow.executor.peer_leftovers import count_gone_placements, reap
-from carma_airflow.executor.peer_view import FORGET_AFTER_S, OwnerState, PeerView, beat_period, pid_exists
+from carma_airflow.executor.peer_view import (
+    FORGET_AFTER_S,
+    OwnerState,
+    PeerView,
+    beat_period,
+    lapse_text,
+    pid_exists,
+    refusal_text,
+)
 from carma_airflow.executor.shared_ledger import SharedLedger, record_of
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.peers import ExecutorRecord, ReservationPass
@@ -64,7 +73,9 @@ log = logging.getLogger("carma_airflow.executor")
 class Peers:
     """This executor's place among the CarmaExecutors of one store; see the module docstring."""
 
-    def __init__(self, settings: CarmaSettings, store: Store) -> None:
+    def __init__(self, settings: CarmaSettings, store: Store, *, foreign_kept_margin_mib: int | None = None) -> None:
+        """``foreign_kept_margin_mib``: what a peer's tenant is kept above its reservation (a peer
+        does not publish its try's fence: this host's configured one's, :class:`SharedLedger`)."""
         self.store = store
         self.host = settings.host
         self.state_dir = settings.state_dir
@@ -73,7 +84,7 @@ class Peers:
         self.me = f"{settings.host}:{os.getpid()}:{secrets.token_hex(4)}"
         self.sqlite = store.masked_url.startswith("sqlite")
         self.exclusive = self.sqlite or self.mode == "one"
-        self.ledger = SharedLedger(seen_after_s=settings.lock_seconds)
+        self.ledger = SharedLedger(seen_after_s=settings.lock_seconds, foreign_kept_margin_mib=foreign_kept_margin_mib)
         self.started_at = time.time()
         # Everything below is written under this lock only: the heartbeat thread and the
         # placement pass both publish views and switch the shared flag (an RLock: a shared pass
@@ -87,6 +98,7 @@ class Peers:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beat_failed = False
+        self._last_beat_at: float | None = None  # the last heartbeat that reached the store
 
     # -- what the placement pass and restart read ---------------------------------------------
     @property
@@ -176,7 +188,7 @@ class Peers:
                 if not self._view.known:
                     self._view = PeerView(known=False, error=error)
             return
-        self._registered = True
+        self._registered, self._last_beat_at = True, now
         self._learn(rows, now)
 
     def _run(self) -> None:
@@ -202,6 +214,10 @@ class Peers:
             self._beat_failed = True
             return
         self._beat_failed = False
+        last, self._last_beat_at = self._last_beat_at, now  # stalled past the timeout: peers may have
+        if (text := lapse_text(self.me, last, now, self.timeout_s)) is not None:  # taken us for gone
+            log.warning("%s", text)
+            metrics.peer_lapse()
         if self.me not in {r.id for r in rows}:
             self._registered = False  # forgotten by a peer (we were gone an hour): register again
         view = self._learn(rows, now)
@@ -222,7 +238,7 @@ class Peers:
             mine = executors.get(self.me)
             started = mine.started_at if mine is not None else _at(self.started_at)
             first = min([(r.started_at, r.id) for r in alive] + [(started, self.me)])
-            refusal = None if first[1] == self.me else self._refusal_text(executors[first[1]])
+            refusal = None if first[1] == self.me else refusal_text(executors[first[1]], self.sqlite)
         view = PeerView(True, now, MappingProxyType(executors), frozenset(r.id for r in alive), refusal)
         with self._lock:
             before = self._view
@@ -236,17 +252,6 @@ class Peers:
                     log.info("CarmaExecutor %s places GPU tries: no other CarmaExecutor is alive here", self.me)
                     self._takeover = self._takeover or before.refusal is not None
         return view
-
-    def _refusal_text(self, other: ExecutorRecord) -> str:
-        why = (
-            "SQLite serves one scheduler only; use PostgreSQL ([carma] store_url) for several"
-            if self.sqlite
-            else "[carma] schedulers = one; set it to auto or several to share the GPUs"
-        )
-        return (
-            f"waiting: another CarmaExecutor ({other.id}, pid {other.pid}, started {other.started_at:%H:%M:%S}) "
-            f"places GPU tries on this store and this one does not ({why}); it places when that one stops"
-        )
 
     def _forget(self, ids: list[str]) -> None:
         try:

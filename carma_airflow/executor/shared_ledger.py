@@ -37,12 +37,12 @@ def _activity(raw: dict[str, object] | None) -> ActivityEstimate | None:
 class SharedLedger(Reservations):
     """Reservations of this executor's tries and, laid over them, those of its peers."""
 
-    def __init__(self, *, seen_after_s: float | None = None) -> None:
+    def __init__(self, *, seen_after_s: float | None = None, foreign_kept_margin_mib: int | None = None) -> None:
         super().__init__(seen_after_s=seen_after_s)
         self.foreign: set[str] = set()  # keys of the peers' reservations laid over the view
         # what the placer keeps above a peer's reservation for its life (Reservation.kept_margin_mib):
-        # a peer does not publish its try's fence, so this host's configured one's (the flow sets it)
-        self.foreign_kept_margin_mib: int | None = None
+        # a peer does not publish its try's fence, so this host's configured one's
+        self.foreign_kept_margin_mib = foreign_kept_margin_mib
         self._released: deque[str] = deque()
 
     def release(self, key: str) -> Reservation | None:

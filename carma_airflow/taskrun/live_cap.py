@@ -124,11 +124,6 @@ class SimulatedCaps:
             return min(self.fixed[ordinal], self.current[ordinal])
         return self.current[ordinal]
 
-    @property
-    def held_by(self) -> str:
-        """What set the cap, for the OOM message (on the try's first GPU: :meth:`held_by_on`)."""
-        return self.held_by_on(0)
-
     def held_by_on(self, ordinal: int) -> str:
         """What sets the cap on the try's GPU ``ordinal`` now, for the OOM message."""
         mode = self.fence.mode

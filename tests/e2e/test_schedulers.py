@@ -121,8 +121,13 @@ def _trigger_on_each(stack: AirflowStack) -> list[str]:
 
 @ON_POSTGRES
 def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> None:
-    # a stopped scheduler's executor sends no heartbeat for a few seconds: not a gone peer
-    stack = airflow_stack(**{**HA, "peer_timeout_seconds": "20"})
+    # A stopped scheduler sends no heartbeat while its half is queued (up to the 60 s the loop
+    # below waits on a loaded machine): Airflow's health threshold and the peer timeout are above
+    # that, so it is a paused scheduler, never a gone one whose queued tries Airflow resets (at
+    # 15 s and 20 s a pause under load was taken for a death and a run got a second try).
+    stack = airflow_stack(
+        **{**HA, "peer_timeout_seconds": "75", "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "75"}
+    )
     _start_second(stack)
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     runs = _trigger_on_each(stack)

@@ -285,3 +285,24 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     run_until(b, lambda: not b.active and not b.waiting, timeout=60)
     assert seen_env("w", 3)["CARMA_PRIOR_OOM_TRIES"] == "1"  # one OOM retry spent, the never-run try none
     _close(b)
+
+
+def test_a_heartbeat_lapsed_past_the_peer_timeout_is_said_and_counted(executor_factory, caplog, monkeypatch) -> None:
+    """A scheduler stalled (stopped, swapped out, a store outage) past the peer timeout may have been
+    taken for gone by its peers and by Airflow: its next beat says so in the log and the metric."""
+    from carma_airflow.executor import metrics
+
+    ex = executor_factory(gpus="1xA100-40GB", peer_timeout_seconds="60")  # a beat every 20 s: ours only
+    peers = _peers(ex)
+    lapses: list[int] = []
+    monkeypatch.setattr(metrics, "peer_lapse", lambda: lapses.append(1))
+    caplog.set_level("WARNING", logger="carma_airflow.executor")
+    peers.beat()  # on time: nothing said
+    assert lapses == [] and "sent no heartbeat" not in caplog.text
+    peers._last_beat_at = time.time() - 95  # the scheduler was stopped for 95 s
+    peers.beat()
+    assert lapses == [1]
+    assert "sent no heartbeat for 95 s, over [carma] peer_timeout_seconds (60 s)" in caplog.text
+    peers.beat()  # beating again: said once
+    assert lapses == [1]
+    _close(ex)

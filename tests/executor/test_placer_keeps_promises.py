@@ -88,8 +88,7 @@ def test_a_try_of_the_hosts_own_mode_is_kept_the_hosts_promise(
 
 def test_a_peers_tenant_is_kept_the_promise_of_this_hosts_fence() -> None:
     """A peer does not publish its try's fence: its tenant counts by this host's configured one."""
-    ledger = SharedLedger(seen_after_s=0.5)
-    ledger.foreign_kept_margin_mib = 2048
+    ledger = SharedLedger(seen_after_s=0.5, foreign_kept_margin_mib=2048)
     ledger.lay_over([ReservationRecord("peer-try", "peer", "peer.task", ("GPU-0",), 24000, 0.0)])
     (tenant,) = ledger.tenants_on("GPU-0", 3600.0)
     assert (tenant.key, tenant.kept_margin_mib) == ("peer-try", 2048)

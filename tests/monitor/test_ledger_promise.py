@@ -76,7 +76,7 @@ class Host:
         cap = caps.cap_mib(0)
         promise = int(env["CARMA_MEMORY_PROMISE_MIB"]) if cap is not None else None
         self.ledger.allocate(
-            pid, GPU, mib, P, label, promise_mib=promise, cap_mib=cap, leaf=caps.leaf, held_by=caps.held_by
+            pid, GPU, mib, P, label, promise_mib=promise, cap_mib=cap, leaf=caps.leaf, held_by=caps.held_by_on(0)
         )
 
     def close(self) -> None:
