@@ -8,7 +8,7 @@ from carma_airflow.executor.ending import utc
 from carma_airflow.executor.tries import Try
 from carma_airflow.executor.writes import UpsertPlacement
 from carma_airflow.monitor.base import GpuSample
-from carma_airflow.store.records import PlacementRecord, SampleRecord, TryOutcome
+from carma_airflow.store.records import PlacementRecord, SampleRecord, TryOutcome, fence_of
 
 
 def placement_record(
@@ -50,6 +50,7 @@ def placement_record(
             pid=handle.pid if handle is not None and outcome is TryOutcome.RUNNING else None,
             pid_start=handle.pid_start if handle is not None and outcome is TryOutcome.RUNNING else None,
             ti_id=str(ti.id) if getattr(ti, "id", None) else None,
+            fence=fence_of(request.kept_margin_mib),  # what a restarted executor keeps it (restart.py)
         )
     )
 

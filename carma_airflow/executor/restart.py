@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from carma_airflow.executor.launch import PidHandle, TaskHandle
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import MarkEnded
 from carma_airflow.keys import request_key
-from carma_airflow.store.records import PlacementRecord, TryOutcome
+from carma_airflow.store.records import PlacementRecord, TryOutcome, kept_margin_of
 
 if TYPE_CHECKING:
     from carma_airflow.executor.flow import TryFlow
@@ -46,7 +46,9 @@ class StoredTi:
     id: None = None
 
 
-def request_of(rec: PlacementRecord) -> TaskRequest:
+def request_of(rec: PlacementRecord, default_kept_margin_mib: int | None = None) -> TaskRequest:
+    """The try's request as its record keeps it; the margin its fence keeps is the stored one, or
+    ``default_kept_margin_mib`` (the host's configured fence) where none was stored (before 0008)."""
     return TaskRequest(
         key=rec.key,
         label=rec.label or f"{rec.dag_id}.{rec.task_id}",
@@ -54,6 +56,7 @@ def request_of(rec: PlacementRecord) -> TaskRequest:
         gpus=max(1, len(rec.gpu_uuids)),
         submitted_at=rec.decided_at.timestamp(),
         try_number=rec.try_number,
+        kept_margin_mib=kept_margin_of(rec.fence, default_kept_margin_mib),
     )
 
 
@@ -65,13 +68,13 @@ def reattach(rec: PlacementRecord, host: str, result_file: Path, launcher: Any) 
     return again(rec) if again is not None else None
 
 
-def orphan_of(rec: PlacementRecord, handle: TaskHandle, now: float) -> Try:
+def orphan_of(rec: PlacementRecord, handle: TaskHandle, now: float, default_kept_margin_mib: int | None) -> Try:
     return Try(
         key=None,
         rkey=rec.key,
         ti=StoredTi(rec.dag_id, rec.task_id, rec.run_id, rec.map_index, rec.try_number),
         state=TryState.ORPHAN,
-        request=request_of(rec),
+        request=request_of(rec, default_kept_margin_mib),
         gpu_uuids=tuple(rec.gpu_uuids),
         handle=handle,
         started_at=rec.started_at.timestamp() if rec.started_at else now,
@@ -92,9 +95,6 @@ def keep_orphan(flow: TryFlow, orphan: Try) -> Try:
         flow.end(orphan, ended)
         return orphan
     assert orphan.request is not None
-    # its fence is not in the store (its executor_config comes with its hand-over): the placer
-    # keeps the promise of the host's configured fence for it
-    orphan.request = replace(orphan.request, kept_margin_mib=flow.starter.kept_margin_mib())
     flow.cycle.hold(orphan.request, orphan.gpu_uuids, orphan.started_at)
     return orphan
 
@@ -127,7 +127,7 @@ def reconcile(flow: TryFlow) -> None:
             flow.write(closed_at_restart(rec, now))
             closed.append(rec.key)
             continue
-        orphan = keep_orphan(flow, orphan_of(rec, handle, now))
+        orphan = keep_orphan(flow, orphan_of(rec, handle, now, flow.starter.kept_margin_mib()))
         claimed.append(rec.key)
         if orphan.state is TryState.ORPHAN:
             log.info("Try %s on %s outlived the previous executor; its GPUs stay reserved", rec.key, rec.host)
@@ -170,7 +170,7 @@ def adopt_from_store(flow: TryFlow, ti: Any) -> Try | None:
         with contextlib.suppress(CarmaError):  # reset by Airflow: what its owner published stops counting
             flow.store.drop_reservations([rkey])
         return None
-    orphan = keep_orphan(flow, orphan_of(rec, handle, now))
+    orphan = keep_orphan(flow, orphan_of(rec, handle, now, flow.starter.kept_margin_mib()))
     try:
         flow.store.claim_tries([rkey], peers.me)
     except CarmaError as exc:

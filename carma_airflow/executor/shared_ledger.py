@@ -18,11 +18,22 @@ from dataclasses import asdict
 from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.reservations import Reservation, Reservations
 from carma_airflow.store.peers import ReservationRecord
+from carma_airflow.store.records import fence_of, kept_margin_of
 
 
 def record_of(res: Reservation, owner: str) -> ReservationRecord:
     activity = asdict(res.activity) if res.activity is not None else None
-    return ReservationRecord(res.key, owner, res.label, res.gpu_uuids, res.mib, res.since, res.exclusive, activity)
+    return ReservationRecord(
+        res.key,
+        owner,
+        res.label,
+        res.gpu_uuids,
+        res.mib,
+        res.since,
+        res.exclusive,
+        activity,
+        fence_of(res.kept_margin_mib),
+    )
 
 
 def _activity(raw: dict[str, object] | None) -> ActivityEstimate | None:
@@ -40,8 +51,8 @@ class SharedLedger(Reservations):
     def __init__(self, *, seen_after_s: float | None = None, foreign_kept_margin_mib: int | None = None) -> None:
         super().__init__(seen_after_s=seen_after_s)
         self.foreign: set[str] = set()  # keys of the peers' reservations laid over the view
-        # what the placer keeps above a peer's reservation for its life (Reservation.kept_margin_mib):
-        # a peer does not publish its try's fence, so this host's configured one's
+        # what the placer keeps above a peer's reservation for its life (Reservation.kept_margin_mib)
+        # where the peer did not publish its try's fence (a writer before store revision 0008)
         self.foreign_kept_margin_mib = foreign_kept_margin_mib
         self._released: deque[str] = deque()
 
@@ -79,11 +90,13 @@ class SharedLedger(Reservations):
             if held is not None:
                 if rec.key not in self.foreign:
                     continue  # ours: adopted, the store's owner follows
-                if (held.gpu_uuids, held.mib, held.since, held.exclusive) == (
+                kept = kept_margin_of(rec.fence, self.foreign_kept_margin_mib)
+                if (held.gpu_uuids, held.mib, held.since, held.exclusive, held.kept_margin_mib) == (
                     rec.gpu_uuids,
                     rec.mib,
                     rec.since,
                     rec.exclusive,
+                    kept,
                 ):
                     continue
                 self.forget_foreign(rec.key)
@@ -96,7 +109,7 @@ class SharedLedger(Reservations):
                 rec.since,
                 exclusive=rec.exclusive,
                 activity=_activity(rec.activity),
-                kept_margin_mib=self.foreign_kept_margin_mib,
+                kept_margin_mib=kept_margin_of(rec.fence, self.foreign_kept_margin_mib),
             )
             self.foreign.add(rec.key)
             for uuid, last in before.items():  # a peer's older placement does not move the lock window back

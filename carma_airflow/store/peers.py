@@ -55,6 +55,7 @@ class ReservationRecord:
     since: float
     exclusive: bool = False
     activity: dict[str, Any] | None = None  # an ActivityEstimate's fields
+    fence: dict[str, Any] | None = None  # the try's fence (records.fence_of); None: not published (before 0008)
 
 
 def host_lock_key(host: str) -> int:
@@ -70,7 +71,15 @@ def _executor(row: ExecutorRow) -> ExecutorRecord:
 def _reservation(row: ReservationRow) -> ReservationRecord:
     activity = dict(row.activity) if row.activity else None
     return ReservationRecord(
-        row.key, row.owner, row.label, tuple(row.gpu_uuids), row.mib, row.since, row.exclusive, activity
+        row.key,
+        row.owner,
+        row.label,
+        tuple(row.gpu_uuids),
+        row.mib,
+        row.since,
+        row.exclusive,
+        activity,
+        dict(row.fence) if row.fence is not None else None,
     )
 
 
@@ -86,6 +95,7 @@ def _reservation_values(rec: ReservationRecord) -> dict[str, Any]:
         "since": float(rec.since),
         "exclusive": bool(rec.exclusive),
         "activity": rec.activity,
+        "fence": rec.fence,
     }
 
 

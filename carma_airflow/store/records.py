@@ -8,10 +8,27 @@ UTC; naive datetimes given to the store are taken as UTC.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from carma_airflow.core.decision import Decision, Outcome
+
+
+def fence_of(kept_margin_mib: int | None) -> dict[str, Any]:
+    """A try's fence as the store keeps it with its placement and its published reservation:
+    what the placer keeps above its reservation for its life (None: unfenced)."""
+    return {"kept_margin_mib": kept_margin_mib}
+
+
+def kept_margin_of(fence: Mapping[str, Any] | None, default: int | None) -> int | None:
+    """The kept margin a stored fence says (:func:`fence_of`); ``default`` where none was kept
+    (written before revision 0008): the reader's own host's configured fence."""
+    if fence is None or "kept_margin_mib" not in fence:
+        return default
+    value = fence["kept_margin_mib"]
+    return None if value is None else int(value)
 
 
 class TryOutcome(str, enum.Enum):
@@ -100,6 +117,7 @@ class PlacementRecord:
     ti_id: str | None = None  # Airflow's task-instance UUID
     id: int | None = None
     owner: str | None = None  # the executor that placed (or adopted) it; None: written before 0006
+    fence: dict[str, Any] | None = None  # the try's fence as placed (:func:`fence_of`); None: before 0008
 
     @classmethod
     def from_decision(

@@ -137,6 +137,7 @@ class PlacementRow(Base):
     pid_start: Mapped[int | None] = mapped_column(BigInteger)  # its start time, clock ticks since boot
     ti_id: Mapped[str | None] = mapped_column(String(64))  # Airflow's task-instance UUID
     owner: Mapped[str | None] = mapped_column(String(HOST_LEN))  # the executor that placed it (0006)
+    fence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"kept_margin_mib": ...} (0008)
 
 
 class OomEventRow(Base):
@@ -289,6 +290,7 @@ class ReservationRow(Base):
     since: Mapped[float] = mapped_column(Float)  # seconds since the epoch (the ledger's clock)
     exclusive: Mapped[bool] = mapped_column(Boolean)
     activity: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    fence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"kept_margin_mib": ...} (0008)
 
 
 metadata = Base.metadata

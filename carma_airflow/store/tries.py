@@ -38,6 +38,7 @@ def _placement_record(row: PlacementRow) -> PlacementRecord:
         ti_id=row.ti_id,
         id=row.id,
         owner=row.owner,
+        fence=dict(row.fence) if row.fence is not None else None,
     )
 
 
@@ -67,6 +68,7 @@ def _placement_values(rec: PlacementRecord) -> dict[str, Any]:
         "pid": rec.pid,
         "pid_start": rec.pid_start,
         "ti_id": rec.ti_id,
+        "fence": rec.fence,
     }
 
 

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from executor_helpers import make_workload, release, submit
 
 from carma_airflow.core import Outcome
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.shared_ledger import SharedLedger
+from carma_airflow.executor.shared_ledger import SharedLedger, record_of
 from carma_airflow.keys import request_key
 from carma_airflow.store.peers import ReservationRecord
+from carma_airflow.store.records import fence_of
 
 # a cap fixed at the try's start: its promise is its reservation + 2,048 MiB, for its life
 FIXED = {"isolation_cap": "promise", "isolation_margin_mib": "2048"}
@@ -92,3 +94,35 @@ def test_a_peers_tenant_is_kept_the_promise_of_this_hosts_fence() -> None:
     ledger.lay_over([ReservationRecord("peer-try", "peer", "peer.task", ("GPU-0",), 24000, 0.0)])
     (tenant,) = ledger.tenants_on("GPU-0", 3600.0)
     assert (tenant.key, tenant.kept_margin_mib) == ("peer-try", 2048)
+
+
+def test_a_peers_published_fence_is_the_one_its_tenant_is_kept() -> None:
+    """A peer that publishes its try's fence (store revision 0008): that fence, not this host's,
+    whether the peer's try is fenced with another margin or not fenced at all; a changed fence
+    is laid over again."""
+    ledger = SharedLedger(seen_after_s=0.5, foreign_kept_margin_mib=2048)
+    recs = [
+        ReservationRecord("a", "peer", "peer.a", ("GPU-0",), 8000, 0.0, fence=fence_of(0)),
+        ReservationRecord("b", "peer", "peer.b", ("GPU-0",), 8000, 0.0, fence=fence_of(None)),
+        ReservationRecord("c", "peer", "peer.c", ("GPU-0",), 8000, 0.0, fence=fence_of(4096)),
+    ]
+    ledger.lay_over(recs)
+    assert {t.key: t.kept_margin_mib for t in ledger.tenants_on("GPU-0", 3600.0)} == {"a": 0, "b": None, "c": 4096}
+    ledger.lay_over([replace(recs[0], fence=fence_of(1024)), *recs[1:]])
+    assert {t.key: t.kept_margin_mib for t in ledger.tenants_on("GPU-0", 3600.0)}["a"] == 1024
+    (mine,) = [record_of(r, "me") for r in ledger if r.key == "c"]
+    assert mine.fence == {"kept_margin_mib": 4096}  # published as it is held
+
+
+def test_a_try_found_running_at_a_restart_is_kept_the_fence_it_started_with() -> None:
+    """A restarted executor holds a try it finds running with the margin stored with its placement
+    (revision 0008), whatever its own host's fence is now; a record from before: the host's."""
+    from datetime import datetime, timezone
+
+    from carma_airflow.executor.restart import request_of
+    from carma_airflow.store import PlacementRecord
+
+    rec = PlacementRecord("d/t/r/-1/1", "d", "t", "r", 1, datetime(2026, 12, 2, tzinfo=timezone.utc))
+    assert request_of(replace(rec, fence=fence_of(0)), 2048).kept_margin_mib == 0
+    assert request_of(replace(rec, fence=fence_of(None)), 2048).kept_margin_mib is None  # started unfenced
+    assert request_of(rec, 2048).kept_margin_mib == 2048  # not stored: the host's configured fence

@@ -169,7 +169,7 @@ def test_upgrade_from_0006_keeps_learned_activities_without_co_tenant_types(db_u
         )
     engine.dispose()
     store.migrate()
-    assert store.revision() == HEAD == "0007"
+    assert store.revision() == HEAD and HEAD >= "0007"
     store.add_activity("d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=["d.u"])
     got = [(r.sm_activity, r.run_id, r.co_tasks) for r in store.activity_records("d", "t")]
     assert got == [(0.42, "r1", None), (0.5, "r2", ("d.u",))]
@@ -188,6 +188,43 @@ def test_downgrade_from_0007_to_0006_drops_only_the_co_tenant_types(store: Store
     assert store.activities("d", "t") == [(0.5, "process")]  # the row itself stays
     store.migrate()
     assert [r.co_tasks for r in store.activity_records("d", "t")] == [None]
+
+
+def test_upgrade_to_0008_keeps_reservations_and_tries_without_a_fence(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0007")  # a database whose writers did not publish a try's fence
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_reservation (key, owner, label, gpu_uuids, mib, since, exclusive)"
+                " VALUES ('k', 'peer', 'd.t', '[\"GPU-0\"]', 16384, 1900000000.0, false)"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD == "0008"
+    (old,) = store.shared_reservations()
+    assert (old.key, old.mib, old.fence) == ("k", 16384, None)  # not published: the reader's host's fence
+    store.close()
+
+
+def test_downgrade_from_0008_to_0007_drops_only_the_published_fences(store: Store, any_url: str) -> None:
+    rec = placement("k8", fence={"kept_margin_mib": 2048})
+    store.upsert_placement(rec)
+    kept = store.placement(rec.key)
+    assert kept is not None and kept.fence == {"kept_margin_mib": 2048}
+    _downgrade(any_url, "0007")
+    engine = create_engine(any_url)
+    try:
+        tables = ("carma_placement", "carma_reservation")
+        columns = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in tables}
+    finally:
+        engine.dispose()
+    assert not any("fence" in c for c in columns.values()) and store.revision() == "0007"
+    store.migrate()
+    got = store.placement(rec.key)
+    assert got is not None and (got.dag_id, got.fence) == ("train", None)  # the try stays, its fence unknown
 
 
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:

@@ -26,6 +26,21 @@ def _res(key: str, owner: str, mib: int = 16384, since: float = 1_900_000_000.0)
     return ReservationRecord(key, owner, f"d.{key}", ("GPU-0",), mib, since, False, {"sm_activity": 0.5})
 
 
+def test_a_published_reservation_and_a_placement_keep_the_tries_fence(store: Store) -> None:
+    now = time.time()
+    store.register_executor(_executor("a", now))
+    fenced = ReservationRecord("t1", "a", "d.t1", ("GPU-0",), 16384, now, False, None, {"kept_margin_mib": 2048})
+    unfenced = ReservationRecord("t2", "a", "d.t2", ("GPU-0",), 8192, now, False, None, {"kept_margin_mib": None})
+    with store.reservation_pass("a", ["h"]) as txn:
+        txn.publish([fenced, unfenced, _res("t3", "a")])
+    got = {r.key: r.fence for r in store.shared_reservations("a")}
+    assert got == {"t1": {"kept_margin_mib": 2048}, "t2": {"kept_margin_mib": None}, "t3": None}
+    rec = PlacementRecord("d/t/r/-1/1", "d", "t", "r", 1, _at(now), fence={"kept_margin_mib": 0})
+    store.upsert_placement(rec)
+    stored = store.placement(rec.key)
+    assert stored is not None and stored.fence == {"kept_margin_mib": 0}
+
+
 def test_executors_register_beat_and_stop(store: Store) -> None:
     now = time.time()
     rows = store.register_executor(_executor("a", now - 10))
