@@ -97,8 +97,9 @@ class TryFlow:
         self.faults = FaultWatch(settings.fault_kill_seconds)
         self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name, self.peers.me)
-        self._by_request: dict[str, Any] = {}  # request key -> TaskInstanceKey
         self.sight = GpuSight(parts.monitor, settings.stale_seconds)  # and each GPU's host and model
+        # driver caps: a gone executor's leaves get their soft limits cleared on every GPU of this host
+        self.starter.host_gpus = lambda: [u for u, h in self.sight.host_of.items() if h == settings.host]
         self.telemetry = Attribution()
 
     def start(self) -> None:
@@ -133,7 +134,6 @@ class TryFlow:
             return False  # ended meanwhile: the next sync closes it
         orphan.ti, orphan.key = ti, ti.key
         self.tries.move(orphan, TryState.RUNNING)
-        self._by_request[orphan.rkey] = ti.key
         log.info("Adopted %s (pid %s) on %s", ti.key, orphan.handle.pid, ",".join(orphan.gpu_uuids))
         return True
 
@@ -201,7 +201,6 @@ class TryFlow:
         attempt.config, attempt.request = config, request
         self.tries.move(attempt, TryState.WAITING)
         self.cycle.submit(request, now, prior_ooms=attempt.prior_ooms)
-        self._by_request[request.key] = attempt.key
         self._record(attempt, outcome=TryOutcome.WAITING, summary="waiting for a scheduling pass")
 
     def _refuse(self, attempt: Try, reason: str) -> None:
@@ -260,20 +259,20 @@ class TryFlow:
                 self.cycle.submit(extra.request, now, prior_ooms=extra.prior_ooms)
             placed = placed[:budget]
         # every placed try is sent before any is waited for: the launcher forks them back to back
-        sent = [self._launch(self.tries.get(self._by_request[p.request.key]), p.decision) for p in placed]
+        sent = [self._launch(self.tries.handed(p.request.key), p.decision) for p in placed]
         for launch in sent:
             if launch is not None:
                 self._confirm(launch)
 
         for never in result.never_fits:
-            attempt = self.tries.get(self._by_request[never.request.key])
+            attempt = self.tries.handed(never.request.key)
             assert attempt is not None
             log.error("Task %s can never be placed: %s", attempt.key, never.decision.summary)
             metrics.never_fits(attempt.ti.dag_id, attempt.ti.task_id)
             self._record(attempt, outcome=TryOutcome.FAILED, summary=never.decision.summary)
             self._refuse(attempt, never.decision.summary)
         for rkey, decision in result.waiting.items():
-            attempt = self.tries.get(self._by_request.get(rkey))
+            attempt = self.tries.handed(rkey)
             if attempt is None or decision.summary == attempt.last_summary:
                 continue
             # the live reason (snapshot, UI) changes with every count in it; the store and the log

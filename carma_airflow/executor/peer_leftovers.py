@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.fencing import PAST_CAP
+from carma_airflow.executor.ending import stopped_at_cap
 from carma_airflow.executor.peer_view import pid_exists
 from carma_airflow.store.peers import ReservationRecord
 from carma_airflow.store.records import PlacementRecord, TryOutcome
@@ -76,6 +78,9 @@ def conclude(peers: Peers, rec: PlacementRecord, now: float) -> None:
     result = read_result(Path(peers.state_dir) / "results" / f"{rec.ti_id}.json") if rec.ti_id else None
     if result is None:
         outcome, summary = TryOutcome.FAILED, "ended while its executor was gone; no result file"
+    elif result.past_cap:  # its own cap stopped it (core/fencing.py), as the executor's summary says
+        outcome = TryOutcome.OOM
+        summary = f"CUDA OOM {PAST_CAP}: {stopped_at_cap(result)} (ended while its executor was gone)"
     elif result.is_oom:
         outcome, summary = TryOutcome.OOM, "CUDA out of memory (ended while its executor was gone)"
     else:

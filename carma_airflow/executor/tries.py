@@ -106,6 +106,7 @@ class TryBook:
 
     def __init__(self) -> None:
         self._by_key: dict[Any, Try] = {}  # what the scheduler handed over and has not taken back
+        self._handed: dict[str, Try] = {}  # the same tries by request key (what the placer names them by)
         self._by_rkey: dict[str, Try] = {}  # ORPHAN and STOPPING tries, by request key
         self._by_state: dict[TryState, dict[Any, Try]] = {s: {} for s in TryState}
 
@@ -120,6 +121,7 @@ class TryBook:
         if attempt.key in self._by_key:
             raise TryStateError(f"try {attempt.key} is already known")
         self._by_key[attempt.key] = attempt
+        self._handed[attempt.rkey] = attempt
         self._by_state[attempt.state][attempt.key] = attempt
         return attempt
 
@@ -136,6 +138,7 @@ class TryBook:
             del self._by_state[frm][attempt.key]
             if to in _BY_RKEY or to is TryState.ENDED:
                 del self._by_key[attempt.key]  # the scheduler may hand this key over again
+                del self._handed[attempt.rkey]
         attempt.state = to
         if to is TryState.ENDED:
             return
@@ -145,11 +148,17 @@ class TryBook:
             return
         if frm is TryState.ORPHAN:  # adopted: now known by its TaskInstanceKey
             self._by_key[attempt.key] = attempt
+            self._handed[attempt.rkey] = attempt
         self._by_state[to][attempt.key] = attempt
 
     def get(self, key: Any) -> Try | None:
         """The try the scheduler handed over as ``key`` and has not taken back."""
         return self._by_key.get(key)
+
+    def handed(self, rkey: str) -> Try | None:
+        """The try the scheduler handed over (or that was adopted) whose request key is ``rkey``,
+        while the scheduler has not taken it back: how the placer's results name tries."""
+        return self._handed.get(rkey)
 
     def orphan(self, rkey: str) -> Try | None:
         attempt = self._by_rkey.get(rkey)
@@ -170,9 +179,6 @@ class TryBook:
         """The keys Airflow counts as running here: started for it, not taken back."""
         for state in STARTED:
             yield from self._by_state[state]
-
-    def count_started(self) -> int:
-        return sum(len(self._by_state[state]) for state in STARTED)
 
     def all(self) -> Iterator[Try]:
         yield from list(self._by_key.values())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from carma_airflow.core.fencing import IsolationMode, protective_cap_mib
 from carma_airflow.taskrun.fence_env import SIM_LEAF_ENV, TryFence, mps_limits_from_env
+from carma_airflow.taskrun.fence_env import _per_gpu as per_gpu
 
 CAP_FILE_ENV = "CARMA_MEMORY_CAP_FILE"
 PERIOD_S = 1.0
@@ -114,6 +115,17 @@ class SimulatedCaps:
 
     def _apply(self, caps: tuple[int, ...]) -> None:
         self.current[: len(caps)] = caps[: len(self.current)]
+        if self.leaf:  # the leaf's hard limit holds it (the executor re-sets it), not this cap
+            return
+        # the try's log says each re-set, as a real PyTorch try's does (framework_hook.cap_torch)
+        beneath = ""
+        if self.fixed is not None:
+            beneath = f", beneath MPS's pinned memory limit of {per_gpu(tuple(self.fixed))} set at the client's start"
+        print(
+            f"[carma] memory cap now {per_gpu(tuple(self.current))} (PyTorch's fraction, re-set as co-tenants changed; "
+            f"played by the simulated GPUs' ledger{beneath})",
+            flush=True,
+        )
 
     def cap_mib(self, ordinal: int) -> int | None:
         """The cap the framework (or MPS) holds the process to now on its GPU ``ordinal``; None under

@@ -51,6 +51,30 @@ def test_an_orphan_is_known_by_request_key_until_adopted() -> None:
     assert list(book.holding_gpus()) == [orphan]
 
 
+def test_the_book_names_a_handed_over_try_by_its_request_key_until_it_is_taken_back() -> None:
+    """What the placer's results name tries by (request keys) is read from the book, which
+    forgets it as the try leaves it: nothing of an ended try is kept (issue 24, one owner)."""
+    book = TryBook()
+    t = book.add(_try("a"))
+    for state in (TryState.WAITING, TryState.RUNNING):
+        assert book.handed(t.rkey) is t
+        book.move(t, state)
+    book.move(t, TryState.STOPPING)  # revoked: the same key may be handed over again at once
+    assert book.handed(t.rkey) is None
+    again = book.add(_try("a"))
+    assert book.handed(t.rkey) is again
+    book.move(again, TryState.ENDED)  # withdrawn
+    book.move(t, TryState.ENDED)
+    assert book.handed(t.rkey) is None and len(book) == 0
+    orphan = book.add(Try(key=None, rkey="d/o/r/-1/1", ti=None, state=TryState.ORPHAN))
+    assert book.handed(orphan.rkey) is None  # not handed over yet
+    orphan.key = "o"
+    book.move(orphan, TryState.RUNNING)  # adopted
+    assert book.handed(orphan.rkey) is orphan
+    book.move(orphan, TryState.ENDED)
+    assert book.handed(orphan.rkey) is None
+
+
 def test_a_key_handed_over_twice_is_refused() -> None:
     book = TryBook()
     book.add(_try("a"))
@@ -70,7 +94,7 @@ def test_a_started_try_taken_back_frees_its_key_while_it_stops() -> None:
     first = book.add(_try("a"))
     for state in (TryState.WAITING, TryState.RUNNING):
         book.move(first, state)
-    assert list(book.started()) == ["a"] and book.count_started() == 1
+    assert list(book.started()) == ["a"]
     book.move(first, TryState.STOPPING)  # revoked: its process is being reaped
     assert "a" not in book and book.get("a") is None and list(book.started()) == []
     assert dict(book.in_state(TryState.STOPPING)) == {first.rkey: first} and list(book.holding_gpus()) == [first]

@@ -290,3 +290,39 @@ def test_one_placement_pass_per_heartbeat_after_ends_on_one_monitor_sample(
     counted.append((passes.calls, samples.calls))
     assert b.key in ex.active and ex.event_buffer[a.key][0] == TaskInstanceState.SUCCESS
     assert counted == [(1, 1), (2, 2)]  # one pass and one monitor sample per heartbeat
+
+
+# -- nothing of an ended try is kept --------------------------------------------------------------
+def _kept_by_request_key(obj: object, rkeys: set[str], path: str, seen: set[int], depth: int = 0) -> list[str]:
+    """Where ``obj`` (the flow) and the carma objects it holds keep a dict keyed by one of ``rkeys``."""
+    if id(obj) in seen or depth > 3:
+        return []
+    seen.add(id(obj))
+    fields = dict(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        fields.update({s: getattr(obj, s) for s in getattr(cls, "__slots__", ()) if hasattr(obj, s)})
+    found: list[str] = []
+    for name, value in fields.items():
+        if isinstance(value, dict) and rkeys & {k for k in value if isinstance(k, str)}:
+            found.append(f"{path}.{name}")
+        elif type(value).__module__.startswith("carma_airflow"):
+            found += _kept_by_request_key(value, rkeys, f"{path}.{name}", seen, depth + 1)
+    return found
+
+
+def test_an_ended_try_leaves_nothing_keyed_by_its_request_key_in_the_flow(executor_factory) -> None:
+    """The book owns every try's state: the placer's results are matched to tries through it,
+    and no index beside it keeps a try after its end (one that did grew by a try for the
+    scheduler's whole life)."""
+    from carma_airflow.keys import request_key
+
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"a": {"seconds": 0.2}, "b": {"seconds": 0.2}})
+    placed, withdrawn = make_workload("a"), make_workload("b", config={"exclusive": True, "memory": "39GiB"})
+    submit(ex, placed, withdrawn)
+    assert withdrawn.key in ex.waiting
+    ex.revoke_task(ti=withdrawn.ti)  # type: ignore[arg-type]  # a waiting try taken back
+    run_until(ex, lambda: placed.key in ex.event_buffer, timeout=30)
+    ex.sync()
+    assert len(ex.flow.tries) == 0
+    rkeys = {request_key(placed.key), request_key(withdrawn.key)}
+    assert _kept_by_request_key(ex.flow, rkeys, "flow", set()) == []
