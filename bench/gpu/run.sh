@@ -6,7 +6,8 @@
 #   bench/gpu/run.sh --mode airflow   # Airflow 3.3 + CarmaExecutor (installs bench/gpu/wheels offline)
 #   bench/gpu/run.sh --dry-run        # simulated GPUs, carma's synthetic workload (CI runs this)
 #   bench/gpu/run.sh --out DIR        # figures.json, timeline.png, summary.txt (default out/gpu-kit)
-#   bench/gpu/run.sh fence [--dry-run]  # fenced collocation: two processes, one grows past its cap
+#   bench/gpu/run.sh fence [--dry-run]  # the CUDA context per GPU model, then fenced collocation: two
+#                                      # processes, one grows past its cap (framework, live, driver, none, mps)
 #
 # Runs the kit's tasks with the exclusive policy, then with interference-aware, and prints the
 # figures.  Without an NVIDIA GPU (and without --dry-run) it says so in one line and exits 0.
@@ -24,7 +25,7 @@ while (($#)); do
     --mode) mode="$2"; shift 2 ;;
     --mode=*) mode="${1#--mode=}"; shift ;;
     --dry-run) dry=1; args+=("$1"); shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done

@@ -4,6 +4,13 @@ CUDA out-of-memory is recognised by exception type and message signatures (PyTor
 cuBLAS/cuSOLVER, NCCL, TensorFlow, JAX/XLA).  Exit codes carry no signal: an uncaught
 exception exits 1 whatever it was, and a SIGKILL (exit 137, host OOM killer) is *not* a GPU OOM.
 
+Whether a fenced try's OOM was its own cap (:attr:`FailureKind.CAP_OOM`) or a full GPU is decided
+by figures where they are known: what the try held and asked for (the message's, else what the
+caller measured) against the cap in force (PyTorch's own "... allowed;", else the try's fence as
+its caller knows it: :class:`KnownFence`).  The message's words decide only where the figures do
+not: PyTorch writes "allowed" in every OOM once a fraction is set, a full GPU's included, and an
+MPS or driver limit refuses with the words of a full GPU.
+
 The planner bounds retries and asks each next try for a GPU whose free memory covers what the
 crashed try reached (times a growth factor) plus headroom, away from the GPU it crashed on; the
 last allowed try gets an idle GPU to itself.
@@ -16,14 +23,15 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from carma_airflow.core.fencing import PAST_CAP
+from carma_airflow.core.fencing import PAST_CAP, IsolationMode
+from carma_airflow.core.oom_figures import KnownFence, against_cap, oom_figures
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.core.units import format_mib
 
 
 class FailureKind(enum.Enum):
     CUDA_OOM = "cuda-oom"
-    CAP_OOM = "cap-oom"  # a fenced try asked past its own cap while the GPU had room (core/fencing.py)
+    CAP_OOM = "cap-oom"  # a fenced try asked past its own cap (core/fencing.py); the GPU may have been full too
     PROBABLE_OOM = "probable-oom"  # CUDNN_STATUS_NOT_INITIALIZED on a nearly full GPU
     KILLED = "killed"  # SIGKILL / exit 137 / host OOM killer
     GPU_FAULT = "gpu-fault"  # the device failed under the task (Xid 79 / 48 / 94 and the like)
@@ -98,25 +106,19 @@ class Failure:
 
 
 OOM_KINDS = frozenset({FailureKind.CUDA_OOM, FailureKind.CAP_OOM, FailureKind.PROBABLE_OOM})
-# PyTorch's capped caching allocator ("... 9.50 GiB allowed; ...") and our own fences' words
-_PAST_CAP = re.compile(rf"{PAST_CAP}|\b[0-9.]+ [KMG]iB allowed;", re.IGNORECASE)
-_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|KiB|MiB|GiB)"
-_TRIED = re.compile(rf"Tried to allocate {_SIZE}")
-_IN_USE = re.compile(rf"this process has {_SIZE} memory in use")
-_UNIT_MIB = {"bytes": 1 / (1024 * 1024), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
-
-
-def _mib(match: re.Match[str] | None) -> float | None:
-    return None if match is None else float(match.group(1)) * _UNIT_MIB[match.group(2)]
+# our own fences' words (the simulated GPUs' ledger): the fence itself says it refused
+_OUR_PAST_CAP = re.compile(PAST_CAP, re.IGNORECASE)
+# PyTorch's capped caching allocator ("... 9.50 GiB allowed; ..."): in every OOM once a fraction is set
+_ALLOWED_WORDS = re.compile(r"\b[0-9.]+ [KMG]iB allowed;", re.IGNORECASE)
 
 
 def asked_mib(message: str | None) -> int | None:
     """What an OOM'd process held plus what it asked for, from PyTorch's OOM message (None when
     the message does not say): the memory a try needed at the point it crashed."""
-    tried, held = _mib(_TRIED.search(message or "")), _mib(_IN_USE.search(message or ""))
-    if tried is None or held is None:
+    figures = oom_figures(message)
+    if figures.asked is None or figures.process is None:
         return None
-    return math.ceil(tried + held)
+    return math.ceil(figures.asked + figures.process)
 
 
 def classify_failure(
@@ -124,22 +126,23 @@ def classify_failure(
     message: str | None = None,
     exit_code: int | None = None,
     gpu_nearly_full: bool = False,
+    *,
+    fence: KnownFence | None = None,
+    held_mib: int | None = None,
 ) -> Failure:
-    """Classify one failed try from what the task process reported."""
+    """Classify one failed try from what the task process reported.  A CUDA OOM of a fenced try is
+    told past its cap or on a full GPU by :func:`against_cap` where its figures decide (``fence``:
+    the try's fence where the caller knows it; ``held_mib``: what its framework held), else by the
+    message's words ("past its cap", PyTorch's "allowed")."""
     if exit_code in (137, -9):
         return Failure(FailureKind.KILLED, f"exit code {exit_code}: killed (SIGKILL, e.g. host OOM killer)")
     short_type = (exc_type or "").rsplit(".", 1)[-1]
     text = message or ""
-    capped = _PAST_CAP.search(text)
     if exc_type in _OOM_TYPES or short_type in ("OutOfMemoryError", "ResourceExhaustedError"):
-        if capped:
-            return Failure(FailureKind.CAP_OOM, f"exception type {exc_type}, {PAST_CAP} ({capped.group(0)!r})")
-        return Failure(FailureKind.CUDA_OOM, f"exception type {exc_type}")
+        return _oom(f"exception type {exc_type}", text, fence, held_mib)
     match = _OOM_PATTERNS.search(text)
     if match:
-        if capped:
-            return Failure(FailureKind.CAP_OOM, f"message contains {match.group(0)!r}, {PAST_CAP}")
-        return Failure(FailureKind.CUDA_OOM, f"message contains {match.group(0)!r}")
+        return _oom(f"message contains {match.group(0)!r}", text, fence, held_mib)
     fault = _GPU_FAULT.search(text)
     if fault:
         return Failure(FailureKind.GPU_FAULT, f"message contains {fault.group(0)!r}")
@@ -147,6 +150,28 @@ def classify_failure(
     if probable and gpu_nearly_full:
         return Failure(FailureKind.PROBABLE_OOM, f"{probable.group(0)} on a nearly full GPU")
     return Failure(FailureKind.OTHER, exc_type or (text[:80] if text else f"exit code {exit_code}"))
+
+
+def _oom(seen: str, text: str, fence: KnownFence | None, held_mib: int | None) -> Failure:
+    """A recognised CUDA OOM (``seen``: how), past its cap or not."""
+    ours = _OUR_PAST_CAP.search(text)
+    if ours:  # our own fence refused it and says so (the simulated GPUs' ledger, a leaf's limit)
+        return Failure(FailureKind.CAP_OOM, f"{seen}, {PAST_CAP} ({ours.group(0)!r})")
+    decided = against_cap(oom_figures(text), fence, held_mib)
+    if decided is not None:
+        past, evidence = decided
+        return Failure(FailureKind.CAP_OOM if past else FailureKind.CUDA_OOM, f"{seen}, {evidence}")
+    allowed = _ALLOWED_WORDS.search(text)
+    if allowed:  # the figures do not say what it held: PyTorch's words, as they are
+        return Failure(FailureKind.CAP_OOM, f"{seen}, {PAST_CAP} ({allowed.group(0)!r}; what it held not said)")
+    known = fence.on(None) if fence is not None else None
+    if fence is not None and known is not None and fence.mode is not IsolationMode.NONE:
+        return Failure(
+            FailureKind.CUDA_OOM,
+            f"{seen}; told as a full GPU: the message does not say what it held against its {fence.mode.value} cap "
+            f"of {known[0]} MiB",
+        )
+    return Failure(FailureKind.CUDA_OOM, seen)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,22 @@ store writes that follow (the OOM event, the learned peak).  No I/O: the executo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from carma_airflow.checkpoint import CheckpointFolders
-from carma_airflow.core.recovery import FailureKind, RecoverySettings, oom_advice, oom_retry_left
+from carma_airflow.core.fencing import PAST_CAP
+from carma_airflow.core.recovery import (
+    Failure,
+    FailureKind,
+    RecoverySettings,
+    RetryPlan,
+    oom_advice,
+    oom_retry_left,
+    plan_recovery,
+)
 from carma_airflow.executor.launch import Ended
 from carma_airflow.executor.tries import Try
 from carma_airflow.executor.writes import AddPeak, MarkEnded, RecordOom, StoreWrite
@@ -49,16 +59,76 @@ def conclude(attempt: Try, ended: Ended, recovery: RecoverySettings) -> TryEnd:
         reached = result.peak_mib or (attempt.request.memory.mib if attempt.request else None)
         if oom_retry_left(attempt.prior_ooms, recovery.max_oom_retries):
             if result.past_cap:  # its own cap, while the GPU had room: it was underestimated
-                why = f"CUDA OOM past its cap at {reached} MiB on {where}; retried with a larger cap"
-                return TryEnd(TryOutcome.OOM, result, why)
+                return TryEnd(TryOutcome.OOM, result, past_cap_summary(attempt, result, reached, where, recovery))
             return TryEnd(
                 TryOutcome.OOM, result, f"CUDA OOM at {reached} MiB on {where}; retried on a GPU with more free memory"
             )
-        return TryEnd(
-            TryOutcome.OOM, result, f"{oom_advice(attempt.prior_ooms + 1, reached, recovery)} (on {where})", True
-        )
+        advice = oom_advice(attempt.prior_ooms + 1, reached, recovery)
+        if result.past_cap:  # the last OOM try was stopped by its own cap too
+            why = f"{advice} (on {where}; {PAST_CAP}: {stopped_at_cap(result, 'the last try')})"
+            return TryEnd(TryOutcome.OOM, result, why, True)
+        return TryEnd(TryOutcome.OOM, result, f"{advice} (on {where})", True)
     kind = result.failure.value if result.failure else "other"
     return TryEnd(TryOutcome.FAILED, result, f"failed: {kind}: {(result.message or '')[:300]}")
+
+
+# the cap an OOM'd try was held to, as the message words it: PyTorch's capped allocator and the
+# simulated GPUs' ledger both say "... 10.00 GiB allowed;" (core/recovery.py keys on the same words),
+# and what the GPU itself had free then ("... of which 22.00 GiB is free")
+_SIZE = r"([0-9]+(?:\.[0-9]+)?) (bytes|KiB|MiB|GiB)"
+_ALLOWED = re.compile(rf"\b{_SIZE} allowed;")
+_FREE = re.compile(rf"of which {_SIZE} is free")
+_TRIED = re.compile(rf"Tried to allocate {_SIZE}")
+_UNIT_MIB = {"bytes": 1 / (1024 * 1024), "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
+
+
+def _size(match: re.Match[str] | None) -> tuple[str, float] | None:
+    """A size as the message writes it, and in MiB."""
+    if match is None:
+        return None
+    number, unit = match.group(1), match.group(2)
+    return f"{number} {unit}", float(number) * _UNIT_MIB[unit]
+
+
+def stopped_at_cap(result: TryResult, who: str = "it") -> str:
+    """What stopped a try that went past its cap, in words: its own fence, with the cap where its
+    OOM message says it (``10.00 GiB allowed``).  PyTorch says "allowed" in every OOM once a
+    fraction is set, so where the message also says the GPU had less free than the try asked
+    for, the GPU was full as well, and the words say so."""
+    message = result.message or ""
+    allowed, free, tried = _size(_ALLOWED.search(message)), _size(_FREE.search(message)), _size(_TRIED.search(message))
+    if free is not None and tried is not None and free[1] < tried[1]:
+        cap = f"{allowed[0]} allowed; " if allowed else ""
+        return f"its cap stopped {who} and the GPU was full too ({cap}{free[0]} free for {tried[0]} asked)"
+    return f"its own cap stopped {who}" + (f" ({allowed[0]} allowed)" if allowed else "")
+
+
+def past_cap_summary(
+    attempt: Try, result: TryResult, reached: int | None, where: str, recovery: RecoverySettings
+) -> str:
+    """The summary of a try stopped past its cap that has an OOM retry left: what stopped it, what
+    it asked for, and what its retry gets: the reservation the recovery planner gives it
+    (core/recovery.plan_recovery, the rule the executor plans the retry by), so a larger cap."""
+    asked = f"the try needed at least {reached} MiB and " if reached else ""
+    said = f"CUDA OOM {PAST_CAP} on {where}: {asked}{stopped_at_cap(result)}"
+    request = attempt.request
+    if request is None:
+        return f"{said}; its retry gets a larger reservation and a larger cap"
+    plan = plan_recovery(
+        request,
+        Failure(FailureKind.CAP_OOM, "its own cap"),
+        oom_retries_done=attempt.prior_ooms,
+        peak_mib=result.peak_mib,
+        crashed_gpus=attempt.gpu_uuids,
+        now=0.0,
+        settings=recovery,
+    )
+    if not isinstance(plan, RetryPlan):  # not reached: an OOM with a retry left is always planned
+        return f"{said}; its retry gets a larger reservation and a larger cap"
+    grown = plan.request.memory.mib
+    if plan.request.needs_idle_gpu:
+        return f"{said}; its retry is placed with {grown} MiB on an idle GPU of its own, its cap that whole GPU"
+    return f"{said}; its retry is placed with {grown} MiB (was {request.memory.mib} MiB) and its cap grows with it"
 
 
 def end_writes(attempt: Try, end: TryEnd, now: float) -> list[StoreWrite]:
@@ -111,4 +181,14 @@ def utc(ts: float) -> Any:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-__all__ = ["TryEnd", "close_checkpoint", "conclude", "count_end", "end_writes", "result_of", "utc"]
+__all__ = [
+    "TryEnd",
+    "close_checkpoint",
+    "conclude",
+    "count_end",
+    "end_writes",
+    "past_cap_summary",
+    "result_of",
+    "stopped_at_cap",
+    "utc",
+]

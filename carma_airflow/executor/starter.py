@@ -106,6 +106,8 @@ class TryStarter:
         # owner that sets their limits (the monitor's probe, monitor/nvml.py); the flow sets both
         self.driver_owner: str | None = None
         self.nvml: MemoryLimitOwner | None = None
+        # every GPU of this host: a gone executor's leaves get their soft limits cleared on each (the flow sets it)
+        self.host_gpus: Callable[[], Iterable[str]] | None = None
         self.checkpoints = CheckpointFolders(settings.checkpoint_root, keep=settings.checkpoint_keep)
         self._driven: dict[str, Followed] = {}
         self._said: dict[str, str] = {}  # request key -> the fence its start was set to, in words
@@ -245,7 +247,9 @@ class TryStarter:
             if driver is None and simulated:
                 driver = self.sim_driver = SimulatedDriverCaps(Ledger(self.ledger_path))
             elif driver is None:
-                driver = self.driver = DriverCaps(nvml_set_limit(self.nvml), owner=self.driver_owner)
+                driver = self.driver = DriverCaps(
+                    nvml_set_limit(self.nvml), owner=self.driver_owner, host_gpus=self.host_gpus
+                )
             leaf = driver.open(attempt.rkey, str(attempt.ti.id), decision.gpu_uuids, fence.promise_mib, fence.cap_mib)
         except DriverCapError as exc:
             log.warning("%s: driver caps not set, framework caps instead: %s", attempt.rkey, exc)

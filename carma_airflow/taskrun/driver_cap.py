@@ -16,7 +16,8 @@ peer id (``<host>:<pid>:<token>``, executor/peers.py, with ``:`` written ``_``),
 those: two schedulers on one host (Airflow HA) never remove each other's leaves, not even a new
 leaf whose try has not joined it yet.  The folder of an executor that is gone from this host (its
 process no longer exists) is swept by the next executor that looks: its empty leaves (soft limits
-cleared on the GPUs this executor knows) and then the folder.  A leaf still holding a process is
+cleared on every GPU of this host, since which of them a gone executor's leaf had limits on is
+recorded nowhere a cgroup folder can hold) and then the folder.  A leaf still holding a process is
 never removed (the kernel refuses: EBUSY) and is tried again.
 
 NVIDIA's notes on per-cgroup GPU memory say to clear the soft limit before removing a cgroup, or
@@ -29,7 +30,7 @@ be allocated).  It is made only by the monitor's NVML owner (``NvmlProbe.set_mem
 carma_airflow/monitor/nvml.py: its ``nvmlInit``, under its lock, beside its sampling), never here.
 **Assumed**, not run against a driver: that ``nameSpace`` is the leaf's directory (NVML says "full
 path to sysfs cgroup file name").  A call that fails raises :class:`DriverCapError`; the try then
-runs with framework caps and its log says why.
+runs with framework caps (its cap less the CUDA context, as a framework try's) and its log says why.
 
 We set soft = the try's promise, hard = its cap (docs/isolation.md).  Standard library and core
 only at import: the try's process imports it.
@@ -139,8 +140,10 @@ class DriverCaps:
         set_limit: SetLimit | None = None,
         root: str | os.PathLike[str] = DEFAULT_CGROUP_ROOT,
         owner: str | None = None,
+        host_gpus: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.set_limit = set_limit or nvml_set_limit()
+        self.host_gpus = host_gpus  # every GPU of this host (the monitor's), for a gone owner's leaves
         self.root = Path(root)
         self.host = owner_folder(socket.gethostname())
         if owner is None:
@@ -152,7 +155,7 @@ class DriverCaps:
             self.host = match["host"]  # the host as the executor ids of this host spell it
         self.leaves: dict[str, Leaf] = {}
         self.stale: set[Path] = set()  # ended tries' leaves whose processes have not all left yet
-        self.gpus: set[str] = set()  # every GPU a limit was set on (a gone owner's soft limits)
+        self.gpus: set[str] = set()  # every GPU a limit was set on
 
     def leaf(self, try_id: str) -> Path:
         return self.home / try_id
@@ -223,9 +226,12 @@ class DriverCaps:
             folders = [p for p in (self.root / LEAF_PARENT).iterdir() if p.is_dir() and p != self.home]
         except OSError:
             return
+        gpus: list[str] | None = None
         for folder in folders:
             if not _gone(folder.name, self.host):
                 continue
+            if gpus is None:  # the gone owner's GPUs are not recorded: every GPU of this host
+                gpus = sorted(self.gpus.union(self.host_gpus() if self.host_gpus is not None else ()))
             try:
                 leaves = [p for p in folder.iterdir() if p.is_dir()]
             except OSError:
@@ -233,7 +239,7 @@ class DriverCaps:
             for leaf in leaves:
                 if _holds_processes(leaf):
                     continue  # an adopted try still runs in it
-                for uuid in sorted(self.gpus):  # the gone owner's GPUs are not known: the ones we know
+                for uuid in gpus:
                     try:
                         self.set_limit(uuid, str(leaf), 0, 0)
                     except DriverCapError as exc:
@@ -278,9 +284,13 @@ def enter_leaf(environ: MutableMapping[str, str] = os.environ, pid: int | None =
 
 
 def fall_back(environ: MutableMapping[str, str], why: str) -> None:
-    """Turn a driver-capped try's environment into a framework-capped one, with the reason."""
-    from carma_airflow.taskrun.fence_env import ISOLATION_ENV
+    """Turn a driver-capped try's environment into a framework-capped one, with the reason: its
+    caps (and JAX's fraction) those a framework try of the same placement gets, the CUDA context
+    taken out as a framework's allocator needs (fence_env.lower_to_framework_caps)."""
+    from carma_airflow.taskrun.fence_env import ISOLATION_ENV, lower_to_framework_caps
 
+    if environ.get(ISOLATION_ENV) == "driver":  # once: a second fall-back must not lower them again
+        lower_to_framework_caps(environ)
     environ[ISOLATION_ENV] = "framework"
     environ.pop(CGROUP_LEAF_ENV, None)
     environ[FENCE_NOTE_ENV] = f"driver caps not in force ({why}); held by framework caps only"

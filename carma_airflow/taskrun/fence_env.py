@@ -23,7 +23,7 @@ deprecated name ``XLA_PYTHON_CLIENT_MEM_FRACTION``) for framework, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from carma_airflow.core.fencing import Fence, IsolationMode
@@ -46,6 +46,39 @@ def _join(values: tuple[int, ...]) -> str:
     return ",".join(str(int(v)) for v in values)
 
 
+def jax_fraction(cap_mib: tuple[int, ...], total_mib: tuple[int, ...]) -> str | None:
+    """JAX's one process-wide fraction for these caps: the tightest of its GPUs (JAX has no
+    per-device form); None where no GPU is capped below its size or a GPU's size is unknown."""
+    capped = [c < t for c, t in zip(cap_mib, total_mib, strict=True) if t > 0]
+    if not capped or not any(capped) or not all(t > 0 for t in total_mib):
+        return None
+    return f"{min(min(1.0, c / t) for c, t in zip(cap_mib, total_mib, strict=True)):.4f}"
+
+
+def lower_to_framework_caps(environ: MutableMapping[str, str]) -> None:
+    """Turn a driver-capped try's caps into what a framework-capped try of the same placement
+    gets (its driver limits not in force: taskrun/driver_cap.py ``fall_back``).  The driver's cap
+    counts the CUDA context within it; a framework's allocator does not see the context, so each
+    GPU's cap goes down by its context (``CARMA_CUDA_CONTEXT_MIB``, as ``mechanism_cap_mib`` sets a
+    framework try's), and JAX's fraction is recomputed from those caps.  Nothing changes where the
+    environment carries no cap that parses."""
+    caps = _ints(environ.get(CAP_ENV))
+    if caps is None:
+        return
+    context = _ints(environ.get(CONTEXT_ENV))
+    if context is None or len(context) != len(caps):
+        context = (0,) * len(caps)
+    lowered = tuple(max(0, c - x) for c, x in zip(caps, context, strict=True))
+    environ[CAP_ENV] = _join(lowered)
+    totals = _ints(environ.get(TOTAL_ENV))
+    fraction = jax_fraction(lowered, totals) if totals is not None and len(totals) == len(caps) else None
+    for name in JAX_FRACTION_ENVS:
+        if fraction is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = fraction
+
+
 def fence_env(fence: Fence) -> dict[str, str]:
     """The variables a try with this fence starts with (an unfenced try: only its mode)."""
     env = {ISOLATION_ENV: fence.mode.value}
@@ -59,10 +92,8 @@ def fence_env(fence: Fence) -> dict[str, str]:
             TOTAL_ENV: _join(fence.total_mib),
         }
     )
-    capped = [c < t for c, t in zip(fence.cap_mib, fence.total_mib, strict=True) if t > 0]
-    if capped and any(capped) and all(t > 0 for t in fence.total_mib):
-        # one process-wide fraction: the tightest of its GPUs (JAX has no per-device form)
-        fraction = f"{min(fence.fractions()):.4f}"
+    fraction = jax_fraction(fence.cap_mib, fence.total_mib)
+    if fraction is not None:
         env.update(dict.fromkeys(JAX_FRACTION_ENVS, fraction))
     limits = fence.fixed_mib or fence.cap_mib  # MPS live: the limit fixed at start, PyTorch's fraction beneath
     whole = [t > 0 and c >= t for c, t in zip(limits, fence.total_mib, strict=True)]
@@ -195,5 +226,7 @@ __all__ = [
     "describe_try_fence",
     "fence_env",
     "fence_from_env",
+    "jax_fraction",
+    "lower_to_framework_caps",
     "mps_limits_from_env",
 ]

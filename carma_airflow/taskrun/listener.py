@@ -17,7 +17,8 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.fencing import PAST_CAP
-from carma_airflow.core.recovery import asked_mib, classify_failure
+from carma_airflow.core.recovery import asked_mib
+from carma_airflow.taskrun.cap_oom import classify_here
 from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.outcome import (
     PLACEMENT_ENV,
@@ -76,7 +77,7 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     exc_type = type(error).__name__ if isinstance(error, BaseException) else None
     message = str(error) if error is not None else None
     # classified once: by the retry policy that decided on the retry, else here
-    failure = remembered_failure(error) or classify_failure(exc_type, message)
+    failure = remembered_failure(error) or classify_here(exc_type, message)
     peak = peak_mib_of_this_process()
     if failure.past_cap:  # what it asked for, not where its cap stopped it: the next cap grows to that
         peak = max(peak or 0, asked_mib(message) or 0) or peak

@@ -19,11 +19,11 @@ from carma_airflow.core.fencing import PAST_CAP
 from carma_airflow.core.recovery import (
     FailureKind,
     author_retry_left,
-    classify_failure,
     oom_advice,
     oom_retry_left,
     tries_this_round,
 )
+from carma_airflow.taskrun.cap_oom import classify_here
 from carma_airflow.taskrun.outcome import PRIOR_OOMS_ENV, remember_failure
 
 
@@ -34,7 +34,8 @@ class CudaOomRetryPolicy(RetryPolicy):
         self.oom_delay_s = oom_delay_s
 
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
-        failure = classify_failure(type(exception).__name__, str(exception))
+        # past its cap or a full GPU: by what it held and asked against its fence (taskrun/cap_oom.py)
+        failure = classify_here(type(exception).__name__, str(exception))
         remember_failure(exception, failure)  # the listener writes this classification, not its own
         prior_ooms = int(os.environ.get(PRIOR_OOMS_ENV, "0") or 0)
         if failure.is_oom:

@@ -17,6 +17,8 @@ from carma_airflow.core import (
     paper_recovery,
     plan_recovery,
 )
+from carma_airflow.core.fencing import IsolationMode
+from carma_airflow.core.oom_figures import KnownFence
 
 TORCH2 = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 170.00 MiB. GPU 0 has a total "
@@ -111,6 +113,91 @@ def test_exit_code_alone_is_other() -> None:
 
 def test_host_memory_error_is_not_cuda_oom() -> None:
     assert classify_failure("MemoryError", "Unable to allocate 8.00 GiB for an array").kind is FailureKind.OTHER
+
+
+# -- past its cap or a full GPU: by figures against the try's fence --------------------------------
+
+
+def torch_oom(tried: str, free: str, in_use: str, allowed: str, allocated: str, unallocated: str) -> str:
+    """A PyTorch 2.x OOM with a fraction set, as its caching allocator words it."""
+    return (
+        f"CUDA out of memory. Tried to allocate {tried}. GPU 0 has a total capacity of 39.49 GiB of which {free} "
+        f"is free. Including non-PyTorch memory, this process has {in_use} memory in use. {allowed} allowed; Of the "
+        f"allocated memory {allocated} is allocated by PyTorch, and {unallocated} is reserved by PyTorch but "
+        "unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True to avoid fragmentation."
+    )
+
+
+TF_OOM = (
+    "OOM when allocating tensor with shape[256,1024,1024] and type float on /job:localhost/replica:0/task:0/"
+    "device:GPU:0 by allocator GPU_0_bfc"
+)  # 1024 MiB asked
+JAX_OOM = "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4294967296 bytes."  # 4096 MiB asked
+DRIVER = KnownFence(IsolationMode.DRIVER, (10240,), (500,))
+MPS = KnownFence(IsolationMode.MPS, (9740,), (500,))
+
+
+def test_a_pytorch_oom_within_its_fraction_is_a_full_gpu_though_it_says_allowed() -> None:
+    """PyTorch writes "allowed" in every OOM once a fraction is set: what it held (6344 MiB) and
+    asked (2.00 GiB) fit its 9.51 GiB, so its cudaMalloc failed: the GPU was full."""
+    message = torch_oom("2.00 GiB", "1.06 GiB", "6.70 GiB", "9.51 GiB", "6.00 GiB", "200.00 MiB")
+    failure = classify_failure("OutOfMemoryError", message)
+    assert failure.kind is FailureKind.CUDA_OOM and failure.is_oom
+    assert failure.evidence == (
+        "exception type OutOfMemoryError, held 6344 MiB and asked 2048 MiB, within PyTorch's cap at the OOM "
+        "(9739 MiB): the GPU was full; 1086 MiB free on the GPU"
+    )
+
+
+def test_a_pytorch_oom_past_its_fraction_is_a_cap_oom_whatever_the_gpu_had_free() -> None:
+    message = torch_oom("2.00 GiB", "20.00 GiB", "9.00 GiB", "9.51 GiB", "8.00 GiB", "500.00 MiB")
+    failure = classify_failure("OutOfMemoryError", message)
+    assert failure.kind is FailureKind.CAP_OOM
+    assert "past its cap: held 8692 MiB and asked 2048 MiB, past PyTorch's cap at the OOM (9739 MiB)" in (
+        failure.evidence
+    )
+
+
+def test_a_driver_limit_counts_the_context_that_pytorchs_fraction_does_not_see() -> None:
+    """Under ``driver`` PyTorch's fraction is the cap itself (10 GiB) and the cgroup counts the
+    CUDA context too: 9.25 GiB reserved + 0.75 GiB asked fit the fraction, not the limit."""
+    message = torch_oom("768.00 MiB", "20.00 GiB", "9.75 GiB", "10.00 GiB", "9.00 GiB", "256.00 MiB")
+    assert classify_failure("OutOfMemoryError", message).kind is FailureKind.CUDA_OOM  # the fraction alone
+    failure = classify_failure("OutOfMemoryError", message, fence=DRIVER)
+    assert failure.kind is FailureKind.CAP_OOM and "past its driver limit (10240 MiB)" in failure.evidence
+
+
+@pytest.mark.parametrize(("message", "fence"), [(TF_OOM, DRIVER), (JAX_OOM, MPS)], ids=["tensorflow", "jax"])
+def test_a_tensorflow_or_jax_try_stopped_by_its_limit_is_past_its_cap(message: str, fence: KnownFence) -> None:
+    """Their messages say what they asked, not what they held: the caller's measure of it
+    (the framework's own counters) against the try's fence decides."""
+    assert classify_failure("ResourceExhaustedError", message).kind is FailureKind.CUDA_OOM  # nothing known
+    failure = classify_failure("ResourceExhaustedError", message, fence=fence, held_mib=9000)
+    assert failure.kind is FailureKind.CAP_OOM and failure.past_cap
+    assert f"past its {fence.mode.value} " in failure.evidence
+    full = classify_failure("ResourceExhaustedError", message, fence=fence, held_mib=2000)
+    assert full.kind is FailureKind.CUDA_OOM and "the GPU was full" in full.evidence
+
+
+def test_a_fenced_oom_whose_figures_do_not_decide_says_so() -> None:
+    failure = classify_failure("ResourceExhaustedError", TF_OOM, fence=DRIVER)  # what it held: not known
+    assert failure.kind is FailureKind.CUDA_OOM
+    assert "told as a full GPU: the message does not say what it held against its driver cap of 10240 MiB" in (
+        failure.evidence
+    )
+    asked_past = JAX_OOM.replace("4294967296", str(12 << 30))  # 12 GiB asked: past the cap whatever it held
+    assert classify_failure("XlaRuntimeError", asked_past, fence=MPS).kind is FailureKind.CAP_OOM
+
+
+def test_the_retry_is_planned_the_same_past_its_cap_or_on_a_full_gpu() -> None:
+    plans = [
+        plan_recovery(first_try(), Failure(kind, "x"), oom_retries_done=0, peak_mib=10000, crashed_gpus=("G",), now=0)
+        for kind in (FailureKind.CAP_OOM, FailureKind.CUDA_OOM)
+    ]
+    assert isinstance(plans[0], RetryPlan) and isinstance(plans[1], RetryPlan)
+    assert plans[0].request == plans[1].request
+    assert "past its cap" in plans[0].reason and "past its cap" not in plans[1].reason
 
 
 OOM = Failure(FailureKind.CUDA_OOM, "simulated")

@@ -125,6 +125,40 @@ def test_the_retry_after_a_gpu_fault_resumes_on_another_gpu(checkpointing) -> No
     assert second["result"]["resumed_from_s"] >= 1.0
 
 
+def test_the_try_after_a_scheduler_restart_resumes_from_the_same_folder(checkpointing) -> None:
+    """The scheduler dies and its try with it; the next scheduler's executor (a new process: its
+    own CheckpointFolders over the same root) is handed the reset task instance's next try number,
+    which finds the folder try 1 saved in and resumes from its last checkpoint."""
+    import signal
+    import time
+
+    from executor_helpers import abandon
+
+    ex = checkpointing(behaviour={"r": {"seconds": 30.0}})
+    submit(ex, make_workload("r", config={"memory": "2GiB"}))
+    folder = Path(ex.settings.checkpoint_root) / "dag" / "run1" / "r"
+    run_until(ex, lambda: (saved := last_checkpoint(folder)) is not None and saved.step >= 1, timeout=60)
+    (attempt,) = ex.active.values()
+    assert attempt.handle is not None and attempt.handle.pid is not None
+    os.killpg(attempt.handle.pid, signal.SIGKILL)  # the host went down with the scheduler
+    deadline = time.time() + 20
+    while attempt.handle.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    abandon(ex)
+    saved = last_checkpoint(folder)
+    assert saved is not None and saved.step >= 1 and saved.try_number == 1
+
+    restarted = checkpointing(behaviour={"r": {"seconds": 2.0}})
+    assert restarted.flow is not ex.flow and restarted.flow.starter.checkpoints is not ex.flow.starter.checkpoints
+    submit(restarted, make_workload("r", try_number=2, config={"memory": "2GiB"}))
+    run_until(restarted, lambda: not restarted.active, timeout=60)
+    second = seen("r", 2)
+    assert Path(second[CHECKPOINT_ENV]) == folder and second[TRY_NUMBER_ENV] == "2"
+    assert f"resumed from step {saved.step} (checkpoint of " in second["CARMA_PLACEMENT"]
+    assert second["result"]["resumed_from_s"] >= 1.0
+    assert not folder.exists()  # try 2 succeeded: the folder goes
+
+
 def test_a_kept_folder_stays_after_success(checkpointing) -> None:
     ex = checkpointing(behaviour={"k": {"seconds": 1.5}}, checkpoint_keep="True")
     submit(ex, make_workload("k", config={"memory": "2GiB"}))

@@ -219,3 +219,14 @@ def test_airflow_priority_weight_orders_waiting_tries_and_executor_priority_brea
     run_until(ex, record, timeout=60)
     # priority_weight first (forced replaces its weight), executor_config priority only among equals
     assert order == ["forced", "tie_b", "tie_a", "low"]
+
+
+def test_the_flow_tells_its_starter_every_gpu_of_this_host(executor_factory) -> None:
+    """Driver caps: a gone executor's leaves get their soft limits cleared on each GPU the monitor
+    sees on this host (taskrun/driver_cap.py ``DriverCaps.host_gpus``)."""
+    from carma_airflow.monitor.ledger import sim_uuid
+
+    ex = executor_factory(gpus="2xA100-40GB")
+    run_until(ex, lambda: True)
+    host_gpus = ex.flow.starter.host_gpus
+    assert host_gpus is not None and sorted(host_gpus()) == sorted([sim_uuid(0), sim_uuid(1)])

@@ -29,6 +29,7 @@ from carma_airflow.taskrun.driver_cap import (
     nvml_set_limit,
     owner_folder,
 )
+from carma_airflow.taskrun.fence_env import describe_try_fence, fence_from_env
 from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.isolation import HostIsolation, resolve
 
@@ -173,6 +174,36 @@ def test_a_gone_executors_empty_leaves_are_swept_and_busy_ones_kept(tmp_path: Pa
     assert not gone.exists()  # the gone executor's folder, once empty
 
 
+def test_a_gone_executors_leaves_get_their_soft_limits_cleared_on_every_gpu_of_the_host(tmp_path: Path) -> None:
+    """Which GPUs a gone executor's leaf had limits on is recorded nowhere: the sweeper clears the
+    soft limit on every GPU of its host (the monitor's), not only on those it set limits on."""
+    nvml, other = FakeNvml(), GPU.replace("1111", "9999")
+    caps = DriverCaps(nvml, tmp_path, owner=ME, host_gpus=lambda: [GPU, other])
+    caps.open("a", "a", [GPU], [100], [200])  # this executor has set limits on GPU only
+    leaf = tmp_path / "carma" / f"gpuhost_{_dead_pid()}_cccc3333" / "t1"
+    leaf.mkdir(parents=True)
+    caps.keep(["a"])
+    assert not leaf.exists()
+    assert {(u, n) for u, n, soft, hard in nvml.calls if n == str(leaf)} == {(GPU, str(leaf)), (other, str(leaf))}
+
+
+def test_the_starter_gives_its_driver_caps_every_gpu_of_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from carma_airflow.executor import starter as starter_module
+
+    nvml = FakeNvml()
+    monkeypatch.setattr(starter_module, "nvml_set_limit", lambda owner: nvml)
+    monkeypatch.setattr(starter_module, "DriverCaps", functools.partial(DriverCaps, root=tmp_path / "cgroup"))
+    s = starter(tmp_path, isolation="driver")
+    s._host = DRIVER_HOST
+    s._resolved.clear()
+    s.driver_owner, s.host_gpus = ME, lambda: [GPU, "GPU-other"]
+    s.placed_env(attempt("a", 8192), DECISION)
+    assert s.driver is not None and s.driver.host_gpus is not None
+    assert list(s.driver.host_gpus()) == [GPU, "GPU-other"]
+
+
 def test_an_owner_id_becomes_one_folder_name() -> None:
     assert owner_folder("gpu-host.example:4242:ab12cd34") == "gpu-host.example_4242_ab12cd34"
     assert owner_folder("a/b") == "a_b"
@@ -206,6 +237,33 @@ def test_an_nvml_refusal_falls_back_to_framework_caps_and_says_so(tmp_path: Path
     assert not (home(tmp_path) / "a").exists()  # no leaf left behind
     line = install_framework_caps({**env, "CUDA_VISIBLE_DEVICES": GPU}, hooks={}, report=lambda _: None)
     assert "(framework" in line and "driver caps not in force" in line
+
+
+CAP_KEYS = ("CARMA_MEMORY_CAP_MIB", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
+@pytest.mark.parametrize("where", ["nvml refuses", "the try cannot join its leaf"])
+def test_a_fallen_back_driver_try_gets_a_framework_trys_caps(tmp_path: Path, where: str) -> None:
+    """The driver's cap counts the CUDA context within it; a framework's allocator does not see
+    it: fallen back, the try is capped as a framework try of the same placement (A100-40GB: the
+    context 500 MiB, 10240 -> 9740 MiB, JAX 0.2500 -> 0.2378), and its log says so truthfully."""
+    framework = starter(tmp_path / "framework", isolation="framework").placed_env(attempt("f", 8192), DECISION)
+    if where == "nvml refuses":
+        env = driver_starter(tmp_path, FakeNvml(fail=True)).placed_env(attempt("a", 8192), DECISION)
+    else:
+        env = driver_starter(tmp_path, FakeNvml()).placed_env(attempt("a", 8192), DECISION)
+        assert (env["CARMA_MEMORY_CAP_MIB"], env["XLA_CLIENT_MEM_FRACTION"]) == ("10240", "0.2500")  # the driver's
+        env[CGROUP_LEAF_ENV] = str(tmp_path / "no-such-leaf")
+        assert enter_leaf(env, pid=os.getpid()) is None
+    assert {k: env[k] for k in CAP_KEYS} == {k: framework[k] for k in CAP_KEYS}
+    assert (env["CARMA_MEMORY_CAP_MIB"], env["XLA_CLIENT_MEM_FRACTION"]) == ("9740", "0.2378")
+    fence = fence_from_env(env, 1)  # what the try's log and the executor's say of it
+    assert fence is not None
+    line = describe_try_fence(fence, env)
+    assert line.startswith("capped at 9740 MiB per GPU (framework")
+    assert "CUDA context 500 MiB per GPU counted outside the allocator's cap" in line
+    enter_leaf(env, pid=os.getpid())  # a second fall-back lowers nothing again
+    assert env["CARMA_MEMORY_CAP_MIB"] == "9740"
 
 
 def _probe_with(monkeypatch: pytest.MonkeyPatch, **functions: Any) -> NvmlProbe:
