@@ -14,10 +14,15 @@ restart, while the fitted model, which took many tries to learn, is kept.
 
 Decision: a second scheduler writing peaks for the same tasks (Airflow HA) is seen by this one
 at its next start, not at once; in exchange intake never waits for the database.  One exception:
-the tries of a task instance whose next try this executor takes without knowing the try before
-it (another scheduler ran it, Airflow HA) are read from the store then (:meth:`Learned.tries_for`),
-one indexed read per such retry, so that the recovery plan after a CUDA OOM (the GPU to avoid, the
-grown memory) and the count of OOM tries follow the task instance, not the scheduler.
+the tries of a task instance whose next try this executor takes without knowing every try before
+it (another scheduler ran one, Airflow HA; or its end reached the store after this executor last
+read it) are read from the store then (:meth:`Learned.tries_for`), one indexed read per such try,
+so that the recovery plan after a CUDA OOM (the GPU to avoid, the grown memory) and the count of
+OOM tries follow the task instance, not the scheduler.
+
+The tries kept in memory are a cache of the store, bounded: a task instance's go when a try of it
+succeeds, and only the task instances that ended a try most recently are kept
+(``TRIED_INSTANCES_KEPT``).  One that is not kept costs its next try a store read, nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,7 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("carma_airflow.executor")
 
 PEAKS_KEPT = 5  # the estimator looks at the latest few
-RECENT_TRIES_KEPT = 8
+RECENT_TRIES_KEPT = 8  # per task instance, the latest by try number
+TRIED_INSTANCES_KEPT = 4096  # task instances whose ended tries are kept, the latest to end a try
 ACTIVITIES_KEPT = 10  # core/activity.py looks at the last 10 tries
 SOLO_KEPT = 10
 MODEL_DOC = "model:interference"
@@ -63,7 +70,7 @@ Family = tuple[str, str, str, int]  # dag_id, task_id, run_id, map_index
 class Learned:
     def __init__(self) -> None:
         self._peaks: dict[tuple[str, str, int | None], deque[int]] = {}
-        self._tries: dict[Family, deque[EndedTry]] = {}
+        self._tries: dict[Family, dict[int, EndedTry]] = {}  # by try number; in order of use (LRU)
         self._activity: dict[tuple[str, str], deque[ActivitySample]] = {}
         self._solo: dict[tuple[str, str], deque[float]] = {}
         self._new_solo: list[tuple[str, float]] = []
@@ -127,17 +134,25 @@ class Learned:
 
     # -- tries of a run ------------------------------------------------------------------------
     def add_try(self, family: Family, ended: EndedTry) -> None:
-        self._tries.setdefault(family, deque(maxlen=RECENT_TRIES_KEPT)).append(ended)
+        """A try of ``family`` ended.  A success ends the task instance's tries: what is kept of
+        them goes (the next try a clear may bring reads them from the store)."""
+        if ended.outcome == "success":
+            self._tries.pop(family, None)
+            return
+        self._keep(family, (ended,))
 
     def tries(self, family: Family) -> list[EndedTry]:
-        return list(self._tries.get(family, ()))
+        """The ended tries of ``family`` kept here, by try number."""
+        return sorted(self._tries.get(family, {}).values(), key=lambda t: t.try_number)
 
     def tries_for(self, family: Family, try_number: int) -> list[EndedTry]:
-        """The ended tries of ``family`` before ``try_number``.  When the one just before it is not
-        known here (another scheduler ran it), they are read from the store first: the store, not
-        this executor's memory, holds a task instance's OOM tries and what they reached."""
-        known = [t for t in self.tries(family) if t.try_number < try_number]
-        if try_number <= 1 or any(t.try_number == try_number - 1 for t in known) or self._store is None:
+        """The ended tries of ``family`` before ``try_number``, by try number.  Unless every one of
+        tries 1 .. ``try_number`` - 1 is known here, they are read from the store first (one read):
+        the store, not this executor's memory, holds a task instance's OOM tries and what they
+        reached, whichever scheduler ran them and whenever their end was written."""
+        kept = self._tries.get(family, {})
+        known = sorted((t for t in kept.values() if t.try_number < try_number), key=lambda t: t.try_number)
+        if all(n in kept for n in range(1, try_number)) or self._store is None:
             return known
         try:
             stored = self._store.tries_of(*family)
@@ -149,12 +164,26 @@ class Learned:
                 exc,
             )
             return known
-        numbers = {t.try_number for t in known}
+        merged = {t.try_number: t for t in known}  # what this executor saw end itself stands
         for rec in stored:
-            if rec.outcome.finished and rec.try_number < try_number and rec.try_number not in numbers:
-                self.add_try(family, ended_try(rec))
-                numbers.add(rec.try_number)
-        return sorted((t for t in self.tries(family) if t.try_number < try_number), key=lambda t: t.try_number)
+            if rec.outcome.finished:
+                merged.setdefault(rec.try_number, ended_try(rec))
+        earlier = sorted((t for n, t in merged.items() if n < try_number), key=lambda t: t.try_number)
+        if earlier:
+            self._keep(family, earlier)  # the next try needs no read if this one ends here
+        return earlier
+
+    def _keep(self, family: Family, ended: Iterable[EndedTry]) -> None:
+        """Keep ``ended`` with what is kept of ``family``: its latest ``RECENT_TRIES_KEPT`` tries,
+        and ``family`` the most recently used of at most ``TRIED_INSTANCES_KEPT`` task instances."""
+        kept = self._tries.pop(family, {})
+        for t in ended:
+            kept[t.try_number] = t
+        if len(kept) > RECENT_TRIES_KEPT:
+            kept = dict(sorted(kept.items())[-RECENT_TRIES_KEPT:])
+        self._tries[family] = kept
+        while len(self._tries) > TRIED_INSTANCES_KEPT:
+            del self._tries[next(iter(self._tries))]  # the least recently used
 
 
 def ended_try(rec: PlacementRecord) -> EndedTry:
