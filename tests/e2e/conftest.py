@@ -36,8 +36,51 @@ DEFAULT_CARMA = {"simulated_gpus": "2xA100-40GB"}
 PG_ADMIN = os.environ.get("CARMA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # a teardown needs no orderly hand-back: each round of SIGTERM gets this long before SIGKILL (an
-# orderly stop took 10-21 s on a loaded 2-core machine: bench/stack_cpu.py)
-TEARDOWN_GRACE_S = 5.0
+# orderly stop took 10-21 s on a loaded 2-core machine, bench/stack_cpu.py; with 5 s a round the
+# teardowns were 5-18 s each, 142 s of the suite's worker time, with 1 s 2-5 s: docs/measured.md)
+TEARDOWN_GRACE_S = 1.0
+# -- the order in which xdist hands out files -----------------------------------------------
+# `--dist loadfile` gives each worker whole files, in collection order with `--no-loadscope-reorder`
+# (tools/test-suites; without it xdist orders them by their number of tests): the longest first,
+# so the last file a worker starts is a short one and the two workers end together (longest
+# processing time first).  Seconds of a worker per file, boots and teardowns included, measured
+# with `-n 2 --dist loadfile -m e2e` on a loaded 2-core machine (docs/measured.md, 2026-12-03,
+# rounded); a file not listed counts as a short one.  Only the order depends on these figures,
+# and only in a run of the end-to-end tests alone (`-m e2e`).
+FILE_SECONDS = {
+    "test_schedulers.py": 450,
+    "test_citizen.py": 360,
+    "test_fenced_collocation.py": 355,
+    "test_multihost_e2e.py": 230,
+    "test_e2e.py": 185,
+    "test_checkpoint_resume.py": 130,
+    "test_revoke.py": 125,
+    "test_mapped.py": 115,
+    "test_demo.py": 110,
+    "test_learned_activity.py": 80,
+    "test_restart.py": 75,
+    "test_load_smoke.py": 65,
+    "test_airflow_page.py": 60,
+    "test_hook_in_real_try.py": 45,
+    "test_retries.py": 40,
+    "test_auth.py": 35,
+}
+SHORT_FILE_SECONDS = 30
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by parametrised fixtures
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end files longest first (FILE_SECONDS); within a file, the order pytest chose."""
+    if not items or not all(item.get_closest_marker("e2e") for item in items):
+        return  # not a run of the end-to-end tests alone: pytest's order
+
+    def key(item: pytest.Item) -> tuple[int, str]:
+        path = item.path.name
+        return (-FILE_SECONDS.get(path, SHORT_FILE_SECONDS), str(item.path))
+
+    items.sort(key=key)  # stable: a file's tests keep their order
+
+
 # as for SQLite (carma_airflow/devstack.py): set, every PostgreSQL deployment is migrated at its boot
 PG_TEMPLATE = not os.environ.get("CARMA_STACK_FRESH_DB")
 

@@ -51,7 +51,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStack]:
         deployment.start()
         yield deployment
     finally:
-        deployment.stop(grace_s=5.0)  # a teardown: no orderly hand-back needed
+        deployment.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def live_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowStac
         deployment.start()
         yield deployment
     finally:
-        deployment.stop(grace_s=5.0)  # a teardown: no orderly hand-back needed
+        deployment.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed
 
 
 def _log(stack: AirflowStack, dag_id: str, task_id: str, try_number: int) -> str:

@@ -39,4 +39,4 @@ def test_torch_imported_after_a_find_spec_probe_and_transformers_is_capped(tmp_p
         assert capped, text[-3000:]
         assert int(capped.group(1)) >= 4096  # at least what the try was placed with
     finally:
-        stack.stop(grace_s=5.0)  # a teardown: no orderly hand-back needed
+        stack.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed

@@ -1,6 +1,7 @@
-"""A 4-minute simulated training that checkpoints every 30 s of work and is made to hit a CUDA OOM
-at 3 minutes on its first try (tests/e2e/test_checkpoint_resume.py): its OOM retry resumes from
-the checkpoint of 3:00 in the task instance's folder, so it has 1 minute of work left, not 4."""
+"""A 2-minute simulated training that checkpoints every 10 s of work and is made to hit a CUDA OOM
+at 100 s on its first try (tests/e2e/test_checkpoint_resume.py): its OOM retry resumes from the
+checkpoint of 1:40 in the task instance's folder, so it has 20 s of work left, not 120 (and saves
+one more checkpoint, at 110 s)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from airflow.sdk import dag, task
 
 from carma_airflow import gpu_task
 
-TRAIN_S, EVERY_S, OOM_AT_S = 240.0, 30.0, 180.0
+TRAIN_S, EVERY_S, OOM_AT_S = 120.0, 10.0, 100.0
 
 
 @dag(dag_id="carma_checkpoint", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
