@@ -39,7 +39,7 @@ from carma_airflow.core import GpuState, parse_gpu_list
 from carma_airflow.core.cycle import CycleResult
 from carma_airflow.core.interference import SpeedPrediction
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.completion_time import DEFAULT_COMPLETION_SETTINGS, CompletionTime
 from carma_airflow.core.policies.forecast import Occupant, task_type
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
@@ -123,6 +123,9 @@ class Variant:
     min_gain: float = 0.25
     max_slowdown: float = 2.5
     overdue_runs: float = 0.5
+    # completion-time's floor on a collocation's gain in summed speed (CompletionSettings.min_gain):
+    # the default's unless a variant says otherwise (None: no floor)
+    collocation_gain: float | None = DEFAULT_COMPLETION_SETTINGS.min_gain
 
 
 # The oracles the bench takes the best of, per cell (issue 23: "the best oracle found without
@@ -130,6 +133,8 @@ class Variant:
 VARIANTS: dict[str, Variant] = {
     "ct": Variant(),  # the default's rule and knobs, on the truth
     "ct-fifo": Variant(shortest_first=False),
+    "ct-g0.1": Variant(collocation_gain=0.1),  # the truth needs a lower floor than a learned model
+    "ct-nogain": Variant(collocation_gain=None),
     "greedy": Variant(queue=0.0, shortest_first=False, candidates=64),  # every GPU set and waiting
     "greedy-rank": Variant(queue=0.0, candidates=64),
     "ct-q1": Variant(queue=1.0, candidates=64),
@@ -143,7 +148,7 @@ VARIANTS: dict[str, Variant] = {
 }
 # what bench/robustness.py takes the best of by default: the variants that won a cell of its grid
 # (2026-12, the others never did, or by under 0.01) and the default's rule itself
-DEFAULT_VARIANTS = ("ct", "greedy", "pred", "pred-cap4", "pred-g0.1", "pred-g0.1-cap4", "pred-g0.5")
+DEFAULT_VARIANTS = ("ct", "ct-g0.1", "greedy", "pred", "pred-cap4", "pred-g0.1", "pred-g0.1-cap4", "pred-g0.5")
 
 
 class TruthFit:
@@ -232,6 +237,7 @@ def oracle_simulation(config: SimConfig, variant: Variant | str = "ct") -> Simul
         max_tenants=v.max_tenants,
         risk_rule=v.risk_rule,
         overdue_runs=v.overdue_runs,
+        min_gain=v.collocation_gain,
     )
     policy.max_tenants = v.max_tenants
     policy.checks_risk = v.risk_rule

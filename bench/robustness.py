@@ -122,7 +122,9 @@ def run(
     or ``oracle:VARIANT`` (bench/oracle.py: the default's rule on the truth, or one of its
     :data:`oracle.VARIANTS`), ``predictive+override`` (the prediction may override the risk rule), or
     ``completion-time+fifo`` / ``oracle+fifo`` (the rule without its queue rank: the queue's
-    plain backfill order, as before the rank), ``completion-time+pooled`` (run times of task types
+    plain backfill order, as before the rank), ``completion-time+gain0.3`` / ``+gainoff`` (the
+    collocation's floor on the gain in summed speed, ``CompletionSettings.min_gain``),
+    ``completion-time+pooled`` (run times of task types
     without their own pooled by family: ``CompletionSettings.pooled_runs``)."""
     name, _, variant = policy.partition("+")
     name, _, oracle_variant = name.partition(":")
@@ -148,6 +150,9 @@ def run(
             pol.settings = replace(pol.settings, overdue_runs=float(v[len("overdue") :]))
         elif v.startswith("queue"):
             pol.settings = replace(pol.settings, queue=float(v[len("queue") :]))
+        elif v.startswith("gain"):  # +gain0.3: CompletionSettings.min_gain; +gainoff: None
+            g = v[len("gain") :]
+            pol.settings = replace(pol.settings, min_gain=None if g == "off" else float(g))
         elif v == "pooled":  # run times of rare task types pooled by family (core/policies/durations.py)
             pol.settings = replace(pol.settings, pooled_runs=True)
             pol.learned.durations.pooled = True
@@ -216,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truth-seeds", type=int, default=5, help="seeds of the types and pairs truths (their mean)")
     ap.add_argument("--pairs", default=str(DEFAULT_PAIRS))
     ap.add_argument(
-        "--candidates", default=f"{DEFAULT_POLICY},{DEFAULT_POLICY}+fifo,{DEFAULT_POLICY}+pooled,interference-aware"
+        "--candidates",
+        default=f"{DEFAULT_POLICY},{DEFAULT_POLICY}+gain0.3,{DEFAULT_POLICY}+fifo,{DEFAULT_POLICY}+pooled,interference-aware",
     )
     ap.add_argument("--no-oracle", action="store_true", help="leave the oracle out (no share captured)")
     ap.add_argument(

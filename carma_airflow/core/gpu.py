@@ -136,7 +136,14 @@ class ClusterView:
 
     now: float
     gpus: tuple[GpuState, ...]
-    by_uuid: dict[str, GpuState] = field(init=False, repr=False, compare=False)
+    _by_uuid: dict[str, GpuState] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "by_uuid", {g.uuid: g for g in self.gpus})
+    @property
+    def by_uuid(self) -> dict[str, GpuState]:
+        """The GPUs by UUID, built when first asked (a simulator makes a view of hundreds of GPUs
+        on every pass and never asks)."""
+        got = self._by_uuid
+        if got is None:
+            got = {g.uuid: g for g in self.gpus}
+            object.__setattr__(self, "_by_uuid", got)
+        return got

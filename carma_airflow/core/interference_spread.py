@@ -113,10 +113,11 @@ def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
     positive = sorted(r.contention for r in rows if r.contention > 0.0)
     c_ref = positive[len(positive) // 2] if positive else 0.0
     best: tuple[float, float, dict[str, float], dict[str, float], float] | None = None
+    totals = _totals(rows)
     for b in EXPONENTS if c_ref > 0.0 else (0.0,):
         cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
-        base, own, partner = _factors(rows, absr, cf)
-        scales = [base * c * _factor(own, partner, r) for c, r in zip(cf, rows, strict=True)]
+        base, own, partner = _factors(rows, absr, cf, totals)
+        scales = [base * c * _factor(own, partner, r, t) for c, r, t in zip(cf, rows, totals, strict=True)]
         # Laplace log-likelihood of the absolute residuals at these scales
         loglik = -sum(math.log(s) + a / s for s, a in zip(scales, absr, strict=True) if s > 0.0)
         if best is None or loglik > best[0]:
@@ -124,7 +125,7 @@ def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
     assert best is not None
     _, b, own, partner, base = best
     cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
-    loo = _leave_one_out(rows, absr, cf, base, own, partner)
+    loo = _leave_one_out(rows, absr, cf, base, own, partner, totals)
     standardized = sorted(r.residual / s for r, s in zip(rows, loo, strict=True) if s > 0.0)
     if not standardized:
         return None
@@ -140,9 +141,15 @@ def _clip_ratio(c: float, ref: float) -> float:
     return min(hi, max(lo, c / ref)) if ref > 0.0 else 1.0
 
 
-def _factor(own: Mapping[str, float], partner: Mapping[str, float], r: ScaleRow) -> float:
-    total = sum(w for _, w in r.partners)
-    p = sum(w * partner.get(n, 1.0) for n, w in r.partners) / total if total > 0.0 else 1.0
+def _totals(rows: Sequence[ScaleRow]) -> list[float]:
+    """Each row's summed partner shares (the fits below ask them many times over)."""
+    return [sum(w for _, w in r.partners) for r in rows]
+
+
+def _factor(own: Mapping[str, float], partner: Mapping[str, float], r: ScaleRow, total: float) -> float:
+    """``r``'s factor: its type's times its partners' (weighted by share; ``total``: the row's
+    summed shares, :func:`_totals`)."""
+    p = sum([w * partner.get(n, 1.0) for n, w in r.partners]) / total if total > 0.0 else 1.0
     return own.get(r.task, 1.0) * p
 
 
@@ -158,10 +165,11 @@ def _own_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[fl
     return sums
 
 
-def _partner_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float]) -> _Sums:
+def _partner_sums(
+    rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float], totals: Sequence[float]
+) -> _Sums:
     sums: _Sums = {}
-    for r, a, x in zip(rows, absr, rest, strict=True):
-        total = sum(w for _, w in r.partners)
+    for r, a, x, total in zip(rows, absr, rest, totals, strict=True):
         for name, w in r.partners if total > 0.0 else ():
             s, n = sums.get(name, (0.0, 0.0))
             sums[name] = (s + w / total * (a / x if x > 0.0 else 1.0), n + w / total)
@@ -169,18 +177,18 @@ def _partner_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequenc
 
 
 def _factors(
-    rows: Sequence[ScaleRow], absr: Sequence[float], cf: Sequence[float]
+    rows: Sequence[ScaleRow], absr: Sequence[float], cf: Sequence[float], totals: Sequence[float]
 ) -> tuple[float, dict[str, float], dict[str, float]]:
     """A, F and P by alternating shrunk means of the absolute residuals (each over the others)."""
     own: dict[str, float] = {}
     partner: dict[str, float] = {}
     base = sum(absr) / sum(cf)
     for _ in range(_ROUNDS):
-        rest = [base * c * _factor({}, partner, r) for r, c in zip(rows, cf, strict=True)]
+        rest = [base * c * _factor({}, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)]
         own = _shrunk(_own_sums(rows, absr, rest))[0]
         rest = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
-        partner = _shrunk(_partner_sums(rows, absr, rest))[0]
-        fitted = sum(c * _factor(own, partner, r) for r, c in zip(rows, cf, strict=True))
+        partner = _shrunk(_partner_sums(rows, absr, rest, totals))[0]
+        fitted = sum([c * _factor(own, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)])
         base = sum(absr) / fitted if fitted > 0.0 else base
     return base, own, partner
 
@@ -211,20 +219,20 @@ def _leave_one_out(
     base: float,
     own: Mapping[str, float],
     partner: Mapping[str, float],
+    totals: Sequence[float],
 ) -> list[float]:
     """Each row's scale with its own residual taken out of its types' factors (their shrunk means
     without it, the shrinkage and the other factors kept)."""
-    rest_own = [base * c * _factor({}, partner, r) for r, c in zip(rows, cf, strict=True)]
+    rest_own = [base * c * _factor({}, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)]
     rest_partner = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
-    own_sums, partner_sums = _own_sums(rows, absr, rest_own), _partner_sums(rows, absr, rest_partner)
+    own_sums, partner_sums = _own_sums(rows, absr, rest_own), _partner_sums(rows, absr, rest_partner, totals)
     k_own, k_partner = _shrink_k(own_sums), _shrink_k(partner_sums)
     out = []
-    for r, a, c, x_own, x_partner in zip(rows, absr, cf, rest_own, rest_partner, strict=True):
+    for r, a, c, x_own, x_partner, total in zip(rows, absr, cf, rest_own, rest_partner, totals, strict=True):
         f = 1.0
         if r.task in own_sums:
             s, n = own_sums[r.task]
             f = (s - (a / x_own if x_own > 0.0 else 1.0) + k_own) / (n - 1.0 + k_own)
-        total = sum(w for _, w in r.partners)
         p = 1.0
         if total > 0.0:
             p = 0.0

@@ -26,7 +26,8 @@ from operator import itemgetter
 from carma_airflow.core.facts import model_matches
 from carma_airflow.core.gpu import GpuHealth
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.completion_time import Choice, CompletionTime
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.priced import Choice
 from carma_airflow.core.pools import Pools
 from carma_airflow.core.task import TaskRequest
 
@@ -34,6 +35,15 @@ MAX_AGE = 0.02  # a kept wait is priced again once the clock moved by this share
 KEPT = 4096  # kept waits at most (then forgotten, all at once)
 
 _Drain = tuple[float, int, GpuFacts]  # (absolute time it drains by at the earliest, ordinal, facts)
+
+
+@dataclass(slots=True)
+class _Scan:
+    """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played
+    with their drains, in order, and the last entry of the order it looked at (None: none)."""
+
+    played: list[tuple[float, GpuFacts]]
+    last: tuple[float, int] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,7 @@ class DrainPass(Pools):
     _order: list[_Drain] | None
     _order_of: dict[str, _Drain]
     _applied: set[str]
+    _scans: dict[tuple[object, ...], _Scan]
 
     def _usable(self, f: GpuFacts, need: int, wanted: str | None, reserved: frozenset[str]) -> bool:
         return (
@@ -103,27 +114,81 @@ class DrainPass(Pools):
             return got
         wanted = request.gpu_model
         n = request.gpus
+        if n == 1:
+            got = self._drains[key] = self._drain_one(key, need, wanted, reserved)
+            return got
         best, where = float("inf"), None
         seen: dict[int, GpuFacts] = {}
         per_host: dict[str, list[_Drain]] = {}
         now = chooser.now
+        claimed, drained = self._claimed, chooser.drained
         for at, place, f in self._drain_order():
             if at - now >= best:  # every GPU after this one drains later still
                 break
-            if not self._usable(f, need, wanted, reserved):
+            st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
+            if (
+                st.spec.memory_mib < need
+                or (wanted is not None and not model_matches(st.spec.name, wanted))
+                or (reserved and st.uuid in reserved)
+                or st.uuid in claimed
+            ):
                 continue
             seen[id(f)] = f
-            drain = chooser.drained(f)
-            if n == 1:
-                if drain < best:
-                    best, where = drain, f
-                continue
+            drain = drained(f)
             group = per_host.setdefault(f.state.host, [])
             bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
             if len(group) >= n and group[n - 1][0] < best:
                 best, where = group[n - 1][0], group[n - 1][2]
         got = self._drains[key] = (best, where, seen)
         return got
+
+    def _drain_one(
+        self, key: tuple[object, ...], need: int, wanted: str | None, reserved: frozenset[str]
+    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
+        """:meth:`_drain_seen` of a one-GPU request: the soonest drain of a usable GPU, walking the
+        drain order while its bound beats the soonest found.  Resumed after a claim (the next
+        waiting try of this shape asks again): the GPUs it played then, less the claimed ones,
+        keep their drains and places, so the walk goes on where it stopped (a claim only takes
+        GPUs out of the order, and the soonest drain without them is no sooner, so the walk
+        afresh would look at the same GPUs up to there).  A placement changes the order: its
+        walks start afresh (:meth:`apply`)."""
+        chooser = self.chooser
+        assert chooser is not None
+        now, claimed, drained = chooser.now, self._claimed, chooser.drained
+        order = self._drain_order()
+        best, where = float("inf"), None
+        seen: dict[int, GpuFacts] = {}
+        scan = self._scans.get(key)
+        if scan is None:
+            scan = self._scans[key] = _Scan([], None)
+            start = 0
+        else:
+            scan.played = [p for p in scan.played if p[1].state.uuid not in claimed]
+            for drain, f in scan.played:
+                seen[id(f)] = f
+                if drain < best:
+                    best, where = drain, f
+            start = 0 if scan.last is None else bisect.bisect_right(order, scan.last, key=itemgetter(0, 1))
+        played = scan.played
+        for k in range(start, len(order)):
+            at, place, f = order[k]
+            if at - now >= best:  # every GPU after this one drains later still
+                break
+            scan.last = (at, place)
+            st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
+            if (
+                st.spec.memory_mib < need
+                or (wanted is not None and not model_matches(st.spec.name, wanted))
+                or (reserved and st.uuid in reserved)
+                or st.uuid in claimed
+            ):
+                continue
+            seen[id(f)] = f
+            drain = drained(f)
+            played.append((drain, f))
+            if drain < best:
+                best, where = drain, f
+        return best, where, seen
 
     def _drain_order(self) -> list[_Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):

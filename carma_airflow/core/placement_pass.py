@@ -5,15 +5,15 @@ pass places (candidates stay sorted by the policy's keys, so a decision usually 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Iterator
 from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import copy_facts, model_matches, needs_idle, never_fits
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.completion_time import Choice
-from carma_airflow.core.pools import Entry, Pools
+from carma_airflow.core.policies.priced import Choice
+from carma_airflow.core.pools import POOL_ORDER, Entry, Pools
 from carma_airflow.core.reasons import (
     count_reasons,
     describe,
@@ -44,21 +44,25 @@ class PlacementPass(DrainPass):
         self.base = base
         self.pol = base.pol
         self.settings = base.settings
-        self.facts = list(base.facts)
-        self.by_uuid = dict(base.by_uuid)
+        # the view's pools themselves until the pass places (most passes of a deep queue place
+        # nothing): the first placement copies them (:meth:`_own`), the view's stay as they are
+        self.facts = base.facts
+        self.by_uuid = base.by_uuid
         self.ordinal = base.ordinal
         self.never_cache = base.never_cache
-        self.idle = list(base.idle)
-        self.shared = list(base.shared)
-        self.by_free = list(base.by_free)
-        self.where = dict(base.where)
-        self.static = dict(base.static)
+        self.idle = base.idle
+        self.shared = base.shared
+        self.by_free = base.by_free
+        self.where = base.where
+        self.static = base.static
+        self._owned = False
         self._static_tuple = base.static_rejections()
         self._static_counts = base._static_counts  # shared: never changed, only replaced
         # a policy that prices its options (completion-time): drain times by request shape, this pass
         self.chooser = self.pol.pricer()
         self.kept = kept if self.chooser is not None else None
         self._drains = {}
+        self._scans = {}  # one-GPU drain walks, resumed after a claim (placement_drains)
         self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
         self._order = None  # GPUs with tenants, by drain bound
         self._order_of = {}
@@ -142,7 +146,7 @@ class PlacementPass(DrainPass):
                     break
                 scanned.append((f, Reason.MEMORY, True))
             if chosen is None:
-                i = bisect.bisect_left(self.by_free, (filter_need, -1), key=lambda e: (e[0], e[1]))
+                i = bisect.bisect_left(self.by_free, (filter_need, -1), key=POOL_ORDER)
                 if i < len(self.by_free):
                     chosen = [min(self.by_free[i:], key=itemgetter(2))[2][2]]
                 elif not explain:
@@ -151,8 +155,22 @@ class PlacementPass(DrainPass):
                     del scanned[mark:]  # the full scan below lists them again
         if chosen is None and idle_only and not explain and not avoided:
             pass  # every collocation candidate is busy for it, no avoided GPU to fall back on: it waits
+        elif (
+            chosen is None
+            and not explain
+            and not avoided
+            and pol.checks_memory
+            and (not self.by_free or self.by_free[-1][0] < filter_need)
+        ):
+            # no collocation candidate has the memory (the by-memory index's largest has less): the
+            # scan below would reject every one of them before it could be a candidate, priced or
+            # avoided, so the request waits; a deep queue's large requests skip the scan
+            pass
         elif chosen is None:
-            for _, _, f in self._ordered(self.shared, request, False):
+            pool: Iterable[Entry] = self._ordered(self.shared, request, False)
+            if not explain and pol.checks_memory and pol.stable_keys and pol.free_key_at is not None:
+                pool = self._past_rejections(self.shared, scanned, filter_need, pol.free_key_at)
+            for _, _, f in pool:
                 if wanted is not None and not model_matches(f.state.spec.name, wanted):
                     scanned.append((f, Reason.MODEL, True))
                 elif reserved and f.state.uuid in reserved:
@@ -180,7 +198,11 @@ class PlacementPass(DrainPass):
             if kept is not None and self._kept_wait_holds(kept, request, reserved, priced):
                 return WAITS_BY_CHOICE
             choice = chooser.choose(request, priced, lambda: self._drain(request, reserved), n)
-            if choice.best is None:
+            if choice.best is None:  # every GPU set refused (and waiting not priced): it waits
+                for f in priced:
+                    if explain and (note := choice.note(f)) is not None:
+                        notes[f.uuid] = note
+                        scanned.append((f, Reason.INTERFERENCE, True))
                 choice = None
             elif choice.best.waits:
                 if choice.best.drained is not None:  # the next waiting try waits for the next GPU
@@ -222,6 +244,32 @@ class PlacementPass(DrainPass):
             collocated=any(not f.idle for f in chosen),
             policy=pol.name,
         )
+
+    def _past_rejections(
+        self, pool: list[Entry], scanned: list[tuple[GpuFacts, Reason, bool]], filter_need: int, at_free: int
+    ) -> Iterator[Entry]:
+        """The collocation pool in order for a scan that keeps only its first
+        :data:`PLACED_REJECTIONS` rejections (a decision without reasons): once the scan has
+        recorded that many, each run of GPUs without the memory (inside one value of the key's
+        fields before its usable memory at ``at_free``: :attr:`Policy.free_key_at`) is skipped by
+        binary search, since the scan would reject each of them, whatever else it checks first.
+        A deep queue's scans otherwise walk past dozens of GPUs too full for the request."""
+        at, count = 0, len(pool)
+        while at < count:
+            yield pool[at]
+            at += 1
+            if len(scanned) >= PLACED_REJECTIONS:
+                break
+        need = float(filter_need)
+        prefix = itemgetter(slice(0, at_free + 1))
+        while at < count:
+            entry = pool[at]
+            key = entry[0]
+            if key[at_free] < need:  # it and the GPUs after it in its run lack the memory
+                at = bisect.bisect_left(pool, (*key[:at_free], need), lo=at, key=lambda e: prefix(e[0]))
+                continue
+            yield entry
+            at += 1
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
@@ -271,10 +319,26 @@ class PlacementPass(DrainPass):
     ) -> tuple[GpuVerdict, ...]:
         return scan_verdicts(scanned, request, self.settings.headroom_mib, notes)
 
+    def _own(self) -> None:
+        """The pass's own copies of the view's pools, to change as it places."""
+        if self._owned:
+            return
+        base = self.base
+        self.facts = list(base.facts)
+        self.by_uuid = dict(base.by_uuid)
+        self.idle = list(base.idle)
+        self.shared = list(base.shared)
+        self.by_free = list(base.by_free)
+        self.where = dict(base.where)
+        self.static = dict(base.static)
+        self._owned = True
+
     def apply(self, request: TaskRequest, decision: Decision) -> None:
         """Account a placement inside the pass and move the GPUs to their new pools."""
+        self._own()
         chosen = []
         self._drains = {}
+        self._scans = {}
         for uuid in decision.gpu_uuids:
             old = self.by_uuid[uuid]
             self._take_out(old)

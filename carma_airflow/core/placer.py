@@ -12,10 +12,12 @@ import heapq
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
-from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState
+from carma_airflow.core.gpu import ClusterView, GpuState
+from carma_airflow.core.hold_order import HoldOrder
 from carma_airflow.core.placement_drains import KeptWaits
 from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
 from carma_airflow.core.policies.base import GpuFacts, Policy
@@ -70,11 +72,14 @@ class Placer:
         self._cache: PoolCache | None = None
         # the last starvation hold: (request shape, the facts it was chosen from, the GPUs)
         self._held: tuple[tuple[object, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
+        self._hold_order: HoldOrder | None = None  # the GPUs in hold order, kept from pass to pass
         # per request (by id, the request kept alive) its shape and the shape less the task type and
-        # activity, as numbers (:meth:`_sigs`): a pass over 10,000 waiting looks each up once
-        self._sig_of: dict[int, tuple[TaskRequest, int, int]] = {}
+        # activity, as numbers, and the shape itself (:meth:`_sigs`): a pass over 10,000 waiting
+        # looks each up once, and a waiting request is looked up once, not once per pass
+        self._sig_of: dict[int, tuple[TaskRequest, int, int, tuple[object, ...]]] = {}
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._next_sig = itertools.count()
+        self._sig_flags: tuple[bool, bool] | None = None  # the policy's flags the shapes were made with
         self.kept = KeptWaits()  # a pricing policy's waits by choice, kept from pass to pass
 
     # -- facts -------------------------------------------------------------------------
@@ -131,6 +136,7 @@ class Placer:
         ``protected``: a request past its starvation bound; it is decided first and, if it
         must wait, the GPUs closest to fitting it are held back from everyone else.
         """
+        self._forget_sigs()
         state = self._pass(view, len(requests))
         order: list[str] = []
         by_key: dict[str, Decision] = {}
@@ -171,7 +177,7 @@ class Placer:
                 continue
             if monotone:
                 got = known.get(id(req))
-                _, sig, base = got if got is not None and got[0] is req else sigs(req)
+                _, sig, base, _ = got if got is not None and got[0] is req else sigs(req)
                 hit = memo.get(sig)
                 if hit is None and prices:
                     hit = memo.get(base)
@@ -198,9 +204,10 @@ class Placer:
                     )
         return PassResult(tuple(order), by_key, tuple(placed), reserved_for)
 
-    def _sigs(self, request: TaskRequest) -> tuple[TaskRequest, int, int]:
+    def _sigs(self, request: TaskRequest) -> tuple[TaskRequest, int, int, tuple[object, ...]]:
         """The request's :meth:`shape` and that shape less its last two fields (task type and
-        activity), each as a number unique to its value (kept per request object, ``_sig_of``)."""
+        activity), each as a number unique to its value, and the shape (kept per request object,
+        ``_sig_of``; forgotten only between passes, :meth:`_forget_sigs`)."""
         got = self._sig_of.get(id(request))
         if got is not None and got[0] is request:
             return got
@@ -212,10 +219,17 @@ class Placer:
         base = ids.get(shape[:-2])
         if base is None:
             base = ids[shape[:-2]] = next(self._next_sig)
-        if len(self._sig_of) > 100_000:  # ids are never reused, so forgetting is safe
-            self._sig_of, self._sig_ids = {}, {}
-        got = self._sig_of[id(request)] = (request, sig, base)
+        got = self._sig_of[id(request)] = (request, sig, base, shape)
         return got
+
+    def _forget_sigs(self) -> None:
+        """Before a pass: forget the kept shapes once there are many (ids are never reused, so
+        forgetting is safe; between passes, so one shape has one number through a pass), or
+        when the policy's flags a shape depends on are others."""
+        pol = self.policy
+        flags = (pol.prices_options, pol.refuses_gpus)
+        if len(self._sig_of) > 100_000 or flags != self._sig_flags:
+            self._sig_of, self._sig_ids, self._sig_flags = {}, {}, flags
 
     def shape(self, request: TaskRequest) -> tuple[object, ...]:
         """What a decision of a memory-checking policy depends on besides the GPUs: in one pass,
@@ -253,6 +267,7 @@ class Placer:
         """
         if not self.policy.checks_memory:
             raise ValueError("Placer.place needs a policy that checks memory; use schedule")
+        self._forget_sigs()
         state = self._pass(view, sum(len(g) for g in groups))
         placed: list[Decision] = []
         never: list[Decision] = []
@@ -270,48 +285,59 @@ class Placer:
                 reserved_for = protected.key
             else:
                 never.append(d)
-        shape = self.shape
-        heads: list[tuple[tuple[object, ...], int, int]] = []
-        shapes: list[tuple[object, ...]] = []
-        for g, group in enumerate(groups):
-            if group:
-                shapes.append(shape(group[0]))
-                heads.append((order_key(group[0]), g, 0))
-            else:
-                shapes.append(())
-        heapq.heapify(heads)
-        waits: set[tuple[object, ...]] = set()
         # a pricing policy's shapes carry the activity and the task type; a try that waits because
         # no GPU set can take it (not by choice: the filters know neither) makes every try of its
         # shape wait, whatever its type and activity: the shape less those two
         prices = self.policy.prices_options
-        base = [s[:-2] for s in shapes] if prices else shapes
-        while heads:
-            _, g, i = heads[0]
-            group = groups[g]
-            sig = shapes[g]
-            if sig in waits or (prices and base[g] in waits):
-                heapq.heappop(heads)
+        # per group its shape, and the shape and the shape less those two as numbers (kept per
+        # request from pass to pass, :meth:`_sigs`): the numbers are what ``waits`` holds, so a
+        # group dropped at its head costs no hash of a shape
+        sig_of, sigs = self._sig_of, self._sigs
+        heads: list[tuple[tuple[object, ...], int, int]] = []
+        infos: list[tuple[TaskRequest, int, int, tuple[object, ...]] | None] = []  # per group its head's _sigs
+        for g, group in enumerate(groups):
+            if not group:
+                infos.append(None)
                 continue
+            head = group[0]
+            got = sig_of.get(id(head))
+            infos.append(got if got is not None and got[0] is head else sigs(head))
+            heads.append((order_key(head), g, 0))
+        # the merge of the groups in ``order_key`` order: the groups' heads sorted once, and a heap
+        # of the groups moved past their head (those that placed); most groups are decided, or
+        # dropped, at their head, which then costs no heap operation
+        heads.sort(key=_HEAD)  # by the order key alone (unique): no comparison of the whole entries
+        moved: list[tuple[tuple[object, ...], int, int]] = []
+        waits: set[int] = set()
+        at, count = 0, len(heads)
+        while at < count or moved:
+            if moved and (at >= count or moved[0] < heads[at]):
+                _, g, i = heapq.heappop(moved)
+            else:
+                _, g, i = heads[at]
+                at += 1
+            info = infos[g]
+            assert info is not None  # an empty group has no head
+            _, sig, base, shape_g = info
+            if sig in waits or (prices and base in waits):
+                continue
+            group = groups[g]
             req = group[i]
             if req.key != skip:
-                d = state.decide(req, reserved, explain=False, shape=sig)
-                if d.placed:
+                d = state.decide(req, reserved, explain=False, shape=shape_g)
+                if d.outcome is Outcome.PLACED:  # ``d.placed``, without the property's call
                     state.apply(req, d)
                     placed.append(d)
                 elif d.outcome is Outcome.NOT_NOW:
                     if blocking:
                         break
-                    waits.add(sig if d is WAITS_BY_CHOICE or not prices else base[g])
-                    heapq.heappop(heads)
+                    waits.add(sig if d is WAITS_BY_CHOICE or not prices else base)
                     continue
                 else:
                     never.append(d)
             i += 1
             if i < len(group):
-                heapq.heapreplace(heads, (order_key(group[i]), g, i))
-            else:
-                heapq.heappop(heads)
+                heapq.heappush(moved, (order_key(group[i]), g, i))
         return Placements(tuple(placed), tuple(never), reserved_for)
 
     def _hold_for(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
@@ -332,27 +358,16 @@ class Placer:
         return out
 
     def _choose_hold(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
-        per_host: dict[str, list[GpuFacts]] = {}
-        for f in facts:
-            if f.state.health is not GpuHealth.QUARANTINED and model_matches(f.state.spec.name, request.gpu_model):
-                per_host.setdefault(f.state.host, []).append(f)
-        best: list[GpuFacts] = []
-        best_score = -1.0e18
-        n = request.gpus
-        for group in per_host.values():
-            if len(group) < n:
-                continue
-            # the n first in (fewest tenants, most usable memory, index) order; a full sort of a
-            # large host per pass was the deep queue's hot spot
-            order = [(f.tenants, -f.usable_free_mib, f.index, i) for i, f in enumerate(group)]
-            firsts = [min(order)] if n == 1 else heapq.nsmallest(n, order)
-            top = [group[t[3]] for t in firsts]
-            score = float(sum(f.usable_free_mib for f in top)) - 1e9 * sum(f.tenants for f in top)
-            if score > best_score:
-                best, best_score = top, score
-        return frozenset(f.uuid for f in best)
+        # asked on most passes of a deep queue, over every GPU: the hold order is kept from pass to
+        # pass and only the GPUs whose facts are other objects are placed in it again
+        shape = (request.gpus, request.gpu_model)
+        order = self._hold_order
+        if order is None or order.shape != shape or not order.update(facts):
+            order = self._hold_order = HoldOrder(shape, facts)
+        return order.choose(request.gpus)
 
 
+_HEAD = itemgetter(0)
 _Entry = tuple[tuple[float, ...], int, GpuFacts]
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable
 from itertools import compress
-from operator import is_not
+from operator import is_not, itemgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
 from carma_airflow.core.facts import NEVER, gpu_facts
@@ -18,6 +18,9 @@ from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 
 Entry = tuple[tuple[float, ...], int, GpuFacts]
+# a pool's order: an entry's (key, place), by-memory's (usable memory, place); in C, not a lambda
+# (every GPU a pass changes goes out of and into its pools by binary search)
+POOL_ORDER = itemgetter(0, 1)
 NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
 
 
@@ -51,9 +54,9 @@ class Pools:
         self.drain_stale: set[str] = set()
         for f in facts:
             self._place_in_pool(f, sort=False)
-        self.idle.sort(key=lambda e: (e[0], e[1]))
-        self.shared.sort(key=lambda e: (e[0], e[1]))
-        self.by_free.sort(key=lambda e: (e[0], e[1]))
+        self.idle.sort(key=POOL_ORDER)
+        self.shared.sort(key=POOL_ORDER)
+        self.by_free.sort(key=POOL_ORDER)
 
     # pools -------------------------------------------------------------------------------
     def _classify(self, f: GpuFacts) -> GpuVerdict | bool:
@@ -80,8 +83,10 @@ class Pools:
             return verdict(f, Reason.INTERFERENCE, f"projected SM activity {f.smact:.2f} + newcomer over the cap")
         return False
 
-    def _place_in_pool(self, f: GpuFacts, sort: bool = True) -> None:
-        verdict = self._classify(f)
+    def _place_in_pool(self, f: GpuFacts, sort: bool = True, verdict: GpuVerdict | bool | None = None) -> None:
+        """Put ``f`` in its pool (``verdict``: its :meth:`_classify`, where known already)."""
+        if verdict is None:
+            verdict = self._classify(f)
         if isinstance(verdict, GpuVerdict):
             self.static[f.uuid] = verdict
             self._static_tuple = None
@@ -91,13 +96,13 @@ class Pools:
         entry: Entry = (key, self.ordinal[f.uuid], f)
         self.where[f.uuid] = entry
         if sort:
-            bisect.insort(pool, entry, key=lambda e: (e[0], e[1]))
+            bisect.insort(pool, entry, key=POOL_ORDER)
         else:
             pool.append(entry)
         if not verdict:
             item = (f.usable_free_mib, entry[1], entry)
             if sort:
-                bisect.insort(self.by_free, item, key=lambda e: (e[0], e[1]))
+                bisect.insort(self.by_free, item, key=POOL_ORDER)
             else:
                 self.by_free.append(item)
 
@@ -108,11 +113,11 @@ class Pools:
                 self._static_tuple = None
             return
         for pool in (self.idle, self.shared):
-            i = bisect.bisect_left(pool, (entry[0], entry[1]), key=lambda e: (e[0], e[1]))
+            i = bisect.bisect_left(pool, (entry[0], entry[1]), key=POOL_ORDER)
             if i < len(pool) and pool[i][2] is f:
                 del pool[i]
                 if pool is self.shared:
-                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, entry[1]), key=lambda e: (e[0], e[1]))
+                    j = bisect.bisect_left(self.by_free, (f.usable_free_mib, entry[1]), key=POOL_ORDER)
                     if j < len(self.by_free) and self.by_free[j][2] is entry:
                         del self.by_free[j]
                 return
@@ -168,16 +173,24 @@ class PoolCache:
         reorder = False
         for i, f, u in zip(places, fresh, until, strict=True):
             old = pools.facts[i]
-            if old.state.spec != f.state.spec or old.state.host != f.state.host:
+            st, was = f.state, old.state
+            if (was.spec is not st.spec and was.spec != st.spec) or was.host != st.host:
                 pools.never_cache = {}
-            reorder = reorder or old.uuid in static
-            pools._take_out(old)
+            uuid = st.uuid
+            verdict = pools._classify(f)
             pools.facts[i] = f
-            pools.by_uuid[f.uuid] = f
-            pools._place_in_pool(f)
-            pools.drain_stale.add(f.uuid)  # the next pass that needs the drain order places it again
-            reorder = reorder or f.uuid in static
+            pools.by_uuid[uuid] = f
+            pools.drain_stale.add(uuid)  # the next pass that needs the drain order places it again
             self.until[i] = u
+            if uuid in static and isinstance(verdict, GpuVerdict):
+                # unusable before and after: its verdict replaced in its place (the view order kept)
+                static[uuid] = verdict
+                pools._static_tuple = None
+                continue
+            reorder = reorder or uuid in static
+            pools._take_out(old)
+            pools._place_in_pool(f, verdict=verdict)
+            reorder = reorder or uuid in static
         if reorder:  # the GPUs no request can use, in view order (as a fresh build lists them)
             place = pools.ordinal.__getitem__
             pools.static = {u: static[u] for u in sorted(static, key=place)}
@@ -187,4 +200,4 @@ class PoolCache:
         return True
 
 
-__all__ = ["NO_REQUEST", "Entry", "PoolCache", "Pools"]
+__all__ = ["NO_REQUEST", "POOL_ORDER", "Entry", "PoolCache", "Pools"]

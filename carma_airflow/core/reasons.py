@@ -60,7 +60,7 @@ _EVERY_GPU: dict[Reason, str] = {
     Reason.LOCKED: "every GPU was placed on moments ago",
     Reason.MEMORY: "no GPU with {need} free",
     Reason.RISK: "every GPU is too busy to share (high-risk)",
-    Reason.INTERFERENCE: "every GPU would pass the interference cap",
+    Reason.INTERFERENCE: "sharing any GPU is predicted not to pay (interference)",
     Reason.BUSY: "no idle GPU",
     Reason.EXCLUSIVE_TENANT: "every GPU is held by an exclusive task",
     Reason.TENANT_CAP: "every GPU is at its tenant cap",

@@ -77,6 +77,10 @@ class Reservations:
         self._last_until = -_NEVER
         self._where: dict[str, int] = {}  # uuid -> its place in the last view's input
         self._dirty: set[str] = set()
+        # per GPU its tenants as the last view counted them: (tenants, from, until, seen_after_s),
+        # the same answer for every time in [from, until) while its reservations stay (a GPU
+        # whose monitor state moves pass after pass, its tenants the same, is not counted afresh)
+        self._counted: dict[str, tuple[tuple[Tenant, ...], float, float, float | None]] = {}
 
     # -- the book ----------------------------------------------------------------------------
     def reserve(
@@ -156,6 +160,7 @@ class Reservations:
 
     def _touch(self, uuid: str) -> None:
         self._dirty.add(uuid)
+        self._counted.pop(uuid, None)
 
     # -- reading -----------------------------------------------------------------------------
     def get(self, key: str) -> Reservation | None:
@@ -226,9 +231,15 @@ class Reservations:
             out = list(gpus)
             until = _NEVER
         last_placed = self._last_placed
+        counted, after = self._counted, self.seen_after_s
         for i in redo:
             st = gpus[i]
-            tenants, expires = self._tenants(st.uuid, now)
+            kept = counted.get(st.uuid)
+            if kept is not None and kept[1] <= now < kept[2] and kept[3] == after:
+                tenants, expires = kept[0], kept[2]
+            else:
+                tenants, expires = self._tenants(st.uuid, now)
+                counted[st.uuid] = (tenants, now, expires, after)
             last = last_placed.get(st.uuid)
             out[i] = st if tenants == st.tenants and last == st.last_placed_at else _with(st, tenants, last)
             until = min(until, expires)

@@ -221,33 +221,34 @@ def _solve(
     v: dict[str, float] = {}
     info_u: dict[str, float] = {}
     info_v: dict[str, float] = {}
-    by_task: dict[str, list[int]] = {}
-    by_partner: dict[str, list[tuple[int, float]]] = {}
+    # per type its rows as (row, feature, target): the sweeps below read no row's attributes
+    by_task: dict[str, list[tuple[int, float, float]]] = {}
+    by_partner: dict[str, list[tuple[int, float, float]]] = {}
     for n, r in enumerate(rows):
         if r.task and r.g > 0.0:
-            by_task.setdefault(r.task, []).append(n)
+            by_task.setdefault(r.task, []).append((n, r.g, r.target))
             info_u[r.task] = info_u.get(r.task, 0.0) + r.g * r.g
         for name, w in r.weights:
-            by_partner.setdefault(name, []).append((n, w))
+            by_partner.setdefault(name, []).append((n, w, r.target))
             info_v[name] = info_v.get(name, 0.0) + w * w
     fitted = [0.0] * len(rows)  # the terms' part of each row's prediction
     for _ in range(_SWEEPS):
         moved = 0.0
         for task, idx in by_task.items():
             old = u.get(task, 0.0)
-            num = sum(rows[n].g * (rows[n].target - fitted[n] + rows[n].g * old) for n in idx)
+            num = sum([g * (target - fitted[n] + g * old) for n, g, target in idx])  # a list: no generator
             new = _clip(num / (info_u[task] + lam_u))
             if new != old:
-                for n in idx:
-                    fitted[n] += rows[n].g * (new - old)
+                for n, g, _target in idx:
+                    fitted[n] += g * (new - old)
                 u[task] = new
                 moved = max(moved, abs(new - old))
         for name, pairs in by_partner.items():
             old = v.get(name, 0.0)
-            num = sum(w * (rows[n].target - fitted[n] + w * old) for n, w in pairs)
+            num = sum([w * (target - fitted[n] + w * old) for n, w, target in pairs])
             new = _clip(num / (info_v[name] + lam_v))
             if new != old:
-                for n, w in pairs:
+                for n, w, _target in pairs:
                     fitted[n] += w * (new - old)
                 v[name] = new
                 moved = max(moved, abs(new - old))

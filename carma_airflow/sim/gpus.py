@@ -9,7 +9,6 @@ what a GPU is at that instant.  Rates come from the truth (:mod:`carma_airflow.s
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ from carma_airflow.sim.fencing import Refusal, allocate, job_growth, next_alloca
 from carma_airflow.sim.learning import TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals
 from carma_airflow.sim.truth import SharingTruth, Truth
+from carma_airflow.sim.windows import window_runs
 from carma_airflow.sim.workload import Arrival
 
 
@@ -87,36 +87,7 @@ def scaled(p: ActivityProfile, scale: float) -> ActivityProfile:
     )
 
 
-def _window_runs(
-    history: Sequence[tuple[float, float, float, float]], now: float, width: int
-) -> list[tuple[tuple[float, float, float], int]]:
-    """The monitor's window at ``now`` as runs of equal samples, oldest first: sample ``s`` (0 the
-    latest, ``width - 1`` the oldest) reads the last history entry at or before ``now - s`` (the
-    first entry if none).  Counted per entry, not per sample: the window is a few steps."""
-    times = [h[0] for h in history]
-    first = max(0, bisect.bisect_right(times, now - (width - 1)) - 1)  # the oldest sample's entry
-
-    def reaching(t: float) -> int:  # samples s in [0, width) with now - s >= t
-        s = math.floor(now - t)
-        while s >= 0 and now - s < t:
-            s -= 1
-        while s + 1 < width and now - (s + 1) >= t:
-            s += 1
-        return max(0, min(width, s + 1))
-
-    out = []
-    later = 0  # samples that read a later entry
-    for j in range(len(history) - 1, first, -1):
-        n = reaching(times[j]) - later
-        if n > 0:
-            h = history[j]
-            out.append(((h[1], h[2], h[3]), n))
-            later += n
-    h = history[first]
-    if width - later > 0:
-        out.append(((h[1], h[2], h[3]), width - later))
-    out.reverse()
-    return out
+WINDOWS_KEPT = 50_000  # metric windows kept by their runs (then forgotten, all at once)
 
 
 class SimGpus:
@@ -143,25 +114,50 @@ class SimGpus:
         self.window = risk.window
         self.gpus = [SimGpu(i, s, f"SIM-GPU-{i:04d}") for i, s in enumerate(specs)]
         self.by_uuid = {g.uuid: g for g in self.gpus}
+        # the GPUs whose state a pass may have to read again: every GPU without a kept state or
+        # whose window has not settled (``mark`` adds a GPU, ``states`` drops it once it read it
+        # settled), so a pass over hundreds of GPUs looks at the few that moved
+        self._moving: set[int] = set(range(len(self.gpus)))
+        self._last: list[GpuState] = []  # the last pass's states, by GPU index
+        # windows by their runs of samples: a simulated GPU's window is a few steps, and the
+        # same steps come back (the same tenants, the clock at the same place between entries)
+        self._windows: dict[tuple[tuple[tuple[float, float, float], int], ...], MetricWindow] = {}
 
     # -- what the monitor reads -----------------------------------------------------------
     def states(self, now: float) -> list[GpuState]:
         """The GPUs as a monitor would read them (the cycle adds the tenants); a settled GPU's
         state is kept, so the cycle's view reuses it too."""
-        states = []
-        for g in self.gpus:
-            settled = now - g.changed_at >= self.window
-            if g.cached is None or not settled:
-                g.cached = self._state(g, settled, now)
-            states.append(g.cached)
-        return states
+        states = self._last
+        if len(states) != len(self.gpus):  # the first pass reads every GPU
+            states = [self._read(g, now) for g in self.gpus]
+        else:
+            gpus = self.gpus
+            for i in sorted(self._moving):
+                states[i] = self._read(gpus[i], now)
+        self._last = states
+        return list(states)
+
+    def _read(self, g: SimGpu, now: float) -> GpuState:
+        """A GPU's state now: its kept one while its window stays settled, else read afresh."""
+        settled = now - g.changed_at >= self.window
+        if g.cached is None or not settled:
+            g.cached = self._state(g, settled, now)
+        if settled:
+            self._moving.discard(g.index)
+        return g.cached
 
     def _state(self, g: SimGpu, settled: bool, now: float) -> GpuState:
         risk = self.risk
         if settled:
             window = MetricWindow.constant(g.smact, g.smocc, g.drama, risk)
         else:
-            window = MetricWindow.from_runs(_window_runs(g.history, now, self.window), risk)
+            runs = tuple(window_runs(g.history, now, self.window))
+            got = self._windows.get(runs)
+            if got is None:
+                if len(self._windows) >= WINDOWS_KEPT:
+                    self._windows = {}
+                got = self._windows[runs] = MetricWindow.from_runs(runs, risk)
+            window = got
         return GpuState(
             uuid=g.uuid,
             index=g.index,
@@ -173,7 +169,8 @@ class SimGpus:
 
     def unsettled_until(self, now: float) -> list[float]:
         """When the windows of GPUs whose telemetry changed recently settle."""
-        return [g.changed_at + self.window for g in self.gpus if now - g.changed_at < self.window]
+        gpus, width = self.gpus, self.window
+        return [gpus[i].changed_at + width for i in sorted(self._moving) if now - gpus[i].changed_at < width]
 
     # -- progress and rates -----------------------------------------------------------------
     def closure(self, gpus: list[SimGpu]) -> list[SimGpu]:
@@ -232,6 +229,7 @@ class SimGpus:
                 if cut > 0:
                     del g.history[:cut]
             g.cached = None
+            self._moving.add(g.index)
 
     # -- tenancy and memory -----------------------------------------------------------------
     def put(self, run: SimRun, now: float) -> list[SimGpu]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from helpers import busy_gpu, idle_gpu, request, view
@@ -53,6 +54,13 @@ def _policy(forecast: FixedForecast) -> CompletionTime:
     policy = make_policy("completion-time")
     assert isinstance(policy, CompletionTime)
     policy.forecast = forecast
+    return policy
+
+
+def _floored(forecast: FixedForecast, floor: float | None = 0.3) -> CompletionTime:
+    """The policy with a floor on a collocation's gain in summed speed (``min_gain``; off by default)."""
+    policy = _policy(forecast)
+    policy.settings = replace(policy.settings, min_gain=floor)
     return policy
 
 
@@ -193,3 +201,42 @@ def test_a_pass_without_waiting_decisions_places_the_same_when_waiting_is_priced
             fast.release(key)
         now += rng.choice((0.0, 5.0, 31.0, 200.0))
     assert placed > 0 and by_choice > 0  # tries placed, and tries that could share but waited
+
+
+def test_refuses_a_collocation_that_adds_too_little_speed_and_says_so() -> None:
+    # the tenant has 5000 s left, so prices alone would share (waiting costs 5000 s, then the run);
+    # beside it both run at 0.6: the GPU's summed speed goes from 1.0 to 1.2, under the 0.3 floor
+    fc = FixedForecast({"tenant0-0": 5000.0, "label-r": 500.0}, {2: 0.6})
+    assert _policy(fc).settings.min_gain is None  # off by default (docs/placement.md says why)
+    d = Placer(_floored(fc)).decide(request("r", 4000), view(busy_gpu(0, 30_000)))
+    assert d.outcome is Outcome.NOT_NOW
+    (gpu0,) = [v for v in d.rejected if v.uuid == "GPU-0"]
+    assert gpu0.reason is Reason.INTERFERENCE
+    assert "adds +0.20 to the GPU's summed speed" in gpu0.detail and "under the 0.30" in gpu0.detail
+    assert "chose waiting" in gpu0.detail
+    # without the floor the same prices share the GPU
+    assert Placer(_floored(fc, None)).decide(request("r", 4000), view(busy_gpu(0, 30_000))).gpu_uuids == ("GPU-0",)
+
+
+def test_a_collocation_that_clears_the_floor_is_priced_as_before() -> None:
+    fc = FixedForecast({"tenant0-0": 5000.0, "label-r": 500.0}, {2: 0.7})  # 1.0 -> 1.4: +0.4
+    d = Placer(_floored(fc)).decide(request("r", 4000), view(busy_gpu(0, 30_000)))
+    assert d.placed and d.gpu_uuids == ("GPU-0",) and "refused" not in d.chosen[0].detail
+
+
+def test_the_floor_waits_for_run_times_as_waiting_does() -> None:
+    # a new deployment (no run time known): nothing is learned yet, so no collocation is refused
+    fc = FixedForecast({"tenant0-0": 5000.0, "label-r": 500.0}, {2: 0.6}, timed=False)
+    d = Placer(_floored(fc)).decide(request("r", 4000), view(busy_gpu(0, 30_000)))
+    assert d.placed and d.gpu_uuids == ("GPU-0",)
+
+
+def test_refused_everywhere_and_nothing_to_wait_for_is_a_wait_not_a_placement() -> None:
+    # two GPUs, both refused; choose() keeps the refused options (their texts) but picks none
+    fc = FixedForecast({"tenant0-0": 5000.0, "tenant1-0": 5000.0, "label-r": 500.0}, {2: 0.55})
+    policy = _floored(fc)
+    policy.settings = replace(policy.settings, waits=False)  # waiting is never priced
+    d = Placer(policy).decide(request("r", 4000), view(busy_gpu(0, 30_000), busy_gpu(1, 30_000)))
+    assert d.outcome is Outcome.NOT_NOW
+    assert {v.uuid for v in d.rejected if v.reason is Reason.INTERFERENCE} == {"GPU-0", "GPU-1"}
+    assert all("refused" in v.detail for v in d.rejected if v.reason is Reason.INTERFERENCE)

@@ -44,7 +44,7 @@ def test_a_refused_gpu_is_skipped_with_the_policys_reason_and_text() -> None:
     assert d.outcome is Outcome.NOT_NOW
     assert {v.reason for v in d.rejected} == {Reason.INTERFERENCE}
     assert all(v.detail == "too heavy (0.80) to join 1 tenant(s)" for v in d.rejected)
-    assert d.summary.startswith("waiting: every GPU would pass the interference cap")
+    assert d.summary.startswith("waiting: sharing any GPU is predicted not to pay (interference)")
     # a light request passes the same GPUs, most free memory first
     light = Placer(policy).decide(request("l", 4000, activity=act(0.3)), view(*gpus))
     assert light.gpu_uuids == ("GPU-0",)

@@ -80,7 +80,11 @@ def test_isolation_resolves_on_the_host_as_the_executors_auto_does() -> None:
 @pytest.fixture(scope="module")
 def sweep() -> dict[str, list[dict[str, object]]]:
     catalog = load_catalog(packaged("task_catalog.csv"))
-    base = SimConfig(gpus=tuple(parse_gpu_list("4xA100-40GB")), estimator="oracle", memory_growth=0.3)
+    # interference-aware collocates wherever memory and the risk rule allow (the default refuses
+    # collocations that do not pay once run times are known), so unfenced growth meets neighbours
+    base = SimConfig(
+        gpus=tuple(parse_gpu_list("4xA100-40GB")), estimator="oracle", memory_growth=0.3, policy="interference-aware"
+    )
     out: dict[str, list[dict[str, object]]] = {"none": [], "live": [], "promise": []}
     for seed in range(4):
         arrivals = synthetic_trace(catalog, 60, gpus=4, load=2.0, seed=seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import random
 
-from carma_airflow.sim.gpus import _window_runs
+from carma_airflow.sim.windows import window_runs as _window_runs
 
 
 def test_runs_match_the_per_second_samples() -> None:

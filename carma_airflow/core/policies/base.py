@@ -65,6 +65,11 @@ class Policy:
     uses_reservations = False  # ours: count reserved memory of tenants not yet visible
     max_tenants: int | None = None
     stable_keys = True  # keys depend on the GPU only, so a pass can keep candidates sorted
+    # where :meth:`key` carries ``float(usable_free_mib)`` at this place, its fields before it
+    # ordering coarsely (an activity band) and the ones after only breaking ties: inside one value
+    # of the fields before it, the collocation pool is in ascending usable memory, so a scan may
+    # skip a run of GPUs without the memory by binary search (None: the key says nothing of it)
+    free_key_at: ClassVar[int | None] = None
     # True: :meth:`refuses` may turn a collocation candidate down for one request (the placer
     # asks it in the collocation scan, and tells requests of different activity apart)
     refuses_gpus = False

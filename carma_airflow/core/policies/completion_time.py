@@ -54,6 +54,7 @@ from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySetti
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
+from carma_airflow.core.policies.priced import Choice, Option
 from carma_airflow.core.task import TaskRequest
 
 
@@ -79,6 +80,11 @@ class CompletionSettings:
     # pooled by its label's family and size (core/policies/durations.py; not the default: on
     # bench/robustness.py it met fewer targets, docs/placement.md)
     pooled_runs: bool = False
+    # opt-in floor: once run times are known, a collocation must raise its GPU's summed predicted
+    # speed (the tenants' and the newcomer's, solo = 1.0 each, cautious where unsure) by at least
+    # this much, else it is refused and the try waits or goes elsewhere (None: no floor; 0.3 met
+    # one more gain target on bench/robustness.py but costs deep queues 7x: docs/placement.md)
+    min_gain: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
@@ -92,80 +98,13 @@ class CompletionSettings:
             raise ValueError(f"CompletionSettings.candidates must be at least 1, got {self.candidates!r}")
         if not self.queue >= 0:
             raise ValueError(f"CompletionSettings.queue must be 0 or more, got {self.queue!r}")
+        if self.min_gain is not None and not -1.0 <= self.min_gain <= 1.0:
+            raise ValueError(
+                f"CompletionSettings.min_gain must be None or between -1 and 1 (solo speeds), got {self.min_gain!r}"
+            )
 
 
 DEFAULT_COMPLETION_SETTINGS = CompletionSettings()
-
-
-def _dur(seconds: float, timed: bool) -> str:
-    if not timed:
-        return f"{seconds:.2f} runs"
-    if abs(seconds) < 120:
-        return f"{seconds:.0f} s"
-    if abs(seconds) < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One priced option: GPUs (empty: wait) and its predicted cost."""
-
-    gpus: tuple[GpuFacts, ...]
-    cost: float  # newcomer's completion from now + the tenants' summed delay + the queue's (seconds, or runs)
-    done_in: float  # the newcomer's predicted completion from now
-    delay: float  # the tenants' summed delay
-    slowdown: float  # the newcomer's predicted slowdown (1.0 waiting: it then runs alone)
-    drained: GpuFacts | None = None  # waiting: the GPU predicted to drain first
-    queue: float = 0.0  # the waiting tries' summed delay: GPU time taken x their share per GPU
-    taken: float = 0.0  # the GPU-seconds the option takes from the queue (the queue's share over its weight)
-
-    @property
-    def waits(self) -> bool:
-        return not self.gpus
-
-    def text(self, timed: bool) -> str:
-        if self.waits:
-            where = "" if self.drained is None else f" for GPU {self.drained.index}"
-            return (
-                f"waiting{where}: drains in {_dur(self.done_in - self.done_in / self.slowdown, timed)}"
-                f" then alone{self._queue(timed)}; cost {_dur(self.cost, timed)}"
-            )
-        return (
-            f"predicted {self.slowdown:.2f}x slower, done in {_dur(self.done_in, timed)}; "
-            f"co-tenants {'+' if self.delay >= 0 else '-'}{_dur(abs(self.delay), timed)}{self._queue(timed)}; "
-            f"cost {_dur(self.cost, timed)}"
-        )
-
-    def _queue(self, timed: bool) -> str:
-        return f"; queue +{_dur(self.queue, timed)}" if self.queue > 0 else ""
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """What :meth:`CompletionTime.choose` decided: the best option and every one it priced."""
-
-    best: Option | None  # None: nothing to choose from
-    options: tuple[Option, ...]
-    timed: bool
-
-    def note(self, f: GpuFacts) -> str | None:
-        """The priced text of a GPU's option (for its reason), with what won."""
-        for o in self.options:
-            if o is not self.best and any(g is f for g in o.gpus):
-                best = "" if self.best is None else f" (chose {self.best_text()})"
-                return o.text(self.timed) + best
-        return None
-
-    def best_text(self) -> str:
-        assert self.best is not None
-        if self.best.waits:
-            return f"waiting at {_dur(self.best.cost, self.timed)}"
-        where = ", ".join(f"GPU {f.index}" for f in self.best.gpus)
-        return f"{where} at {_dur(self.best.cost, self.timed)}"
-
-    def wait_option(self) -> Option | None:
-        return next((o for o in self.options if o.waits), None)
 
 
 class CompletionTime(Policy):
@@ -178,6 +117,7 @@ class CompletionTime(Policy):
     uses_lock = False
     uses_reservations = True
     prices_options = True
+    free_key_at = 1  # key: (activity level, usable MiB, index)
 
     def __init__(
         self,
@@ -193,6 +133,8 @@ class CompletionTime(Policy):
         self.now = 0.0
         self.queue_weight = 0.0  # waiting tries per GPU: what a GPU-second taken costs the queue
         self._occ: dict[int, tuple[GpuFacts, list[Occupant]]] = {}
+        # per GPU facts object (this pass) the key its occupants' plays are kept by (:meth:`_play_key`)
+        self._keys: dict[int, tuple[GpuFacts, tuple[object, ...]]] = {}
         self._base: dict[int, tuple[GpuFacts, float, float]] = {}  # summed completions, drain
         # finish times by (GPU model, occupants with their work to the second): equivalent GPUs
         # (same model, same tenants' types and work left) are played forward once
@@ -219,6 +161,7 @@ class CompletionTime(Policy):
         self.now = now
         self.queue_weight = self.settings.queue * max(0, waiting - 1) / max(1, gpus)
         self._occ = {}
+        self._keys = {}
         self._base = {}
         if self._played_by is not self.forecast or len(self._played) > 50_000:
             self._played = {}
@@ -269,18 +212,29 @@ class CompletionTime(Policy):
         return got[1]
 
     def _play(self, spec: str, occupants: Sequence[Occupant]) -> list[float]:
-        key = (spec, *((o.kind, o.activity, round(o.work)) for o in occupants))
+        return self._play_as(_key(spec, occupants), spec, occupants)
+
+    def _play_as(self, key: tuple[object, ...], spec: str, occupants: Sequence[Occupant]) -> list[float]:
+        """The occupants' finish times, kept by ``key`` (:func:`_key` of them)."""
         got = self._played.get(key)
         if got is None:
             got = self._played[key] = finish_times(self.forecast, spec, occupants)
         return got
+
+    def _play_key(self, f: GpuFacts) -> tuple[object, ...]:
+        """:func:`_key` of a GPU's occupants, kept for the pass: its price with each newcomer
+        extends it by one occupant."""
+        got = self._keys.get(id(f))
+        if got is None or got[0] is not f:
+            got = self._keys[id(f)] = (f, _key(f.state.spec.name, self._occupants(f)))
+        return got[1]
 
     def _base_of(self, f: GpuFacts) -> tuple[float, float]:
         """(summed completions, drain time) of a GPU's occupants without the newcomer, played from
         the same occupants as its price with the newcomer (this pass)."""
         got = self._base.get(id(f))
         if got is None or got[0] is not f:
-            done = self._play(f.state.spec.name, self._occupants(f))
+            done = self._play_as(self._play_key(f), f.state.spec.name, self._occupants(f))
             got = self._base[id(f)] = (f, sum(done), max(done, default=0.0))
             if len(self._kept) > 20_000:
                 self._kept = {}
@@ -299,8 +253,10 @@ class CompletionTime(Policy):
     def _price(self, f: GpuFacts, new: Occupant) -> tuple[float, float, float]:
         """(tenants' summed delay, newcomer's completion, how much later the GPU drains) if the
         newcomer joins this GPU."""
-        occ = self._occupants(f)
-        done = self._play(f.state.spec.name, [*occ, new])
+        key = (*self._play_key(f), (new.kind, new.activity, round(new.work)))
+        done = self._played.get(key)
+        if done is None:  # :meth:`_play_as`, the occupants listed only where they are played
+            done = self._played[key] = finish_times(self.forecast, f.state.spec.name, [*self._occupants(f), new])
         base, drain = self._base_of(f)
         return sum(done[:-1]) - base, done[-1], max(done) - drain
 
@@ -318,13 +274,34 @@ class CompletionTime(Policy):
 
     def drained(self, f: GpuFacts) -> float:
         """Predicted seconds until the GPU's tenants have all finished."""
+        got = self._base.get(id(f))  # asked of many GPUs a pass: the kept answer without a call
+        if got is not None and got[0] is f:
+            return got[2]
         return self._base_of(f)[1]
 
     def price_one(self, request: TaskRequest, f: GpuFacts) -> tuple[float, float]:
         """A one-GPU request's collocation on ``f``: (its cost less the queue's share, the
         GPU-seconds it takes from the queue), as :meth:`choose` prices it."""
-        delay, done, longer = self._price(f, self.forecast.newcomer(request))
+        new = self.forecast.newcomer(request)
+        delay, done, longer = self._price(f, new)
+        if self._short(f, new) is not None:
+            return float("inf"), longer
         return done + delay, longer
+
+    def _short(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
+        """(the gain, the floor) where the newcomer would raise ``f``'s summed predicted speed by
+        less than ``min_gain`` (the collocation is refused), else None.  The speeds are the
+        forecast's scoring speeds (cautious where the model is unsure), so an unsure gain must
+        clear the floor at the low end of what is likely."""
+        floor = self.settings.min_gain
+        if floor is None or not self.forecast.timed():
+            return None
+        occ = self._occupants(f)
+        if not occ:
+            return None
+        spec = f.state.spec.name
+        gain = sum(self.forecast.speeds(spec, [*occ, new])) - sum(self.forecast.speeds(spec, occ))
+        return None if gain >= floor else (gain, floor)
 
     def choose(
         self,
@@ -343,16 +320,21 @@ class CompletionTime(Policy):
         work = max(new.work, 1e-9)
         options: list[Option] = []
         qw = self.queue_weight if timed else 0.0
+        inf = float("inf")
         if n == 1:
             for f in candidates:
                 delay, done, longer = self._price(f, new)
                 q = qw * longer
-                options.append(Option((f,), done + delay + q, done, delay, done / work, queue=q, taken=longer))
+                short = self._short(f, new)
+                cost = inf if short is not None else done + delay + q
+                options.append(Option((f,), cost, done, delay, done / work, queue=q, taken=longer, short=short))
         else:
-            per_host: dict[str, list[tuple[float, float, float, float, GpuFacts]]] = {}
+            per_host: dict[str, list[tuple[float, float, float, float, GpuFacts, tuple[float, float] | None]]] = {}
             for f in candidates:
                 delay, done, longer = self._price(f, new)
-                per_host.setdefault(f.state.host, []).append((delay + done + qw * longer, delay, done, longer, f))
+                short = self._short(f, new)
+                cost = inf if short is not None else delay + done + qw * longer
+                per_host.setdefault(f.state.host, []).append((cost, delay, done, longer, f, short))
             for group in per_host.values():
                 if len(group) < n:
                     continue
@@ -363,21 +345,31 @@ class CompletionTime(Policy):
                 taken = sum(t[3] for t in top)
                 q = qw * taken
                 gpus = tuple(t[4] for t in top)
-                options.append(Option(gpus, done + delay + q, done, delay, done / work, queue=q, taken=taken))
-        cheapest = min((o.cost for o in options), default=float("inf"))
+                shorts = [t[5] for t in top if t[5] is not None]
+                short = min(shorts) if shorts else None
+                cost = inf if short is not None else done + delay + q
+                options.append(Option(gpus, cost, done, delay, done / work, queue=q, taken=taken, short=short))
+        cheapest = min((o.cost for o in options), default=inf)
         if timed and self.settings.waits and cheapest > work + qw * work * n:
             seconds, where = drain()
-            if seconds < float("inf"):
+            if seconds < inf:
                 q = qw * work * n
                 total = seconds + work
                 options.append(Option((), total + q, total, 0.0, total / work, where, q, work * n))
-        if not options:
-            return Choice(None, (), timed)
-        best = min(options, key=lambda o: o.cost)  # first of equal costs: the cheap bound's order
+        open_options = [o for o in options if not o.refused]
+        if not open_options:  # nothing, or every GPU set refused and waiting not priced: it waits
+            return Choice(None, tuple(options), timed)
+        best = min(open_options, key=lambda o: o.cost)  # first of equal costs: the cheap bound's order
         if not best.waits and self.settings.tolerance > 0:
             near = best.cost * (1.0 + self.settings.tolerance)
-            best = next(o for o in options if not o.waits and o.cost <= near)
+            best = next(o for o in open_options if not o.waits and o.cost <= near)
         return Choice(best, tuple(options), timed)
 
 
-__all__ = ["DEFAULT_COMPLETION_SETTINGS", "Choice", "CompletionSettings", "CompletionTime", "Option"]
+def _key(spec: str, occupants: Sequence[Occupant]) -> tuple[object, ...]:
+    """What a GPU's finish times are kept by: its model and per occupant its type, activity and
+    work left to the second (equivalent GPUs are played forward once)."""
+    return (spec, *[(o.kind, o.activity, round(o.work)) for o in occupants])
+
+
+__all__ = ["DEFAULT_COMPLETION_SETTINGS", "CompletionSettings", "CompletionTime"]

@@ -89,6 +89,7 @@ class DurationBook:
         self._families: dict[str, dict[str, tuple[int, float]]] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._pooled: dict[str, float] = {}  # estimates of unmeasured types, until the next run
+        self.changes = 0  # runs counted so far: the expectations may have moved since a reader looked
 
     def add(self, kind: str, seconds: float) -> bool:
         """Count one run; True where an expectation moved by more than ``MOVED`` (or is new): a
@@ -97,6 +98,7 @@ class DurationBook:
             return False
         runs = self._runs.setdefault(kind, deque(maxlen=SOLO_KEPT))
         runs.append(float(seconds))
+        self.changes += 1
         old, old_overall = self._median.get(kind), self._overall
         median = self._median[kind] = statistics.median(runs)
         self._overall = statistics.median(self._median.values())

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
+from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts
 from carma_airflow.core.policies.durations import DurationBook
@@ -70,23 +71,39 @@ class Forecast(Protocol):
 def finish_times(forecast: Forecast, spec: str, occupants: Sequence[Occupant]) -> list[float]:
     """Seconds from now until each occupant finishes, playing the GPU forward: speeds hold until
     the next one finishes, then the rest are re-predicted without it."""
+    if isinstance(forecast, LearnedForecast):
+        return forecast.finish_times(spec, occupants)  # the same, its speeds kept per set of occupants
+    speeds = forecast.speeds
+    if len(occupants) == 1:  # alone: what the loop below gives (0.0 + its time), without the loop
+        return [max(0.0, occupants[0].work) / max(MIN_SPEED, speeds(spec, occupants)[0])]
     left = [max(0.0, o.work) for o in occupants]
     alive = list(range(len(occupants)))
     out = [0.0] * len(occupants)
     t = 0.0
     while alive:
-        sp = forecast.speeds(spec, [occupants[i] for i in alive])
+        rates = [max(MIN_SPEED, s) for s in speeds(spec, [occupants[i] for i in alive])]
         best_j, best_dt = 0, float("inf")
         for j, i in enumerate(alive):
-            dt = left[i] / max(MIN_SPEED, sp[j])
+            dt = left[i] / rates[j]
             if dt < best_dt:
                 best_j, best_dt = j, dt
         t += best_dt
         for j, i in enumerate(alive):
-            left[i] -= max(MIN_SPEED, sp[j]) * best_dt
+            left[i] -= rates[j] * best_dt
         out[alive[best_j]] = t
         del alive[best_j]
     return out
+
+
+_Rows = list[tuple[str, float, float, float | None]]  # per occupant (type, activity, expected work, placed at)
+
+# one occupant's row with its speed, floor of work left (MIN_LEFT x expected) and whether its
+# type's run time is measured: (type, activity, expected work, placed at, speed, floor, measured)
+_Plan = tuple[str, float, float, float | None, float, float, bool]
+
+# an Occupant built by tuple's own constructor: the same value as ``Occupant(kind, activity, work)``
+# without the named tuple's Python-level ``__new__`` (a pass builds hundreds of thousands)
+_occupant = tuple.__new__
 
 
 class LearnedForecast:
@@ -106,9 +123,21 @@ class LearnedForecast:
         self._activities: dict[str, float] = {}  # per task type, the last activity a request carried
         self._fits: dict[str, InterferenceFit] = {}
         self._memo: dict[tuple[object, ...], tuple[float, ...]] = {}
+        # per set of occupants (model, and each one's type and activity, in order) the rates of each
+        # subset still running as it is played forward (by bit mask of who runs): :meth:`finish_times`
+        self._tables: dict[tuple[object, ...], dict[int, list[float]]] = {}
         # per GPU facts object: its occupants' (type, activity, expected work, placed at; None:
         # placed in this pass) and their speeds now; what moves with the clock is worked out per call
+        # (from the same rows with their speed, their floor of work left and whether their type's
+        # run time is measured: :meth:`occupants`)
         self._rows: dict[int, tuple[GpuFacts, list[tuple[str, float, float, float | None]], Sequence[float]]] = {}
+        self._plans: dict[int, tuple[list[tuple[str, float, float, float | None]], list[_Plan]]] = {}
+        # the same rows by tenants (the tuple object a view's GPU carries, kept by the reservation
+        # ledger while its tenants stay) for a GPU without tries joined in the pass: a GPU whose
+        # monitor state moves gets new facts on every pass, its rows do not change; kept with what
+        # they were worked out from (:meth:`_stamp`), so they are what working them out again gives
+        self._by_tenants: dict[int, tuple[tuple[Tenant, ...], str, tuple[object, ...], _Rows, Sequence[float]]] = {}
+        self._activity_changes = 0  # times a request's activity moved ``_activities``
         self.version = 0  # moves when what the forecasts rest on moves (the model, an expectation)
 
     def use_model(self, model: InterferenceModel) -> None:
@@ -116,7 +145,9 @@ class LearnedForecast:
             self.model = model
             self._fits = {}
             self._memo = {}
+            self._tables = {}
             self._rows = {}
+            self._by_tenants = {}
             self.version += 1
 
     def learn_duration(self, kind: str, seconds: float) -> None:
@@ -133,11 +164,25 @@ class LearnedForecast:
         got = self.durations.expected(kind)
         return 1.0 if got is None else got
 
-    def _rows_of(self, facts: GpuFacts) -> tuple[list[tuple[str, float, float, float | None]], Sequence[float]]:
+    def _stamp(self) -> tuple[object, ...]:
+        """What rows are worked out from besides the GPU's tenants and model (the interference model
+        forgets them all): the run times (and how they are pooled) and the activities of types."""
+        durations = self.durations
+        return (durations, durations.changes, durations.pooled, self._activity_changes)
+
+    def _rows_of(self, facts: GpuFacts) -> tuple[_Rows, Sequence[float]]:
         got = self._rows.get(id(facts))
         if got is not None and got[0] is facts:
             return got[1], got[2]
-        rows: list[tuple[str, float, float, float | None]] = []
+        tenants, spec = facts.state.tenants, facts.state.spec.name
+        stamp: tuple[object, ...] | None = None
+        if facts.joined is None:
+            stamp = self._stamp()
+            kept = self._by_tenants.get(id(tenants))
+            if kept is not None and kept[0] is tenants and kept[1] == spec and kept[2] == stamp:
+                self._keep_rows(facts, kept[3], kept[4])
+                return kept[3], kept[4]
+        rows: _Rows = []
         for t in facts.state.tenants:
             kind = task_type(t.label)
             act = t.activity.sm_activity if t.activity is not None else self._activities.get(kind, self._prior)
@@ -145,11 +190,19 @@ class LearnedForecast:
         for label in facts.joined or ():
             kind = task_type(label)
             rows.append((kind, self._activities.get(kind, self._prior), self._work(kind), None))
-        sp = self.speeds(facts.state.spec.name, [Occupant(k, a, w) for k, a, w, _ in rows]) if rows else ()
+        occupants = [_occupant(Occupant, (k, a, w, None)) for k, a, w, _ in rows]
+        sp = self.speeds(facts.state.spec.name, occupants) if rows else ()
+        self._keep_rows(facts, rows, sp)
+        if stamp is not None:
+            if len(self._by_tenants) > 20_000:
+                self._by_tenants = {}
+            self._by_tenants[id(tenants)] = (tenants, spec, stamp, rows, sp)  # the tuple kept alive
+        return rows, sp
+
+    def _keep_rows(self, facts: GpuFacts, rows: _Rows, sp: Sequence[float]) -> None:
         if len(self._rows) > 20_000:
             self._rows = {}
         self._rows[id(facts)] = (facts, rows, sp)  # the facts kept alive: their id stays theirs
-        return rows, sp
 
     def occupants(self, facts: GpuFacts, now: float) -> list[Occupant]:
         rows, sp = self._rows_of(facts)
@@ -158,11 +211,27 @@ class LearnedForecast:
         if not self.timed():
             return [Occupant(k, a, w) for k, a, w, _ in rows]
         # work left: the expectation less what it did since it started, at today's predicted speed
-        left = self._left
-        return [
-            Occupant(k, a, left(k, w, 0.0 if p is None else max(0.0, now - p) * s))
-            for (k, a, w, p), s in zip(rows, sp, strict=True)
-        ]
+        # (:meth:`_left`, written out: this runs for every GPU a pass prices); what does not move
+        # with the clock is kept for these rows (the same list object: a type turns measured only
+        # where the rows are forgotten, :meth:`learn_duration`)
+        got = self._plans.get(id(rows))
+        if got is None or got[0] is not rows:
+            measured = self.durations.measured
+            plan = [(k, a, w, p, s, MIN_LEFT * w, measured(k)) for (k, a, w, p), s in zip(rows, sp, strict=True)]
+            if len(self._plans) > 20_000:
+                self._plans = {}
+            got = self._plans[id(rows)] = (rows, plan)  # the rows kept alive: their id stays theirs
+        out = []
+        for k, a, w, p, s, least, measured_k in got[1]:
+            done = 0.0 if p is None else max(0.0, now - p) * s
+            if done < w:
+                work = max(w - done, least)
+            elif measured_k:
+                work = MIN_LEFT * done
+            else:
+                work = done
+            out.append(_occupant(Occupant, (k, a, work, None)))
+        return out
 
     def _left(self, kind: str, expected: float, done: float) -> float:
         """Solo seconds left of a try that did ``done`` of an expected ``expected``.  Past its own
@@ -180,7 +249,10 @@ class LearnedForecast:
     def newcomer(self, request: TaskRequest) -> Occupant:
         kind = task_type(request.label)
         if request.activity is not None:
-            act = self._activities[kind] = request.activity.sm_activity
+            act = request.activity.sm_activity
+            if self._activities.get(kind) != act:
+                self._activities[kind] = act
+                self._activity_changes += 1
         else:
             act = self._activities.get(kind, self._prior)
         return Occupant(kind, act, self._work(kind))
@@ -191,8 +263,48 @@ class LearnedForecast:
             fit = self._fits[spec] = self.model.fit_for(spec)
         return fit
 
+    def finish_times(self, spec: str, occupants: Sequence[Occupant]) -> list[float]:
+        """:func:`finish_times` of these occupants, the same floats: the rates of the occupants
+        still running (``max(MIN_SPEED, speed)``, :meth:`speeds`) are kept per set of occupants'
+        types and activities and who of them runs, so playing a GPU forward looks its speeds up
+        once (the completion-time policy plays hundreds of thousands)."""
+        key = (spec, *[(o.kind, o.activity) for o in occupants])
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) > 50_000:
+                self._tables = {}
+            table = self._tables[key] = {}
+        n = len(occupants)
+        if n == 1:  # alone: what the loop below gives (0.0 + its time), without the loop
+            rates = table.get(1)
+            if rates is None:
+                rates = table[1] = [max(MIN_SPEED, s) for s in self.speeds(spec, occupants)]
+            return [max(0.0, occupants[0].work) / rates[0]]
+        left = [max(0.0, o.work) for o in occupants]
+        alive = list(range(n))
+        running = (1 << n) - 1  # bit i: occupant i still runs
+        out = [0.0] * n
+        t = 0.0
+        while alive:
+            rates = table.get(running)
+            if rates is None:
+                rates = table[running] = [max(MIN_SPEED, s) for s in self.speeds(spec, [occupants[i] for i in alive])]
+            best_j, best_dt = 0, float("inf")
+            for j, i in enumerate(alive):
+                dt = left[i] / rates[j]
+                if dt < best_dt:
+                    best_j, best_dt = j, dt
+            t += best_dt
+            for j, i in enumerate(alive):
+                left[i] -= rates[j] * best_dt
+            gone = alive[best_j]
+            out[gone] = t
+            running ^= 1 << gone
+            del alive[best_j]
+        return out
+
     def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
-        key = (spec, *((o.kind, o.activity) for o in occupants))
+        key = (spec, *[(o.kind, o.activity) for o in occupants])
         got = self._memo.get(key)
         if got is not None:
             return got

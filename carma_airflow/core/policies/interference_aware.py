@@ -30,6 +30,7 @@ class InterferenceAware(Policy):
     )
     uses_lock = False
     uses_reservations = True
+    free_key_at = 1  # key: (band, usable MiB, index)
 
     def __init__(self, max_tenants: int = 3, activity_band: float = 0.25, activity_cap: float | None = None) -> None:
         self.max_tenants = max_tenants
