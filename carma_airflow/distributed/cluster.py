@@ -27,7 +27,7 @@ from datetime import datetime
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.risk import DEFAULT_RISK, MetricWindow, RiskSettings
 from carma_airflow.distributed.samples import from_json
-from carma_airflow.monitor.base import GpuSample
+from carma_airflow.monitor.base import GpuSample, Reading
 from carma_airflow.store.records import HostRecord
 from carma_airflow.store.store import Store
 
@@ -214,6 +214,20 @@ class ClusterMonitor:
         with self._lock:
             live = {name for name in self._hosts if self._status(name, now).live}
             return {uuid: g.sample for uuid, g in self._gpus.items() if g.sample.host in live}
+
+    def reading(self) -> Reading:
+        """``latest()`` with each GPU's window and age, read under one hold of the lock."""
+        self.refresh()
+        now = self.clock()
+        with self._lock:
+            live = {name for name in self._hosts if self._status(name, now).live}
+            gpus = {uuid: g for uuid, g in self._gpus.items() if g.sample.host in live}
+            latest = {uuid: g.sample for uuid, g in gpus.items()}
+            windows = {
+                u: MetricWindow(tuple(g.smact), tuple(g.smocc), tuple(g.drama), self.risk) for u, g in gpus.items()
+            }
+            ages = {u: math.inf if g.sample.error is not None else max(0.0, now - g.seen) for u, g in gpus.items()}
+        return Reading(latest, windows, ages)
 
     def window(self, uuid: str) -> MetricWindow:
         with self._lock:

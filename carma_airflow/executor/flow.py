@@ -147,7 +147,7 @@ class TryFlow:
         refresh = getattr(self.launcher, "refresh", None)
         if refresh is not None:
             refresh()  # remote tries: their states in one round trip (or from a fetcher thread)
-        samples = self.monitor.latest()
+        samples = self.monitor.reading()  # samples, windows and ages of one moment, for the whole heartbeat
         self._reap(self.bare.values(), Ended(1, None))
         now = time.time()
         self.faults.stop_tries(samples.values(), self.active.values(), now)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from carma_airflow.core.gpu import GPU_CATALOGUE, ClusterView, GpuHealth, GpuSpec, GpuState
 from carma_airflow.core.risk import MetricWindow
-from carma_airflow.monitor.base import GpuSample, GpuSource
+from carma_airflow.monitor.base import GpuSample, GpuSource, Reading
 
 
 def spec_of(sample: GpuSample) -> GpuSpec:
@@ -59,10 +59,15 @@ class GpuSight:
         self.spec_of: dict[str, str] = {}  # GPU UUID -> its model
 
     def gpus(self, now: float, latest: Mapping[str, GpuSample]) -> tuple[GpuState, ...]:
+        """``latest``: a :class:`Reading` (the heartbeat's: samples, windows and ages of one
+        moment); a plain mapping of samples has its windows and ages read now."""
         samples = list(latest.values())
         self.host_of.update((s.uuid, s.host) for s in samples)
-        windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
-        ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
+        if isinstance(latest, Reading):
+            windows, ages = latest.windows, latest.ages
+        else:
+            windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
+            ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
         gpus = build_view(now, samples, windows, ages, self.stale_after_s).gpus
         self.spec_of.update((g.uuid, g.spec.name) for g in gpus)
         return gpus

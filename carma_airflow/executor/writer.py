@@ -22,8 +22,11 @@ The queue is bounded (``capacity`` writes).  When it is full the writer is :attr
 executor's placement pass places nothing until it drains (its tries wait), so new writes come
 only from the tries it already holds (their ends, their waiting reasons): ``put`` never blocks
 the scheduler and never drops a write.  At :meth:`close` what the store has not taken within the
-timeout is saved to ``<state_dir>/held-writes.jsonl`` and made first by the next executor's
-writer (before it reads the store), so nothing is lost across a restart.
+timeout stays in the writer's journal and is made first by the next executor's writer (before it
+reads the store).  The journal (executor/journal.py) holds every ordered write from ``put`` until
+the store took it, so a scheduler killed outright (SIGKILL) loses none either: nothing is lost
+across a restart.  ``held-writes.jsonl``, what versions before the journal saved at close, is
+still read.
 
 **Telemetry retention** (``[carma] telemetry_retention``, ``retention_s``): every
 ``prune_every_s`` (10 minutes) the writer deletes GPU samples older than the retention, in
@@ -40,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -50,14 +52,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from carma_airflow.executor.writes import StoreWrite, UnreadableWriteError, UpsertPlacement, decode_write, encode_write
+from carma_airflow.executor import journal
+from carma_airflow.executor.writes import StoreWrite, UpsertPlacement, encode_write
 from carma_airflow.store.errors import StoreError, StoreRefusedError
 
 log = logging.getLogger(__name__)
 
 LOOSE_EVERY_S = 1.0
 CAPACITY = 20_000  # ordered writes held at most before placement pauses (a try makes about four)
-HELD_FILE = "held-writes.jsonl"
+HELD_FILE = "held-writes.jsonl"  # what writers before the journal saved at close; still read
 PARKED_FILE = "parked-writes.jsonl"
 REPLAY_WAIT_S = 5.0  # how long a new writer waits for the held writes of the last one before going on
 PRUNE_EVERY_S = 600.0  # telemetry retention: a pruning round this often
@@ -92,7 +95,8 @@ class StoreWriter:
         self.capacity = max(1, capacity)
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.parked = 0  # writes the store refused, parked (this executor's life)
-        self._queue: deque[StoreWrite] = deque()
+        self._queue: deque[tuple[int, StoreWrite]] = deque()  # (its number in the journal, the write)
+        self._seq = 0
         # best-effort writes (telemetry, the live snapshot): the latest of each kind, made when
         # the ordered queue is empty, dropped if the store is unreachable; not counted as pending
         self._loose: dict[str, StoreWrite] = {}
@@ -104,6 +108,7 @@ class StoreWriter:
         self._full_said = False
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._journal: journal.WriteJournal | None = None
         replayed = self._load_held()
         if background:
             self._thread = threading.Thread(target=self._run, name="carma-store-writer", daemon=True)
@@ -139,7 +144,7 @@ class StoreWriter:
             if write.best_effort:
                 self._loose[write.name] = write
             else:
-                self._queue.append(write)
+                self._append(write)
             if self.background:
                 self._cond.notify()
                 return
@@ -183,14 +188,16 @@ class StoreWriter:
         with self._cond:
             left = list(self._queue)
             self._queue.clear()
+        kept = self._journal
+        if kept is not None:
+            kept.close(remove=not left)
         if done or not left:
             return
-        saved = self._save_held(left)
-        if saved is not None:
+        if kept is not None and kept.path.exists():
             log.warning(
-                "carma store unreachable at shutdown: %d write(s) saved to %s; the next executor makes them first",
+                "carma store unreachable at shutdown: %d write(s) kept in %s; the next executor makes them first",
                 len(left),
-                saved,
+                kept.path,
             )
         else:
             log.error("carma store unreachable at shutdown: %d write(s) not made", len(left))
@@ -269,7 +276,8 @@ class StoreWriter:
         with self._cond:
             if not self._queue:
                 return True
-            write = self._queue[0]
+            head = self._queue[0]
+        seq, write = head
         try:
             write.apply(self.store)
         except StoreRefusedError as exc:  # the same write fails again however often: park it, go on
@@ -285,9 +293,13 @@ class StoreWriter:
             self._park(write, exc)
         self._failures = 0
         with self._cond:
-            if self._queue and self._queue[0] is write:
+            if self._queue and self._queue[0] is head:
                 self._queue.popleft()
+                if self._journal is not None:
+                    self._journal.done(seq)
             emptied = not self._queue
+            if emptied and self._journal is not None:
+                self._journal.clear()
             self._cond.notify_all()
         if self._outage and emptied:
             self._outage = False
@@ -325,54 +337,39 @@ class StoreWriter:
         )
         metrics.parked_write(write.name)
 
-    def _save_held(self, writes: list[StoreWrite]) -> Path | None:
-        """The writes not made at close, for the next writer; each placement keeps its owner (the
-        executor that placed it, which is stopping), so that the next one sees it as a gone peer's."""
-        if self.state_dir is None:
-            return None
+    def _append(self, write: StoreWrite) -> None:
+        """Queue an ordered write and journal it (the caller holds the lock, or is the constructor)."""
+        self._seq += 1
+        self._queue.append((self._seq, write))
+        if self._journal is not None:
+            self._journal.add(self._seq, self._as_held(write))
+
+    def _as_held(self, write: StoreWrite) -> StoreWrite:
+        """The write as the next executor should make it if this one dies first: a placement keeps
+        its owner (this executor), so that the next one sees it as a gone peer's and reconciles it."""
         owner = getattr(self.store, "owner", None)
-        path = self.state_dir / HELD_FILE
-        try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as out:
-                for write in writes:
-                    if isinstance(write, UpsertPlacement) and write.record.owner is None and owner:
-                        write = replace(write, record=replace(write.record, owner=owner))
-                    out.write(encode_write(write) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-        except (OSError, TypeError) as exc:
-            log.error("carma store: held writes not saved to %s (%s)", path, exc)
-            return None
-        return path
+        if isinstance(write, UpsertPlacement) and write.record.owner is None and owner:
+            return replace(write, record=replace(write.record, owner=owner))
+        return write
 
     def _load_held(self) -> int:
-        """Writes the last executor saved at its close: first in the queue, the file then removed."""
+        """The writes of gone writers on this host (their journals, and a held-writes file of an
+        older version): first in the queue, journaled here before their files are removed."""
         if self.state_dir is None:
             return 0
-        path = self.state_dir / HELD_FILE
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return 0
+            self._journal = journal.WriteJournal(self.state_dir)
         except OSError as exc:
-            log.error("carma store: held writes in %s not read (%s)", path, exc)
-            return 0
-        loaded = 0
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                write = decode_write(line)
-            except UnreadableWriteError as exc:
-                self._park_line(line, str(exc))
-                continue
-            self._queue.append(write)
-            loaded += 1
-        with contextlib.suppress(OSError):
-            path.unlink()
+            log.error("carma store: no journal in %s (%s); queued writes are kept in memory only", self.state_dir, exc)
+        found = journal.recover(self.state_dir, legacy=HELD_FILE)
+        for line, why in found.unreadable:
+            self._park_line(line, why)
+        for write in found.writes:
+            self._append(write)
+        journal.forget(found)  # once they are in this writer's journal
+        loaded = len(found.writes)
         if loaded:
-            log.info("carma store: %d write(s) held by the last executor, made first", loaded)
+            log.info("carma store: %d write(s) left by a stopped or killed executor, made first", loaded)
         return loaded
 
     def _park_line(self, line: str, error: str) -> None:

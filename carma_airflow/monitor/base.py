@@ -79,12 +79,27 @@ class NoGpuDriverError(CarmaError):
     """NVML could not start on this machine (no driver, driver not loaded, no nvidia-ml-py)."""
 
 
+class Reading(dict[str, "GpuSample"]):
+    """One consistent look at a GPU source: the newest sample of every GPU, by UUID (a dict, as
+    ``latest()`` gives), with each GPU's activity window and age taken under the same lock, so a
+    placement pass never mixes a sample with a window or an age newer than it."""
+
+    def __init__(self, samples: dict[str, GpuSample], windows: dict[str, MetricWindow], ages: dict[str, float]) -> None:
+        super().__init__(samples)
+        self.windows = windows
+        self.ages = ages  # seconds since each GPU's newest good sample, at the reading (inf: none)
+
+
 class GpuSource(Protocol):
     """What the executor reads GPUs from: this host's :class:`~carma_airflow.monitor.sampler.Monitor`,
     or (celery dispatch) a view over every host's agent samples in the store."""
 
     def latest(self) -> dict[str, GpuSample]:
         """The newest sample of every GPU, by UUID."""
+        ...
+
+    def reading(self) -> Reading:
+        """``latest()`` with every GPU's window and age, all of one moment (a heartbeat's view)."""
         ...
 
     def window(self, uuid: str) -> MetricWindow:

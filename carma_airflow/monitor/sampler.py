@@ -19,7 +19,7 @@ from pathlib import Path
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.gpu import parse_gpu_list
 from carma_airflow.core.risk import DEFAULT_RISK, MetricWindow, RiskSettings
-from carma_airflow.monitor.base import GpuSample, Probe
+from carma_airflow.monitor.base import GpuSample, Probe, Reading
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,19 @@ class Monitor:
         """The last sample of every GPU seen so far, by UUID (error samples included)."""
         with self._lock:
             return dict(self._latest)
+
+    def reading(self) -> Reading:
+        """The last sample of every GPU with its window and age, under one hold of the lock."""
+        now = time.time()
+        with self._lock:
+            latest = dict(self._latest)
+            series = {u: (tuple(w.smact), tuple(w.smocc), tuple(w.drama)) for u, w in self._windows.items()}
+            good = dict(self._last_good)
+        windows = {
+            u: MetricWindow(*series[u], self.risk) if u in series else MetricWindow(settings=self.risk) for u in latest
+        }
+        ages = {u: max(0.0, now - good[u]) if u in good else math.inf for u in latest}
+        return Reading(latest, windows, ages)
 
     def window(self, uuid: str) -> MetricWindow:
         """The last ``window`` good readings of the GPU (missing values as 0.0); empty if none."""

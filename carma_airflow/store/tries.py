@@ -230,7 +230,16 @@ class TryStore(StoreBase):
     # -- OOM events ---------------------------------------------------------------------
 
     def record_oom(self, ev: OomRecord) -> int:
-        """Store an out-of-memory event; returns its id."""
+        """Store an out-of-memory event; returns its id.  One event per try: the same try's event
+        made again (a write replayed from a killed executor's journal) returns the first one's id,
+        so a replay never spends an OOM retry twice."""
+        same = select(OomEventRow.id).where(
+            OomEventRow.placement_key == ev.placement_key, OomEventRow.try_number == ev.try_number
+        )
+        with self._session() as session:
+            known = session.scalars(same.limit(1)).first()
+        if known is not None:
+            return int(known)
         row = OomEventRow(
             placement_key=ev.placement_key,
             dag_id=ev.dag_id,

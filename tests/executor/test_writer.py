@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 from tcp_proxy import TcpProxy
 
+from carma_airflow.executor import journal
 from carma_airflow.executor.writer import HELD_FILE, PARKED_FILE, PRUNE_EVERY_S, StoreWriter
 from carma_airflow.executor.writes import (
     AddActivity,
@@ -308,14 +309,14 @@ def test_what_is_held_at_close_is_saved_and_made_first_by_the_next_writer(tmp_pa
     writer.put(RecordOom(OomRecord("k1", "dag", "k1", 1, _at(now + 1), "GPU-0", 2048, "oom")))
     writer.put(AddPeak("dag", "t", 1234, _at(now)))
     writer.close(timeout_s=0.5)
-    assert (state / HELD_FILE).exists()
+    assert len(list((state / journal.FOLDER).glob("*.jsonl"))) == 1  # kept in its journal
 
     store = Store(f"sqlite:///{tmp_path / 'carma.db'}")
     store.migrate()
     store.owner = "host:2:new"
     again = StoreWriter(store, state_dir=state)  # the next executor: held writes first, before anything else
     assert again.pending == 0  # made before the constructor returned (the store is up)
-    assert not (state / HELD_FILE).exists()
+    assert [p.name for p in (state / journal.FOLDER).glob("*.jsonl")] == [again._journal.path.name]
     rec = store.placement("k1")
     assert rec is not None and rec.outcome == TryOutcome.OOM and rec.peak_mib == 2048
     assert rec.owner == "host:1:old"  # the executor that placed it, gone: the next one may reconcile it
@@ -335,6 +336,94 @@ def test_a_held_write_that_cannot_be_read_back_is_parked_not_lost(tmp_path: Path
     assert store.peaks("dag", "t") == [5]
     assert [p["write"] for p in _parked(state)] == ["unreadable"] and writer.parked == 1
     writer.close()
+
+
+_KILLED_WRITER = """
+import os, signal, sys, time
+from datetime import datetime, timezone
+from carma_airflow.executor.writer import StoreWriter
+from carma_airflow.executor.writes import AddPeak, MarkEnded, RecordOom, UpsertPlacement
+from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
+from carma_airflow.store.store import Store
+
+store_url, state, made_first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = Store(store_url)
+store.owner = "host:1:killed"
+writer = StoreWriter(store, state_dir=state, retry_s=0.05, max_retry_s=0.2)
+at = datetime.fromtimestamp(1_800_000_000, tz=timezone.utc)
+for i in range(made_first):  # made while the store is up
+    writer.put(AddPeak("dag", "t", i, at))
+assert writer.flush(timeout_s=20)
+writer.put(RecordOom(OomRecord("k1", "dag", "t", 1, at, "GPU-0", 2048, "oom")))
+assert writer.flush(timeout_s=20)
+gone = Store("postgresql+psycopg://carma@127.0.0.1:9/none?connect_timeout=1")  # the database goes away
+gone.owner = store.owner
+writer.store = gone
+record = PlacementRecord("k2", "dag", "t", "r", 1, at, outcome=TryOutcome.RUNNING, gpu_uuids=("GPU-0",))
+writer.put(UpsertPlacement(record))
+for i in range(200):
+    writer.put(AddPeak("dag", "t", 10_000 + i, at))
+writer.put(MarkEnded("k2", 1_800_000_001.0, TryOutcome.OOM, 4096, "CUDA OOM"))
+print("queued", writer.pending, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no atexit: the scheduler killed outright
+"""
+
+
+def test_a_killed_writer_loses_nothing_it_had_queued(tmp_path: Path) -> None:
+    """SIGKILL with 202 writes queued behind a store outage: the next writer on the host makes
+    every one, in order, once; the OOM event the killed one had made is not counted twice (its
+    journal line is replayed, the store keeps one event per try)."""
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    url = f"sqlite:///{tmp_path / 'carma.db'}"
+    Store(url).migrate()
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, url, str(state), "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -9, child.stderr
+    assert "queued 202" in child.stdout
+    # a kill between the store's commit of the OOM event and its "-" line: the event is in the
+    # journal still (written back here, as such a kill leaves it) and is made again
+    path = next((state / journal.FOLDER).glob("*.jsonl"))
+    oom = RecordOom(OomRecord("k1", "dag", "t", 1, _at(1_800_000_000), "GPU-0", 2048, "oom"))
+    path.write_text(f"+0 {encode_write(oom)}\n" + path.read_text())
+
+    store = Store(url)
+    store.owner = "host:2:new"
+    again = StoreWriter(store, state_dir=state)
+    assert again.flush(timeout_s=30) and again.pending == 0
+    assert store.peaks("dag", "t", limit=500) == list(range(5)) + [10_000 + i for i in range(200)]
+    rec = store.placement("k2")
+    assert rec is not None and rec.outcome == TryOutcome.OOM and rec.peak_mib == 4096
+    assert rec.owner == "host:1:killed"  # a gone executor's try: the next one reconciles it
+    assert len(store.ooms()) == 1  # replayed, counted once
+    assert [p.name for p in (state / journal.FOLDER).glob("*.jsonl")] == [again._journal.path.name]
+    again.close()
+    assert not list((state / journal.FOLDER).glob("*.jsonl"))  # all made: nothing left for anyone
+    store.close()
+
+
+def test_a_living_writers_journal_is_not_taken(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    gone = Store("postgresql+psycopg://carma@127.0.0.1:9/none?connect_timeout=1")
+    alive = StoreWriter(gone, retry_s=0.2, state_dir=state)
+    alive.put(AddPeak("dag", "t", 7, _at(time.time())))
+    store = Store(f"sqlite:///{tmp_path / 'carma.db'}")
+    store.migrate()
+    other = StoreWriter(store, state_dir=state)  # a second scheduler on the host
+    assert other.pending == 0 and store.peaks("dag", "t") == []
+    assert alive.pending == 1 and alive._journal is not None and alive._journal.path.exists()
+    other.close()
+    alive.close(timeout_s=0.2)
+    third = StoreWriter(store, state_dir=state)  # after the first one stopped: its write is made
+    assert third.flush(timeout_s=10) and store.peaks("dag", "t") == [7]
+    third.close()
 
 
 def test_every_ordered_write_survives_the_held_file(tmp_path: Path) -> None:
