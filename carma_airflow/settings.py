@@ -25,6 +25,18 @@ def _airflow_home() -> str:
     return os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")  # as Airflow finds its home
 
 
+_ENV = "AIRFLOW__CARMA__"
+
+
+def _expand(value: str) -> str:
+    """``~`` and ``$VARS`` expanded until nothing changes (Airflow's ``expand_env_var``)."""
+    while True:
+        expanded = os.path.expanduser(os.path.expandvars(value))
+        if expanded == value:
+            return value
+        value = expanded
+
+
 def default_state_dir(airflow_home: str | None = None) -> str:
     """``[carma] state_dir`` when it is empty: ``carma`` under ``airflow_home`` (None: Airflow's)."""
     return str(Path(airflow_home or _airflow_home()) / "carma")
@@ -110,6 +122,37 @@ class CarmaSettings:
             return None if value is None else str(value)
 
         return cls.load(get, _airflow_home())
+
+    @classmethod
+    def from_config_file(cls) -> CarmaSettings:
+        """``[carma]`` as Airflow reads it, without importing Airflow (about 1.5 s of CPU less at
+        each start of a ``carma`` command): ``AIRFLOW__CARMA__<OPTION>``, else the option in
+        ``$AIRFLOW_CONFIG`` (or ``$AIRFLOW_HOME/airflow.cfg``), each with ``~`` and ``$VARS``
+        expanded as Airflow does.  Where Airflow would do more than that (an option given as
+        ``_cmd`` or ``_secret``, a value with ``%`` interpolation) Airflow itself reads them."""
+        import configparser
+
+        home = _airflow_home()
+        path = Path(os.environ.get("AIRFLOW_CONFIG") or Path(home) / "airflow.cfg")
+        section: dict[str, str] = {}
+        if path.is_file():
+            parser = configparser.RawConfigParser()
+            try:
+                parser.read(path, encoding="utf-8")
+            except configparser.Error:
+                return cls.from_airflow()  # Airflow's own message for a broken file
+            if parser.has_section("carma"):
+                section = dict(parser.items("carma"))
+        env = {k[len(_ENV) :].lower(): v for k, v in os.environ.items() if k.startswith(_ENV)}
+        indirect = any(k.endswith(("_cmd", "_secret")) for k in (*env, *section))
+        if indirect or any("%" in v for v in section.values()):
+            return cls.from_airflow()
+
+        def get(name: str) -> str | None:
+            value = env.get(name, section.get(name))
+            return None if value is None else _expand(value)
+
+        return cls.load(get, home)
 
     def validate(self) -> None:
         from carma_airflow.core.estimators import make_estimator

@@ -73,3 +73,35 @@ def test_the_state_dir_read_before_the_start_is_the_one_the_start_reads(
     started = CarmaSettings.from_airflow(conf).state_dir
     assert state_dir_of(conf) == Path(started)
     assert started == ((raw or "").strip() or str(tmp_path / "carma"))
+
+
+_BOTH_READINGS = """
+import dataclasses, json, sys
+from carma_airflow.settings import CarmaSettings
+light = dataclasses.asdict(CarmaSettings.from_config_file())
+imported = "airflow" in sys.modules
+full = dataclasses.asdict(CarmaSettings.from_airflow())
+print(json.dumps({"light": light, "full": full, "imported": imported}, default=str))
+"""
+
+
+@pytest.mark.parametrize("indirect", [False, True])
+def test_the_clis_settings_are_airflows_without_importing_airflow(tmp_path: Path, indirect: bool) -> None:
+    """`carma` commands read [carma] without importing Airflow (a second less per command): the
+    same values Airflow's own configuration gives, from the file, from AIRFLOW__CARMA__ variables
+    (which win), with $VARS and ~ expanded; an option given as _cmd is left to Airflow."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(AIRFLOW_HOME=str(tmp_path), CARMA_TEST_HOST="gpu-from-env", AIRFLOW__CARMA__POLICY="most-free-memory")
+    lines = ["[carma]", "policy = exclusive", "host = $CARMA_TEST_HOST", "state_dir = ~/carma-state", "max_tenants = 3"]
+    if indirect:
+        lines.append("reserve_mib_cmd = echo 1234")
+    (tmp_path / "airflow.cfg").write_text("\n".join(lines) + "\n")
+    out = subprocess.run(
+        [sys.executable, "-c", _BOTH_READINGS], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = __import__("json").loads(out.stdout.splitlines()[-1])
+    assert got["light"] == got["full"]
+    assert got["light"]["policy"] == "most-free-memory" and got["light"]["host"] == "gpu-from-env"
+    assert got["light"]["state_dir"] == str(Path.home() / "carma-state") and got["light"]["max_tenants"] == 3
+    assert got["imported"] is indirect  # Airflow only where it must do more than read
