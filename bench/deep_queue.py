@@ -15,6 +15,7 @@ Usage::
     .venv/bin/python bench/deep_queue.py --tasks 2000          # a quick run
     .venv/bin/python bench/deep_queue.py --save REF.json       # keep this run's figures and digest
     .venv/bin/python bench/deep_queue.py --compare REF.json    # side by side with a saved run
+    .venv/bin/python bench/deep_queue.py --min-gain 0.3        # completion-time's opt-in floor
 
 ``--compare`` prints the saved run's figures beside this run's (the ratio of wall times) and
 whether the digests are equal; it exits 1 when they differ (or the trace does not match), else 0.
@@ -34,13 +35,15 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from carma_airflow.core import parse_gpu_list
-from carma_airflow.sim import Arrival, SimConfig, SimResult, load_catalog, packaged, simulate, synthetic_trace
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.sim import Arrival, SimConfig, SimResult, Simulation, load_catalog, packaged, synthetic_trace
 
 GPUS = 256
 GPU_MODEL = "A100-40GB"
@@ -78,12 +81,19 @@ def digest(result: SimResult) -> str:
     return h.hexdigest()
 
 
-def run(tasks: int) -> dict[str, Any]:
+def run(tasks: int, min_gain: float | None = None) -> dict[str, Any]:
+    """One run; ``min_gain``: completion-time's opt-in floor (``CompletionSettings.min_gain``)."""
     arrivals = deep_trace(tasks)
     config = SimConfig(gpus=tuple(parse_gpu_list(f"{GPUS}x{GPU_MODEL}")))
+    sim = Simulation(config)
+    pol = sim.placer.policy
+    if min_gain is not None:
+        if not isinstance(pol, CompletionTime):
+            raise ValueError("--min-gain needs the completion-time policy")
+        pol.settings = replace(pol.settings, min_gain=min_gain)
     gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
-    result = simulate(config, arrivals)
+    result = sim.run(arrivals)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     done = [t for t in result.tasks if t.outcome == "success"]
     jct = statistics.fmean(t.end_s - t.submit_s for t in done if t.end_s is not None) if done else 0.0
@@ -92,6 +102,7 @@ def run(tasks: int) -> dict[str, Any]:
         "gpus": f"{GPUS}x{GPU_MODEL}",
         "mean_interarrival_s": MEAN_INTERARRIVAL_S,
         "seed": SEED,
+        "min_gain": min_gain,
         "trace_last_submit_s": arrivals[-1].submit_s if arrivals else 0.0,
         "python": platform.python_version(),
         "wall_s": wall,
@@ -124,8 +135,12 @@ _ROWS = (
 _TIMES = ("wall_s", "cpu_s")  # the figures that vary from run to run
 
 
+def _floor(fig: dict[str, Any]) -> str:
+    return "" if fig.get("min_gain") is None else f", min_gain {fig['min_gain']:g}"
+
+
 def print_one(fig: dict[str, Any]) -> None:
-    print(f"deep queue: {fig['tasks']} tasks, one per {fig['mean_interarrival_s']:g} s, {fig['gpus']}")
+    print(f"deep queue: {fig['tasks']} tasks, one per {fig['mean_interarrival_s']:g} s, {fig['gpus']}{_floor(fig)}")
     for label, key, fmt in _ROWS:
         print(f"  {label:<28} {fmt.format(fig[key]):>14}")
     print(f"  digest {fig['digest']}")
@@ -133,9 +148,9 @@ def print_one(fig: dict[str, Any]) -> None:
 
 def print_compare(ref: dict[str, Any], fig: dict[str, Any]) -> bool:
     """Both runs side by side; True when they decided the same."""
-    same_trace = all(ref.get(k) == fig[k] for k in ("tasks", "gpus", "mean_interarrival_s", "seed"))
+    same_trace = all(ref.get(k) == fig[k] for k in ("tasks", "gpus", "mean_interarrival_s", "seed", "min_gain"))
     same = same_trace and ref.get("digest") == fig["digest"]
-    print(f"deep queue: {fig['tasks']} tasks, one per {fig['mean_interarrival_s']:g} s, {fig['gpus']}")
+    print(f"deep queue: {fig['tasks']} tasks, one per {fig['mean_interarrival_s']:g} s, {fig['gpus']}{_floor(fig)}")
     print(f"  {'figure':<28} {'reference':>14} {'this run':>14} {'ratio':>8}")
     for label, key, fmt in _ROWS:
         a, b = ref.get(key), fig[key]
@@ -155,6 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=10_000, help="arrivals in the trace (default 10,000)")
     parser.add_argument("--save", type=Path, help="write this run's figures and digest to a JSON file")
     parser.add_argument("--compare", type=Path, help="a saved run to print beside this one and check against")
+    parser.add_argument(
+        "--min-gain", type=float, default=None, help="completion-time's opt-in floor, CompletionSettings.min_gain"
+    )
     args = parser.parse_args(argv)
     if args.tasks < 1:
         print("--tasks must be at least 1", file=sys.stderr)
@@ -166,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"cannot read {args.compare}: {exc}", file=sys.stderr)
             return 2
-    fig = run(args.tasks)
+    fig = run(args.tasks, args.min_gain)
     if args.save is not None:
         args.save.write_text(json.dumps(fig, indent=1) + "\n")
     if ref is None:

@@ -215,7 +215,7 @@ class SchedulingCycle:
     def _group_of(self, request: TaskRequest) -> Hashable:
         if not self._grouped:
             return None
-        return (self.placer.shape(request), self.queue.class_of(request))
+        return (self.placer.shape_of(request), self.queue.class_of(request))
 
     def _admit_due(self, now: float) -> None:
         for key, entry in list(self._later.items()):

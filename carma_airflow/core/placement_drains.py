@@ -14,14 +14,22 @@ than those it looked at then; the clock moved on by less than :data:`MAX_AGE` (2
 option's cost; and waiting still the cheapest at the queue's weight now (each option's cost is
 kept as its own part plus the GPU-seconds it takes, which the queue's weight multiplies).  A try
 decided for its reasons (``carma why``) is always priced afresh.
+
+**Refused tries.**  With completion-time's floor (``min_gain``) a try whose every candidate the
+floor refuses can only wait (every GPU set is refused; waiting is priced wherever a GPU could
+drain for it), so it is not played forward on its candidates: it waits for the soonest drain and
+its wait is kept as a priced one would be (:meth:`DrainPass._refused_waits`, the same decision
+and the same claim; the floor's verdicts are kept per GPU facts object and newcomer,
+:meth:`CompletionTime.floor_refuses`).  A GPU that changed (a tenant left) is judged afresh.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Hashable
-from dataclasses import dataclass
-from operator import itemgetter
+from dataclasses import dataclass, field
+from operator import is_, itemgetter
 
 from carma_airflow.core.facts import model_matches
 from carma_airflow.core.gpu import GpuHealth
@@ -40,10 +48,15 @@ _Drain = tuple[float, int, GpuFacts]  # (absolute time it drains by at the earli
 @dataclass(slots=True)
 class _Scan:
     """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played
-    with their drains, in order, and the last entry of the order it looked at (None: none)."""
+    and not claimed since, by id and by uuid, with their drains as a heap of (drain, place in the
+    walk, facts) (claimed ones leave it when they come up), and the last entry of the order it
+    looked at (None: none)."""
 
-    played: list[tuple[float, GpuFacts]]
-    last: tuple[float, int] | None
+    seen: dict[int, GpuFacts] = field(default_factory=dict)
+    by_uuid: dict[str, GpuFacts] = field(default_factory=dict)
+    ranked: list[tuple[float, int, GpuFacts]] = field(default_factory=list)
+    last: tuple[float, int] | None = None
+    played: int = 0  # GPUs played (their places in the walk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +79,7 @@ class KeptWaits:
     def __init__(self) -> None:
         self.by_key: dict[Hashable, KeptWait] = {}
         self.reused = 0  # waits kept instead of priced (a count for benches)
+        self.refused = 0  # tries every candidate of which the floor refused, not played forward (likewise)
 
     def keep(self, key: Hashable, wait: KeptWait) -> None:
         if len(self.by_key) >= KEPT:
@@ -156,25 +170,25 @@ class DrainPass(Pools):
         assert chooser is not None
         now, claimed, drained = chooser.now, self._claimed, chooser.drained
         order = self._drain_order()
-        best, where = float("inf"), None
-        seen: dict[int, GpuFacts] = {}
         scan = self._scans.get(key)
         if scan is None:
-            scan = self._scans[key] = _Scan([], None)
+            scan = self._scans[key] = _Scan()
             start = 0
         else:
-            scan.played = [p for p in scan.played if p[1].state.uuid not in claimed]
-            for drain, f in scan.played:
-                seen[id(f)] = f
-                if drain < best:
-                    best, where = drain, f
+            seen, by_uuid = scan.seen, scan.by_uuid
+            for uuid in by_uuid.keys() & claimed:  # claimed since: out of what it played
+                del seen[id(by_uuid.pop(uuid))]
             start = 0 if scan.last is None else bisect.bisect_right(order, scan.last, key=itemgetter(0, 1))
-        played = scan.played
+        seen, by_uuid, ranked = scan.seen, scan.by_uuid, scan.ranked
+        while ranked and ranked[0][2].state.uuid in claimed:
+            heapq.heappop(ranked)
+        # the soonest drain played, the first played of equal ones (places in the walk are unique)
+        best, where = (ranked[0][0], ranked[0][2]) if ranked else (float("inf"), None)
         for k in range(start, len(order)):
-            at, place, f = order[k]
+            at, _, f = order[k]
             if at - now >= best:  # every GPU after this one drains later still
                 break
-            scan.last = (at, place)
+            scan.last = (at, order[k][1])
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             if (
                 st.spec.memory_mib < need
@@ -184,11 +198,13 @@ class DrainPass(Pools):
             ):
                 continue
             seen[id(f)] = f
+            by_uuid[st.uuid] = f
             drain = drained(f)
-            played.append((drain, f))
+            scan.played += 1
+            heapq.heappush(ranked, (drain, scan.played, f))
             if drain < best:
                 best, where = drain, f
-        return best, where, seen
+        return best, where, dict(seen)
 
     def _drain_order(self) -> list[_Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
@@ -262,10 +278,24 @@ class DrainPass(Pools):
     def _kept_wait_holds(
         self, key: Hashable, request: TaskRequest, reserved: frozenset[str], priced: list[GpuFacts]
     ) -> bool:
-        """Whether a kept wait of this shape still holds (the module doc); if so its GPU is claimed."""
+        """Whether a kept wait of this shape still holds (the module doc), or else every candidate
+        is refused by the floor (:meth:`_refused_waits`); if so the GPU it waits for is claimed."""
         chooser, kept = self.chooser, self.kept
-        if chooser is None or kept is None or request.gpus != 1:
+        if chooser is None or kept is None:
             return False
+        if request.gpus == 1 and self._kept_wait_still(key, request, reserved, priced, chooser, kept):
+            return True
+        return self._refused_waits(key, request, reserved, priced, chooser, kept)
+
+    def _kept_wait_still(
+        self,
+        key: Hashable,
+        request: TaskRequest,
+        reserved: frozenset[str],
+        priced: list[GpuFacts],
+        chooser: CompletionTime,
+        kept: KeptWaits,
+    ) -> bool:
         k = kept.by_key.get(key)
         if k is None:
             return False
@@ -280,20 +310,69 @@ class DrainPass(Pools):
             return False
         qw = chooser.queue_weight
         wait = k.wait[0] + qw * k.wait[1]  # the costs as priced then, at the queue's weight now
-        then = {id(f): (f, share) for f, share in zip(k.priced, k.shares, strict=True)}
-        for f in priced:  # a candidate that changed (or is new) is priced now, the others kept
-            got = then.get(id(f))
-            own, taken = got[1] if got is not None and got[0] is f else chooser.price_one(request, f)
-            if own + qw * taken <= wait:
+        if len(priced) == len(k.priced) and all(map(is_, priced, k.priced)):  # the same candidates
+            if any(own + qw * taken <= wait for own, taken in k.shares):
                 return False
+        else:
+            then = {id(f): (f, share) for f, share in zip(k.priced, k.shares, strict=True)}
+            for f in priced:  # a candidate that changed (or is new) is priced now, the others kept
+                got = then.get(id(f))
+                own, taken = got[1] if got is not None and got[0] is f else chooser.price_one(request, f)
+                if own + qw * taken <= wait:
+                    return False
         need = request.memory.mib + self.settings.reserve_mib
-        for at, _, f in self._drain_order():
-            if at >= k.drain_at:
-                break
-            if f is not drained and k.early.get(id(f)) is not f and self._usable(f, need, request.gpu_model, reserved):
+        order = self._drain_order()
+        early = k.early
+        before = order[: bisect.bisect_left(order, k.drain_at, key=itemgetter(0))]  # drain no later
+        for f in [f for _, _, f in before if early.get(id(f)) is not f]:
+            if f is not drained and self._usable(f, need, request.gpu_model, reserved):
                 return False  # a GPU not looked at then could drain first
         self._claim(drained)
         kept.reused += 1
+        return True
+
+    def _refused_waits(
+        self,
+        key: Hashable,
+        request: TaskRequest,
+        reserved: frozenset[str],
+        priced: list[GpuFacts],
+        chooser: CompletionTime,
+        kept: KeptWaits,
+    ) -> bool:
+        """A try whose every candidate the floor refuses waits for the soonest drain, as
+        :meth:`CompletionTime.choose` would decide (every GPU set refused: waiting is the only
+        option), without playing the candidates forward with it (what dominates a deep queue's
+        pass with the floor on); its wait is kept as :meth:`_keep_wait` keeps it.  Where no GPU
+        could drain for it (waiting not priced) the policy decides."""
+        if chooser.settings.min_gain is None or not chooser.settings.waits:
+            return False
+        fc = chooser.forecast
+        if not fc.timed():
+            return False
+        new = fc.newcomer(request)  # what choose would ask first (it learns a request's activity)
+        for f in priced:
+            if chooser.floor_refuses(f, new) is None:
+                return False
+        for f in priced:  # what pricing them would keep (the drains the order is built by)
+            chooser.drained(f)
+        seconds, where, seen = self._drain_seen(request, reserved)
+        if where is None or not seconds < float("inf"):
+            return False
+        n = request.gpus
+        if n == 1:
+            # _keep_wait's wait, its figures worked out as choose's waiting option has them
+            work = max(new.work, 1e-9)
+            q = chooser.queue_weight * work * n
+            total = seconds + work
+            refused = tuple((float("inf"), 0.0) for _ in priced)  # never cheaper than waiting
+            version = chooser.forecast_version()
+            wait = (total + q - q, work * n)
+            kept.keep(
+                key, KeptWait(chooser.now, version, tuple(priced), where, chooser.now + seconds, seen, wait, refused)
+            )
+        self._claim(where)
+        kept.refused += 1
         return True
 
 

@@ -4,8 +4,8 @@ pass places (candidates stay sorted by the policy's keys, so a decision usually 
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Hashable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Hashable, Iterable
 from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
@@ -13,9 +13,8 @@ from carma_airflow.core.facts import copy_facts, model_matches, needs_idle, neve
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.policies.base import GpuFacts
 from carma_airflow.core.policies.priced import Choice
-from carma_airflow.core.pools import POOL_ORDER, Entry, Pools
+from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, full_scan
 from carma_airflow.core.reasons import (
-    count_reasons,
     describe,
     scan_verdicts,
     summary_of_counts,
@@ -27,7 +26,6 @@ from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
 
 PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
-HEAD = 16  # candidates looked at in order before the by-memory index is asked
 # a waiting decision without reasons, for a pass that only needs what it places (Placer.place)
 WAITS = Decision("", Outcome.NOT_NOW, summary="waiting", policy="")
 # the same where a GPU set could take the try but waiting was priced cheaper (a pricing policy):
@@ -68,6 +66,9 @@ class PlacementPass(DrainPass):
         self._order_of = {}
         self._applied: set[str] = set()  # GPUs this pass placed on
         self.by_choice: Decision | None = None  # the last decision that waited by choice (explained)
+        # the verdicts of this pass's scans by what their texts say (:meth:`_verdicts`): a pass's
+        # decisions pass over the same full GPUs at the head of the order, request after request
+        self._said: dict[tuple[object, ...], tuple[GpuFacts, GpuVerdict]] = {}
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -95,7 +96,7 @@ class PlacementPass(DrainPass):
         n = request.gpus
         wanted = request.gpu_model
         avoid = request.avoid_gpus
-        scanned: list[tuple[GpuFacts, Reason, bool]] = []  # (GPU, reason, in collocation pool)
+        scanned: Scanned = []  # (GPU, reason, in collocation pool)
         refusing = pol.refuses_gpus
         notes: dict[str, str] = {}  # a policy's refusal texts, by GPU
         avoided: list[GpuFacts] = []
@@ -137,39 +138,34 @@ class PlacementPass(DrainPass):
             and chooser is None
         )
         if fast:
-            # same answer as the scan below (the first candidate in policy order with enough
-            # memory): look at the head of the order, then ask the by-memory index
-            mark = len(scanned)
-            for _, _, f in self.shared[:HEAD]:
-                if filter_need <= f.usable_free_mib:
-                    chosen = [f]
-                    break
-                scanned.append((f, Reason.MEMORY, True))
-            if chosen is None:
-                i = bisect.bisect_left(self.by_free, (filter_need, -1), key=POOL_ORDER)
-                if i < len(self.by_free):
-                    chosen = [min(self.by_free[i:], key=itemgetter(2))[2][2]]
-                elif not explain:
-                    return WAITS  # no collocation candidate has the memory; no avoided GPUs
-                else:
-                    del scanned[mark:]  # the full scan below lists them again
-        if chosen is None and idle_only and not explain and not avoided:
-            pass  # every collocation candidate is busy for it, no avoided GPU to fall back on: it waits
-        elif (
-            chosen is None
-            and not explain
+            # same answer as the scan below: the first candidate in policy order with enough memory
+            shared = self.shared
+            at = self.first_fitting(filter_need)
+            if at < len(shared):
+                chosen = [shared[at][2]]
+                # every GPU before it lacks the memory: the first of them are a placed decision's reasons
+                keep = max(0, min(at, PLACED_REJECTIONS - len(scanned)))
+                scanned.extend((f, Reason.MEMORY, True) for _, _, f in shared[:keep])
+            elif not explain:
+                return WAITS  # no collocation candidate has the memory; no avoided GPUs
+        # no scan where it could only reject: every collocation candidate is busy for it, or none
+        # has the memory (the by-memory index's largest has less), and no avoided GPU to fall back
+        # on, so the request waits (a deep queue's large requests skip the scan)
+        skip_scan = (
+            not explain
             and not avoided
-            and pol.checks_memory
-            and (not self.by_free or self.by_free[-1][0] < filter_need)
-        ):
-            # no collocation candidate has the memory (the by-memory index's largest has less): the
-            # scan below would reject every one of them before it could be a candidate, priced or
-            # avoided, so the request waits; a deep queue's large requests skip the scan
-            pass
-        elif chosen is None:
+            and (idle_only or (pol.checks_memory and (not self.by_free or self.by_free[-1][0] < filter_need)))
+        )
+        walk: Walk | None = None  # a scan that skips GPUs without the memory (:class:`Walk`)
+        walked = walk_end = 0  # its records' places in ``scanned``
+        if chosen is None and not skip_scan:
             pool: Iterable[Entry] = self._ordered(self.shared, request, False)
-            if not explain and pol.checks_memory and pol.stable_keys and pol.free_key_at is not None:
-                pool = self._past_rejections(self.shared, scanned, filter_need, pol.free_key_at)
+            # skipping where some candidate has the memory: else the scan rejects every GPU, and a
+            # decision that lists them (``explain``) would have the walk's skipped ones put back
+            has_room = bool(self.by_free) and self.by_free[-1][0] >= filter_need
+            if pol.checks_memory and pol.stable_keys and pol.free_key_at is not None and (has_room or not explain):
+                pool = walk = Walk(self.shared, scanned, filter_need, pol.free_key_at, PLACED_REJECTIONS)
+                walked = len(scanned)
             for _, _, f in pool:
                 if wanted is not None and not model_matches(f.state.spec.name, wanted):
                     scanned.append((f, Reason.MODEL, True))
@@ -192,6 +188,7 @@ class PlacementPass(DrainPass):
                     chosen = take(f)
                     if chosen is not None:
                         break
+            walk_end = len(scanned)
         if chooser is not None and chosen is None and (feasible or avoided):
             priced = feasible or avoided
             kept = None if explain or shape is None or self.kept is None else (shape, reserved)
@@ -211,11 +208,19 @@ class PlacementPass(DrainPass):
                     self._claim(choice.best.drained)
                 if not explain:
                     return WAITS_BY_CHOICE
+                if walk is not None and walk.skipped:
+                    scanned[walked:walk_end] = full_scan(walk, scanned[walked:walk_end], wanted, reserved, idle_only)
                 return self._waits_by_choice(request, choice, scanned, notes, filter_need)
             else:
                 chosen = list(choice.best.gpus)
-                notes.update((f.uuid, note) for f in priced if (note := choice.note(f)) is not None)
-                scanned.extend((f, Reason.INTERFERENCE, True) for f in priced if f.uuid in notes)
+                # the priced GPUs' texts, after the scan's rejections: only those a placed decision keeps
+                for f in priced:
+                    if len(scanned) >= PLACED_REJECTIONS:
+                        break
+                    if (note := choice.note(f)) is not None:
+                        notes[f.uuid] = note
+                    if f.uuid in notes:
+                        scanned.append((f, Reason.INTERFERENCE, True))
             avoided = []  # priced already: the avoided GPUs were the candidates where nothing else fits
         if chosen is None:
             for f in avoided:  # already in idle-then-policy order
@@ -225,9 +230,11 @@ class PlacementPass(DrainPass):
         if chosen is None and not explain:
             return WAITS
         if chosen is None:
+            if walk is not None and walk.skipped:  # a waiting decision lists every rejection
+                scanned[walked:walk_end] = full_scan(walk, scanned[walked:walk_end], wanted, reserved, idle_only)
             mine = self._verdicts(scanned, request, notes)
             rejected = mine + self.static_rejections()
-            counts = count_reasons(mine, dict(self.static_counts()))
+            counts = self._counts(scanned)
             summary = summary_of_counts(
                 counts, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
             )
@@ -244,32 +251,6 @@ class PlacementPass(DrainPass):
             collocated=any(not f.idle for f in chosen),
             policy=pol.name,
         )
-
-    def _past_rejections(
-        self, pool: list[Entry], scanned: list[tuple[GpuFacts, Reason, bool]], filter_need: int, at_free: int
-    ) -> Iterator[Entry]:
-        """The collocation pool in order for a scan that keeps only its first
-        :data:`PLACED_REJECTIONS` rejections (a decision without reasons): once the scan has
-        recorded that many, each run of GPUs without the memory (inside one value of the key's
-        fields before its usable memory at ``at_free``: :attr:`Policy.free_key_at`) is skipped by
-        binary search, since the scan would reject each of them, whatever else it checks first.
-        A deep queue's scans otherwise walk past dozens of GPUs too full for the request."""
-        at, count = 0, len(pool)
-        while at < count:
-            yield pool[at]
-            at += 1
-            if len(scanned) >= PLACED_REJECTIONS:
-                break
-        need = float(filter_need)
-        prefix = itemgetter(slice(0, at_free + 1))
-        while at < count:
-            entry = pool[at]
-            key = entry[0]
-            if key[at_free] < need:  # it and the GPUs after it in its run lack the memory
-                at = bisect.bisect_left(pool, (*key[:at_free], need), lo=at, key=lambda e: prefix(e[0]))
-                continue
-            yield entry
-            at += 1
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
@@ -298,7 +279,7 @@ class PlacementPass(DrainPass):
                     notes[f.uuid] = note
                     scanned.append((f, Reason.INTERFERENCE, True))
         mine = self._verdicts(scanned, request, notes)
-        counts = count_reasons(mine, dict(self.static_counts()))
+        counts = self._counts(scanned)
         summary = waiting_by_choice(
             counts, len(self.facts), n=request.gpus, need=format_mib(filter_need), wait=choice.best_text()
         )
@@ -311,13 +292,44 @@ class PlacementPass(DrainPass):
         )
         return self.by_choice
 
+    def _counts(self, scanned: Scanned) -> dict[Reason, int]:
+        """The reasons of a scan's verdicts and of the GPUs no request can use, counted (as
+        :func:`~carma_airflow.core.reasons.count_reasons` counts them; a scan's by the reasons'
+        ids, since an enum's hash is a Python call and a waiting decision's scan lists hundreds)."""
+        counts = dict(self.static_counts())
+        for place, count in Counter(map(id, map(_REASON, scanned))).items():
+            reason = _BY_ID[place]
+            counts[reason] = counts.get(reason, 0) + count
+        return counts
+
     def _verdicts(
-        self,
-        scanned: list[tuple[GpuFacts, Reason, bool]],
-        request: TaskRequest,
-        notes: dict[str, str] | None = None,
+        self, scanned: Scanned, request: TaskRequest, notes: dict[str, str] | None = None
     ) -> tuple[GpuVerdict, ...]:
-        return scan_verdicts(scanned, request, self.settings.headroom_mib, notes)
+        """:func:`~carma_airflow.core.reasons.scan_verdicts`, each verdict kept for the pass by
+        what its text says: the GPU (its facts object, with the fields the text reads), the reason
+        and the request's number the text names (a policy's own notes are not kept)."""
+        said = self._said
+        headroom = self.settings.headroom_mib
+        need, filter_need, model = request.memory.mib, request.memory.filter_mib(headroom), request.gpu_model
+        out: list[GpuVerdict] = []
+        for record in scanned:
+            f, reason, shared = record
+            if notes and notes.get(f.state.uuid) is not None:
+                out.extend(scan_verdicts((record,), request, headroom, notes))
+                continue
+            if reason is Reason.MODEL:
+                named: object = model
+            elif reason is Reason.RESERVED or reason is Reason.BUSY:
+                named = None
+            else:
+                named = filter_need if shared else need
+            # a reason by its id: the members are singletons, and an enum's hash is a Python call
+            key = (id(f), f.usable_free_mib, f.tenants, id(reason), shared, named)
+            got = said.get(key)
+            if got is None or got[0] is not f:
+                got = said[key] = (f, scan_verdicts((record,), request, headroom)[0])
+            out.append(got[1])
+        return tuple(out)
 
     def _own(self) -> None:
         """The pass's own copies of the view's pools, to change as it places."""
@@ -361,5 +373,8 @@ class PlacementPass(DrainPass):
                 self._reorder(f)
         self.pol.rotate(chosen, len(self.facts))
 
+
+_REASON = itemgetter(1)
+_BY_ID = {id(r): r for r in Reason}
 
 __all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "WAITS_BY_CHOICE", "PlacementPass"]

@@ -231,6 +231,14 @@ class Placer:
         if len(self._sig_of) > 100_000 or flags != self._sig_flags:
             self._sig_of, self._sig_ids, self._sig_flags = {}, {}, flags
 
+    def shape_of(self, request: TaskRequest) -> tuple[object, ...]:
+        """:meth:`shape`, kept for the passes (by request object, as a pass keeps it): a driver that
+        groups its waiting tries by shape asks once, as it submits them, and the pass does not
+        make the shape again."""
+        if self._sig_flags is None:  # the flags the kept shapes are made with (:meth:`_forget_sigs`)
+            self._sig_flags = (self.policy.prices_options, self.policy.refuses_gpus)
+        return self._sigs(request)[3]
+
     def shape(self, request: TaskRequest) -> tuple[object, ...]:
         """What a decision of a memory-checking policy depends on besides the GPUs: in one pass,
         a request of the same shape as one that had to wait waits too, for the same reason."""

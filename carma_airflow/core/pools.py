@@ -5,12 +5,12 @@ that keeps them from pass to pass."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
-from itertools import compress
+from collections.abc import Hashable, Iterator
+from itertools import compress, islice
 from operator import is_not, itemgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
-from carma_airflow.core.facts import NEVER, gpu_facts
+from carma_airflow.core.facts import NEVER, gpu_facts, model_matches
 from carma_airflow.core.gpu import ClusterView, GpuHealth
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.reasons import count_reasons, verdict
@@ -22,6 +22,76 @@ Entry = tuple[tuple[float, ...], int, GpuFacts]
 # (every GPU a pass changes goes out of and into its pools by binary search)
 POOL_ORDER = itemgetter(0, 1)
 NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
+HEAD = 16  # candidates looked at in order before the by-memory index is asked (no Policy.free_key_at)
+Scanned = list[tuple[GpuFacts, Reason, bool]]  # a scan's light records: (GPU, reason, in collocation pool)
+
+
+class Walk:
+    """The collocation pool in order for a scan that needs only its first ``keep`` rejections in
+    full: once ``scanned`` holds that many, each run of GPUs without the memory (inside one value
+    of the key's fields before its usable memory at ``at_free``: :attr:`Policy.free_key_at`) is
+    skipped by binary search, since the scan would reject each of them, whatever else it checks
+    first.  A scan otherwise walks past hundreds of GPUs too full for the request.  ``stop``: one
+    past the place of the last entry yielded; ``skipped``: whether a run was skipped (a decision
+    that lists every rejection then has them filled in: :func:`full_scan`)."""
+
+    __slots__ = ("at_free", "keep", "need", "pool", "scanned", "skipped", "stop")
+
+    def __init__(self, pool: list[Entry], scanned: Scanned, filter_need: int, at_free: int, keep: int) -> None:
+        self.pool, self.scanned, self.need, self.at_free, self.keep = pool, scanned, filter_need, at_free, keep
+        self.stop = 0
+        self.skipped = False
+
+    def __iter__(self) -> Iterator[Entry]:
+        pool, scanned, keep = self.pool, self.scanned, self.keep
+        at, count = 0, len(pool)
+        while at < count:
+            self.stop = at + 1
+            yield pool[at]
+            at += 1
+            if len(scanned) >= keep:
+                break
+        need, at_free = float(self.need), self.at_free
+        while at < count:
+            entry = pool[at]
+            key = entry[0]
+            if key[at_free] < need:  # it and the GPUs after it in its run lack the memory
+                at = bisect.bisect_left(pool, _probe(key, at_free, need), lo=at)
+                self.skipped = True
+                continue
+            self.stop = at + 1
+            yield entry
+            at += 1
+        self.stop = count  # walked to the end: every GPU after the last yielded was skipped
+
+
+def _probe(key: tuple[float, ...], at_free: int, need: float) -> tuple[tuple[float, ...]]:
+    """What a pool's first entry with the key's fields before ``at_free`` and at least ``need``
+    usable MiB sorts after: compared with an entry ``(key, place, facts)`` it decides on the keys
+    alone (in C, without a key function); a key equal to it up to its end sorts after it, as the
+    longer tuple."""
+    return ((*key[:at_free], need),)
+
+
+def full_scan(walk: Walk, seen: Scanned, wanted: str | None, reserved: frozenset[str], idle_only: bool) -> Scanned:
+    """The rejections a full scan of ``walk``'s pool up to its ``stop`` records: ``seen`` (what
+    the walk's scan recorded, in order) with the GPUs the walk skipped put back in their places,
+    each with the first reason the scan's checks give it (all lack the memory)."""
+    out: Scanned = []
+    j, count, need = 0, len(seen), walk.need
+    for _, _, f in islice(walk.pool, walk.stop):
+        if j < count and seen[j][0] is f:
+            out.append(seen[j])
+            j += 1
+        elif need > f.usable_free_mib:  # skipped: the scan's checks, in their order
+            if wanted is not None and not model_matches(f.state.spec.name, wanted):
+                out.append((f, Reason.MODEL, True))
+            elif reserved and f.state.uuid in reserved:
+                out.append((f, Reason.RESERVED, True))
+            else:
+                out.append((f, Reason.BUSY if idle_only else Reason.MEMORY, True))
+    assert j == count, "a walk's records are the full scan's, in order"
+    return out
 
 
 class Pools:
@@ -122,6 +192,30 @@ class Pools:
                         del self.by_free[j]
                 return
 
+    def first_fitting(self, need: int) -> int:
+        """The place in the collocation pool of its first candidate in policy order with ``need``
+        usable MiB (the pool's length: none has it): by binary search inside each value of the
+        key's fields before its usable memory (:attr:`Policy.free_key_at`), else the head of the
+        order, then the by-memory index's first in policy order."""
+        pool = self.shared
+        at_free = self.pol.free_key_at
+        if at_free is None:
+            for at, (_, _, f) in enumerate(pool[:HEAD]):
+                if need <= f.usable_free_mib:
+                    return at
+            i = bisect.bisect_left(self.by_free, (need, -1), key=POOL_ORDER)
+            if i == len(self.by_free):
+                return len(pool)
+            entry = min(self.by_free[i:], key=_ENTRY)[2]
+            return bisect.bisect_left(pool, (entry[0], entry[1]), key=POOL_ORDER)
+        at, wanted, count = 0, float(need), len(pool)
+        while at < count:
+            key = pool[at][0]
+            if key[at_free] >= wanted:
+                return at
+            at = bisect.bisect_left(pool, _probe(key, at_free, wanted), lo=at)
+        return count
+
     def static_rejections(self) -> tuple[GpuVerdict, ...]:
         if self._static_tuple is None:
             self._static_tuple = tuple(self.static.values())
@@ -200,4 +294,6 @@ class PoolCache:
         return True
 
 
-__all__ = ["NO_REQUEST", "POOL_ORDER", "Entry", "PoolCache", "Pools"]
+_ENTRY = itemgetter(2)
+
+__all__ = ["HEAD", "NO_REQUEST", "POOL_ORDER", "Entry", "PoolCache", "Pools", "Scanned", "Walk", "full_scan"]

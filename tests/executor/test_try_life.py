@@ -272,7 +272,7 @@ def test_one_placement_pass_per_heartbeat_after_ends_on_one_monitor_sample(
     )
     ex = executor_factory(gpus="1xA100-40GB", behaviour={"a": {"seconds": 0.3}, "b": {"seconds": 0.3}})
     passes = _Counting(ex.flow.peers, "run_pass")
-    samples = _Counting(ex.monitor, "latest")
+    samples = _Counting(ex.monitor, "reading")
     a = make_workload("a", config={"exclusive": True})
     ex.queue_workload(a, session=None)  # type: ignore[arg-type]
     ex.heartbeat()

@@ -83,7 +83,7 @@ class CompletionSettings:
     # opt-in floor: once run times are known, a collocation must raise its GPU's summed predicted
     # speed (the tenants' and the newcomer's, solo = 1.0 each, cautious where unsure) by at least
     # this much, else it is refused and the try waits or goes elsewhere (None: no floor; 0.3 met
-    # one more gain target on bench/robustness.py but costs deep queues 7x: docs/placement.md)
+    # one more gain target on bench/robustness.py but costs deep queues 6x: docs/placement.md)
     min_gain: float | None = None
 
     def __post_init__(self) -> None:
@@ -142,6 +142,9 @@ class CompletionTime(Policy):
         self._played_by: Forecast | None = None
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
         self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
+        # the floor's verdicts per GPU facts object and newcomer, from pass to pass (:meth:`floor_refuses`)
+        self._refusals: dict[int, tuple[GpuFacts, object, dict[tuple[str, float], tuple[float, float] | None]]] = {}
+        self._refusals_by: object = None
         self._rank_token: object = None
 
     # -- what the driver tells it ----------------------------------------------------------
@@ -283,10 +286,32 @@ class CompletionTime(Policy):
         """A one-GPU request's collocation on ``f``: (its cost less the queue's share, the
         GPU-seconds it takes from the queue), as :meth:`choose` prices it."""
         new = self.forecast.newcomer(request)
+        if self.floor_refuses(f, new) is not None:  # refused: not played with it (never cheaper)
+            self.drained(f)  # what pricing it keeps (its drain, which the drain order is built by)
+            return float("inf"), 0.0
         delay, done, longer = self._price(f, new)
-        if self._short(f, new) is not None:
-            return float("inf"), longer
         return done + delay, longer
+
+    def floor_refuses(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
+        """:meth:`_short`'s answer; with the learned forecast (speeds by GPU model and the
+        occupants' types and activities) kept per facts object and newcomer type and activity
+        while the GPU's rows, the forecast (version, model) and the floor stay."""
+        fc = self.forecast
+        if self.settings.min_gain is None or not isinstance(fc, LearnedForecast):
+            return self._short(f, new)
+        by = self._refusals_by
+        if not (isinstance(by, tuple) and by[0] is fc and by[1] == fc.version and by[2] is fc.model) or (
+            by[3] != self.settings.min_gain or len(self._refusals) > 20_000
+        ):
+            self._refusals, self._refusals_by = {}, (fc, fc.version, fc.model, self.settings.min_gain)
+        rows = fc.rows_of(f)
+        got = self._refusals.get(id(f))
+        if got is None or got[0] is not f or got[1] is not rows:
+            got = self._refusals[id(f)] = (f, rows, {})  # the facts and rows kept alive: their ids stay theirs
+        at = (new.kind, new.activity)
+        if at not in got[2]:
+            got[2][at] = self._short(f, new)
+        return got[2][at]
 
     def _short(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
         """(the gain, the floor) where the newcomer would raise ``f``'s summed predicted speed by
@@ -325,14 +350,14 @@ class CompletionTime(Policy):
             for f in candidates:
                 delay, done, longer = self._price(f, new)
                 q = qw * longer
-                short = self._short(f, new)
+                short = self.floor_refuses(f, new)
                 cost = inf if short is not None else done + delay + q
                 options.append(Option((f,), cost, done, delay, done / work, queue=q, taken=longer, short=short))
         else:
             per_host: dict[str, list[tuple[float, float, float, float, GpuFacts, tuple[float, float] | None]]] = {}
             for f in candidates:
                 delay, done, longer = self._price(f, new)
-                short = self._short(f, new)
+                short = self.floor_refuses(f, new)
                 cost = inf if short is not None else delay + done + qw * longer
                 per_host.setdefault(f.state.host, []).append((cost, delay, done, longer, f, short))
             for group in per_host.values():

@@ -18,7 +18,7 @@ case.  ``bench/oracle.py`` implements the same protocol from the simulator's tru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
@@ -73,15 +73,37 @@ def finish_times(forecast: Forecast, spec: str, occupants: Sequence[Occupant]) -
     the next one finishes, then the rest are re-predicted without it."""
     if isinstance(forecast, LearnedForecast):
         return forecast.finish_times(spec, occupants)  # the same, its speeds kept per set of occupants
-    speeds = forecast.speeds
-    if len(occupants) == 1:  # alone: what the loop below gives (0.0 + its time), without the loop
-        return [max(0.0, occupants[0].work) / max(MIN_SPEED, speeds(spec, occupants)[0])]
+    return play(forecast.speeds, spec, occupants)
+
+
+def play(
+    speeds: Callable[[str, Sequence[Occupant]], Sequence[float]],
+    spec: str,
+    occupants: Sequence[Occupant],
+    table: dict[int, list[float]] | None = None,
+) -> list[float]:
+    """:func:`finish_times` from a forecast's ``speeds``.  ``table``: the rates (``max(MIN_SPEED,
+    speed)``) of the occupants still running, by bit mask of who runs (bit i: occupant i), kept
+    for this set of occupants' types and activities (:meth:`LearnedForecast.finish_times`): a
+    play looks up the rates it finds there and keeps those it asks ``speeds`` for.  Without one
+    (a fresh table: a play meets each mask once) ``speeds`` is asked at every step."""
+    if table is None:
+        table = {}
+    n = len(occupants)
+    if n == 1:  # alone: what the loop below gives (0.0 + its time), without the loop
+        rates = table.get(1)
+        if rates is None:
+            rates = table[1] = [max(MIN_SPEED, s) for s in speeds(spec, occupants)]
+        return [max(0.0, occupants[0].work) / rates[0]]
     left = [max(0.0, o.work) for o in occupants]
-    alive = list(range(len(occupants)))
-    out = [0.0] * len(occupants)
+    alive = list(range(n))
+    running = (1 << n) - 1  # bit i: occupant i still runs
+    out = [0.0] * n
     t = 0.0
     while alive:
-        rates = [max(MIN_SPEED, s) for s in speeds(spec, [occupants[i] for i in alive])]
+        rates = table.get(running)
+        if rates is None:
+            rates = table[running] = [max(MIN_SPEED, s) for s in speeds(spec, [occupants[i] for i in alive])]
         best_j, best_dt = 0, float("inf")
         for j, i in enumerate(alive):
             dt = left[i] / rates[j]
@@ -90,7 +112,9 @@ def finish_times(forecast: Forecast, spec: str, occupants: Sequence[Occupant]) -
         t += best_dt
         for j, i in enumerate(alive):
             left[i] -= rates[j] * best_dt
-        out[alive[best_j]] = t
+        gone = alive[best_j]
+        out[gone] = t
+        running ^= 1 << gone
         del alive[best_j]
     return out
 
@@ -199,6 +223,11 @@ class LearnedForecast:
             self._by_tenants[id(tenants)] = (tenants, spec, stamp, rows, sp)  # the tuple kept alive
         return rows, sp
 
+    def rows_of(self, facts: GpuFacts) -> object:
+        """What a GPU's occupants' types and activities are worked out from (the same object while
+        they stay): a caller keeps what it derived from them by it."""
+        return self._rows_of(facts)[0]
+
     def _keep_rows(self, facts: GpuFacts, rows: _Rows, sp: Sequence[float]) -> None:
         if len(self._rows) > 20_000:
             self._rows = {}
@@ -265,43 +294,16 @@ class LearnedForecast:
 
     def finish_times(self, spec: str, occupants: Sequence[Occupant]) -> list[float]:
         """:func:`finish_times` of these occupants, the same floats: the rates of the occupants
-        still running (``max(MIN_SPEED, speed)``, :meth:`speeds`) are kept per set of occupants'
-        types and activities and who of them runs, so playing a GPU forward looks its speeds up
-        once (the completion-time policy plays hundreds of thousands)."""
+        still running are kept per set of occupants' types and activities (:func:`play`'s
+        table), so playing a GPU forward looks its speeds up once (the completion-time policy
+        plays hundreds of thousands)."""
         key = (spec, *[(o.kind, o.activity) for o in occupants])
         table = self._tables.get(key)
         if table is None:
             if len(self._tables) > 50_000:
                 self._tables = {}
             table = self._tables[key] = {}
-        n = len(occupants)
-        if n == 1:  # alone: what the loop below gives (0.0 + its time), without the loop
-            rates = table.get(1)
-            if rates is None:
-                rates = table[1] = [max(MIN_SPEED, s) for s in self.speeds(spec, occupants)]
-            return [max(0.0, occupants[0].work) / rates[0]]
-        left = [max(0.0, o.work) for o in occupants]
-        alive = list(range(n))
-        running = (1 << n) - 1  # bit i: occupant i still runs
-        out = [0.0] * n
-        t = 0.0
-        while alive:
-            rates = table.get(running)
-            if rates is None:
-                rates = table[running] = [max(MIN_SPEED, s) for s in self.speeds(spec, [occupants[i] for i in alive])]
-            best_j, best_dt = 0, float("inf")
-            for j, i in enumerate(alive):
-                dt = left[i] / rates[j]
-                if dt < best_dt:
-                    best_j, best_dt = j, dt
-            t += best_dt
-            for j, i in enumerate(alive):
-                left[i] -= rates[j] * best_dt
-            gone = alive[best_j]
-            out[gone] = t
-            running ^= 1 << gone
-            del alive[best_j]
-        return out
+        return play(self.speeds, spec, occupants, table)
 
     def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
         key = (spec, *[(o.kind, o.activity) for o in occupants])
@@ -322,4 +324,4 @@ class LearnedForecast:
         return got
 
 
-__all__ = ["DurationBook", "Forecast", "LearnedForecast", "Occupant", "finish_times", "task_type"]
+__all__ = ["DurationBook", "Forecast", "LearnedForecast", "Occupant", "finish_times", "play", "task_type"]

@@ -1,0 +1,181 @@
+"""What a pass keeps to decide faster stays true to what it decides.
+
+* The scan that skips runs of GPUs without the memory (``pools.Walk``) and the by-band search for
+  the first GPU that fits (``Pools.first_fitting``) decide exactly as the plain scan, reasons
+  included: the same policies with ``free_key_at = None`` (no skipping) are the reference.
+* The verdicts a pass keeps (``PlacementPass._verdicts``) follow a GPU a placement changed.
+* The shapes a cycle's placer keeps from submission (``Placer.shape_of``) are the shapes a pass
+  makes, and a try whose activity is learned gets its new shape.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from helpers import A100, L4, busy_gpu, request, view
+
+from carma_airflow.core import (
+    Backfill,
+    GpuState,
+    MemoryNeed,
+    MetricWindow,
+    Placer,
+    SchedulingCycle,
+    TaskRequest,
+)
+from carma_airflow.core import placement_pass as placement_pass_module
+from carma_airflow.core.activity import ActivityEstimate
+from carma_airflow.core.decision import Outcome, Reason
+from carma_airflow.core.policies.base import Policy
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.interference_aware import InterferenceAware
+from carma_airflow.core.pools import Scanned, full_scan
+from carma_airflow.core.reservations import Reservations
+from carma_airflow.core.units import format_mib
+
+
+class PlainInterferenceAware(InterferenceAware):
+    free_key_at = None  # type: ignore[assignment]  # no skipping: every scan walks every GPU
+
+
+class PlainCompletionTime(CompletionTime):
+    free_key_at = None  # type: ignore[assignment]
+
+
+def _learned(policy: CompletionTime) -> CompletionTime:
+    for t in range(5):
+        policy.learn_duration(f"type{t}", 300.0 + 600.0 * t)
+    return policy
+
+
+def _gpus(rng: random.Random, n: int) -> list[GpuState]:
+    out = []
+    for i in range(n):
+        spec = L4 if i % 9 == 8 else A100
+        used = rng.choice((0, 2_000, 9_000, 20_000, 30_000, 34_000, 36_000))
+        window = MetricWindow.constant(rng.choice((0.05, 0.3, 0.6, 0.85)), 0.3, 0.2)
+        out.append(GpuState(f"GPU-{i}", i % 8, spec, spec.memory_mib - used, used, window, host=f"h{i // 8}"))
+    return out
+
+
+def _request(rng: random.Random, k: int, now: float) -> TaskRequest:
+    whole = rng.random() < 0.05
+    return TaskRequest(
+        key=f"r{k}",
+        label=f"type{rng.randrange(5)}[{k}]",
+        memory=MemoryNeed(rng.choice((1_500, 3_000, 6_000, 12_000, 20_000, 30_000)), "test", whole_gpu=whole),
+        gpus=2 if rng.random() < 0.12 else 1,
+        exclusive=rng.random() < 0.03,
+        priority=rng.choice((0, 0, 1)),
+        submitted_at=round(now - rng.uniform(0.0, 4000.0), 3),
+        avoid_gpus=frozenset({"GPU-1", "GPU-9"}) if rng.random() < 0.08 else frozenset(),
+        gpu_model="L4" if rng.random() < 0.03 else None,
+    )
+
+
+def _passes(policy: Policy, seed: int, decisions: bool) -> list[object]:
+    """Every decision of four passes of a cycle (its placed, never-fits and waiting ones)."""
+    rng = random.Random(seed)
+    gpus = _gpus(rng, rng.choice((64, 120)))
+    now = 10_000.0
+    cycle = SchedulingCycle(Placer(policy), Backfill(starvation_s=1500.0), reservations=Reservations(seen_after_s=30.0))
+    k = 0
+    for _ in range(3 * len(gpus)):
+        cycle.submit(_request(rng, k, now), now - rng.uniform(0.0, 3000.0))
+        k += 1
+    out: list[object] = []
+    for _ in range(4):
+        result = cycle.run(now, gpus, waiting_decisions=decisions)
+        out += [p.decision for p in result.placed] + [u.decision for u in result.never_fits]
+        out += [*sorted(result.waiting.items()), result.reserved_for]
+        for p in result.placed[::2]:
+            cycle.release(p.request.key)
+        now += rng.uniform(5.0, 120.0)
+        for _ in range(rng.randrange(len(gpus))):
+            cycle.submit(_request(rng, k, now), now)
+            k += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("decisions", [True, False])
+@pytest.mark.parametrize("kind", ["interference-aware", "completion-time"])
+def test_the_skipping_scan_decides_as_the_plain_one(
+    seed: int, decisions: bool, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    filled = []  # the waiting decisions whose skipped rejections were put back
+
+    def counted(*args: Any) -> Scanned:
+        filled.append(1)
+        return full_scan(*args)
+
+    monkeypatch.setattr(placement_pass_module, "full_scan", counted)
+    if kind == "interference-aware":
+        fast, plain = _passes(InterferenceAware(), seed, decisions), _passes(PlainInterferenceAware(), seed, decisions)
+    else:
+        fast = _passes(_learned(CompletionTime()), seed, decisions)
+        plain = _passes(_learned(PlainCompletionTime()), seed, decisions)
+    # the same decisions, reasons and their texts included (policy names are the same)
+    assert fast == plain
+    assert any(getattr(d, "placed", False) for d in fast)
+    if decisions:
+        assert filled  # some waiting decision had its skipped GPUs listed again
+
+
+def test_a_waiting_decision_lists_every_gpu_the_scan_skipped() -> None:
+    # 12 full GPUs at the head of the order on one host, then one with room on another: a 2-GPU
+    # try waits, and its reasons name every full GPU, those the scan skipped included
+    gpus = [busy_gpu(i, free=2_600 + 10 * i, host="a") for i in range(12)] + [busy_gpu(12, free=10_000, host="b")]
+    result = Placer(InterferenceAware()).schedule([request("two", 6_000, gpus=2)], view(*gpus))
+    (d,) = result.decisions
+    assert d.outcome is Outcome.NOT_NOW
+    assert [v.uuid for v in d.rejected] == [f"GPU-{i}" for i in range(12)]
+    assert all(v.reason is Reason.MEMORY for v in d.rejected)
+
+
+def test_a_kept_rejection_text_follows_a_gpu_a_placement_changed() -> None:
+    placer = Placer(InterferenceAware())
+    state = placer._pass(view(busy_gpu(0, free=30_000), busy_gpu(1, free=3_000)))
+    big, small = request("big", 30_000), request("small", 8_000)
+    before = state.decide(big, frozenset())
+    placed = state.decide(small, frozenset())
+    assert before.outcome is Outcome.NOT_NOW and placed.gpu_uuids == ("GPU-0",)
+    state.apply(small, placed)
+    after = state.decide(big, frozenset())
+    usable = state.by_uuid["GPU-0"].usable_free_mib
+    (was,) = [v for v in before.rejected if v.uuid == "GPU-0"]
+    (now,) = [v for v in after.rejected if v.uuid == "GPU-0"]
+    assert was.detail != now.detail and now.detail.startswith(f"{format_mib(usable)} usable")
+    # a GPU's facts changed in place are not read from what was kept either
+    state.by_uuid["GPU-0"].usable_free_mib -= 1_024
+    (again,) = [v for v in state.decide(big, frozenset()).rejected if v.uuid == "GPU-0"]
+    assert again.detail.startswith(f"{format_mib(usable - 1_024)} usable")
+
+
+def test_a_cycle_keeps_the_shapes_of_its_tries_from_submission(monkeypatch: pytest.MonkeyPatch) -> None:
+    cycle = SchedulingCycle(Placer(CompletionTime()), Backfill(), reservations=Reservations(seen_after_s=30.0))
+    made = []
+    shape = Placer.shape
+
+    def counted(self: Placer, r: TaskRequest) -> tuple[object, ...]:
+        made.append(r.key)
+        return shape(self, r)
+
+    monkeypatch.setattr(Placer, "shape", counted)
+    tries = [request(f"r{k}", 30_000 if k % 2 else 6_000) for k in range(6)]
+    for r in tries:
+        cycle.submit(r, 0.0)
+    assert sorted(made) == sorted(r.key for r in tries)
+    assert all(cycle.placer.shape_of(r) == shape(cycle.placer, r) for r in tries)
+    made.clear()
+    cycle.run(0.0, [busy_gpu(0, free=20_000), busy_gpu(1, free=20_000)])
+    assert made == []  # the pass made no shape again
+    # a try whose activity is learned is another request object, with its own shape
+    known = ActivityEstimate(0.7, 3, 0.05, 0.6, 0.8, 0.8, "learned")
+    assert cycle.learn_activity("r1", known)
+    (waiting,) = [r for r in cycle.waiting_requests() if r.key == "r1"]
+    assert waiting.activity == known
+    assert cycle.placer.shape_of(waiting) == shape(cycle.placer, waiting)
+    assert known in cycle.placer.shape_of(waiting)
