@@ -178,6 +178,49 @@ def _owner_of(tries: list[PlacementRecord], pids: dict[str, int]) -> str | None:
     return next((n for n, pid in pids.items() if any(f":{pid}:" in o for o in owners)), None)
 
 
+def _oom_then_stop_placer(stack: AirflowStack, store: Store, pids: dict[str, int]) -> tuple[str, str, bool]:
+    """A ``carma_oom`` run whose underdeclared try 1 OOMed; the scheduler that placed it is then
+    stopped until try 2 is queued.  The run, that scheduler, and whether it had to be let run for
+    a moment (a nudge: it was stopped inside a transaction that holds a row lock), in which it may
+    have queued try 2 itself."""
+    run = stack.trigger("carma_oom")
+    deadline = time.time() + 240
+    first: list[PlacementRecord] = []
+    while time.time() < deadline and not first:
+        first = [
+            p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 1 and p.outcome == "oom"
+        ]
+        time.sleep(0.2)
+    assert first, "try 1 did not OOM:\n" + stack.tail("scheduler") + stack.tail("scheduler-2")
+    placer = _owner_of(first, pids)
+    assert placer is not None, f"try 1's owner {first[0].owner} is neither scheduler {pids}"
+    nudged = False
+    os.kill(pids[placer], signal.SIGSTOP)
+    try:
+        deadline = time.time() + 30
+        nudge_at = time.time() + 8
+        while time.time() < deadline:
+            rows = stack.query(
+                "select try_number, state from task_instance where dag_id = 'carma_oom' "
+                "and task_id = 'underdeclared' and run_id = :r",
+                r=run,
+            )
+            if rows and rows[0][0] >= 2 and rows[0][1] in ("queued", "running", "success"):
+                break
+            if time.time() > nudge_at:
+                os.kill(pids[placer], signal.SIGCONT)
+                nudged = True
+                time.sleep(0.3)
+                os.kill(pids[placer], signal.SIGSTOP)
+                nudge_at = time.time() + 8
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"try 2 was not queued while {placer} was stopped: {rows}")
+    finally:
+        os.kill(pids[placer], signal.SIGCONT)
+    return run, placer, nudged
+
+
 @ON_POSTGRES
 def test_the_next_try_after_an_oom_follows_the_plan_on_the_other_scheduler(airflow_stack) -> None:
     # issue 24: the OOM retry plan lives in the store, whichever scheduler takes the next try.
@@ -199,43 +242,21 @@ def test_the_next_try_after_an_oom_follows_the_plan_on_the_other_scheduler(airfl
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     pids = {name: stack.procs[name].pid for name in ("scheduler", "scheduler-2")}
     stack.wait_for_dag("carma_oom")
-    run = stack.trigger("carma_oom")
-    deadline = time.time() + 240
-    first: list[PlacementRecord] = []
-    while time.time() < deadline and not first:
-        first = [
-            p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 1 and p.outcome == "oom"
-        ]
-        time.sleep(0.2)
-    assert first, "try 1 did not OOM:\n" + stack.tail("scheduler") + stack.tail("scheduler-2")
-    placer = _owner_of(first, pids)
-    assert placer is not None, f"try 1's owner {first[0].owner} is neither scheduler {pids}"
-    other = "scheduler-2" if placer == "scheduler" else "scheduler"
-    os.kill(pids[placer], signal.SIGSTOP)
-    try:
-        deadline = time.time() + 30
-        nudge_at = time.time() + 8
-        while time.time() < deadline:
-            rows = stack.query(
-                "select try_number, state from task_instance where dag_id = 'carma_oom' "
-                "and task_id = 'underdeclared' and run_id = :r",
-                r=run,
-            )
-            if rows and rows[0][0] >= 2 and rows[0][1] in ("queued", "running", "success"):
-                break
-            if time.time() > nudge_at:  # stopped inside a transaction that holds a row lock: let it commit
-                os.kill(pids[placer], signal.SIGCONT)
-                time.sleep(0.3)
-                os.kill(pids[placer], signal.SIGSTOP)
-                nudge_at = time.time() + 8
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"{other} did not queue try 2 while {placer} was stopped: {rows}")
-    finally:
-        os.kill(pids[placer], signal.SIGCONT)
-    assert stack.wait_run("carma_oom", run, timeout=300) == "success", stack.tail(other, 20_000)
-    plan_first, plan_second = oom_retried_elsewhere(stack, run)
-    second = [p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 2]
-    assert _owner_of(second, pids) == other, (first[0].owner, [p.owner for p in second])
-    print(f"try 1 on {plan_first['gpu_uuids']} by {placer}, try 2 on {plan_second['gpu_uuids']} by {other}")
+    for attempt in range(3):
+        run, placer, nudged = _oom_then_stop_placer(stack, store, pids)
+        other = "scheduler-2" if placer == "scheduler" else "scheduler"
+        assert stack.wait_run("carma_oom", run, timeout=300) == "success", stack.tail(other, 20_000)
+        plan_first, plan_second = oom_retried_elsewhere(stack, run)
+        second = [p for p in store.latest_for("carma_oom", "underdeclared", run) if p.try_number == 2]
+        owner = _owner_of(second, pids)
+        if owner == placer and nudged:
+            # the stopped scheduler ran for one of the test's 0.3 s nudges and queued try 2 itself:
+            # the plan held (checked above) but not across schedulers; another run, not a verdict
+            print(f"attempt {attempt + 1}: {placer} took try 2 during a nudge; again")
+            continue
+        assert owner == other, ([p.owner for p in second], pids, placer)
+        print(f"try 1 on {plan_first['gpu_uuids']} by {placer}, try 2 on {plan_second['gpu_uuids']} by {other}")
+        break
+    else:
+        raise AssertionError("in three runs the stopped scheduler queued try 2 itself during a nudge")
     store.close()
