@@ -210,31 +210,32 @@ class ClusterMonitor:
     def latest(self) -> dict[str, GpuSample]:
         """The newest sample of every GPU of every live host, by UUID."""
         self.refresh()
-        now = self.clock()
         with self._lock:
-            live = {name for name in self._hosts if self._status(name, now).live}
-            return {uuid: g.sample for uuid, g in self._gpus.items() if g.sample.host in live}
+            return {uuid: g.sample for uuid, g in self._live_gpus(self.clock()).items()}
 
     def reading(self) -> Reading:
         """``latest()`` with each GPU's window and age, read under one hold of the lock."""
         self.refresh()
         now = self.clock()
         with self._lock:
-            live = {name for name in self._hosts if self._status(name, now).live}
-            gpus = {uuid: g for uuid, g in self._gpus.items() if g.sample.host in live}
+            gpus = self._live_gpus(now)
             latest = {uuid: g.sample for uuid, g in gpus.items()}
-            windows = {
-                u: MetricWindow(tuple(g.smact), tuple(g.smocc), tuple(g.drama), self.risk) for u, g in gpus.items()
-            }
+            windows = {u: self._window_of(g) for u, g in gpus.items()}
             ages = {u: math.inf if g.sample.error is not None else max(0.0, now - g.seen) for u, g in gpus.items()}
         return Reading(latest, windows, ages)
+
+    def _live_gpus(self, now: float) -> dict[str, _Gpu]:
+        """The GPUs of the hosts live at ``now`` (the caller holds the lock)."""
+        live = {name for name in self._hosts if self._status(name, now).live}
+        return {uuid: g for uuid, g in self._gpus.items() if g.sample.host in live}
+
+    def _window_of(self, gpu: _Gpu) -> MetricWindow:
+        return MetricWindow(tuple(gpu.smact), tuple(gpu.smocc), tuple(gpu.drama), self.risk)
 
     def window(self, uuid: str) -> MetricWindow:
         with self._lock:
             gpu = self._gpus.get(uuid)
-            if gpu is None:
-                return MetricWindow(settings=self.risk)
-            return MetricWindow(tuple(gpu.smact), tuple(gpu.smocc), tuple(gpu.drama), self.risk)
+            return MetricWindow(settings=self.risk) if gpu is None else self._window_of(gpu)
 
     def age(self, uuid: str, now: float | None = None) -> float:
         """Seconds since the GPU's newest reading reached this view (infinite when unknown)."""

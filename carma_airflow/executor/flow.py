@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from carma_airflow.core.cycle import SchedulingCycle
@@ -40,7 +40,7 @@ from carma_airflow.executor.tries import STARTED, Try, TryBook, TryState
 from carma_airflow.executor.view import GpuSight
 from carma_airflow.executor.writes import StoreWrite
 from carma_airflow.keys import request_key
-from carma_airflow.monitor.base import GpuSample
+from carma_airflow.monitor.base import Reading
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import TryOutcome
 from carma_airflow.task_config import parse_task_config
@@ -51,7 +51,6 @@ log = logging.getLogger("carma_airflow.executor")
 Report = Callable[[Any, bool], None]  # (TaskInstanceKey, the process ended well) -> tell the scheduler
 ReportFailure = Callable[[Any, str], None]  # (TaskInstanceKey, why) -> the scheduler fails the try
 Tell = Callable[[Any, str], None]  # (TaskInstanceKey, why it waits) -> Airflow's audit log of the try
-Samples = Mapping[str, GpuSample]  # the monitor's latest sample of each GPU: one per heartbeat
 
 
 class TryFlow:
@@ -97,7 +96,7 @@ class TryFlow:
         self.faults = FaultWatch(settings.fault_kill_seconds)
         self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name, self.peers.me)
-        self.sight = GpuSight(parts.monitor, settings.stale_seconds)  # and each GPU's host and model
+        self.sight = GpuSight(settings.stale_seconds)  # and each GPU's host and model
         # driver caps: a gone executor's leaves get their soft limits cleared on every GPU of this host
         self.starter.host_gpus = lambda: [u for u, h in self.sight.host_of.items() if h == settings.host]
         self.telemetry = Attribution()
@@ -228,7 +227,7 @@ class TryFlow:
             elif now - attempt.taken_at > SUPERSEDED_GRACE_S:
                 self.takeback.stop_superseded(attempt)
 
-    def _gpus(self, now: float, latest: Samples) -> tuple[GpuState, ...]:
+    def _gpus(self, now: float, latest: Reading) -> tuple[GpuState, ...]:
         """The GPUs as the monitor's sample shows them (the cycle lays the reservations over them)."""
         return self.mps.apply(self.sight.gpus(now, latest), now)
 
@@ -239,7 +238,7 @@ class TryFlow:
         uuids = set(self.sight.host_of) | {u for r in self.cycle.reservations for u in r.gpu_uuids}
         return {u: list(self.cycle.reservations.tenants_on(u, now)) for u in uuids}
 
-    def schedule(self, samples: Samples) -> None:
+    def schedule(self, samples: Reading) -> None:
         """One placement pass over the waiting tries, on ``samples`` (the heartbeat's)."""
         if not self.waiting:
             return
@@ -372,7 +371,7 @@ class TryFlow:
         """A store write, made in order by the writer (held while the store is unreachable)."""
         self.writer.put(write)
 
-    def _publish(self, latest: Samples) -> None:
+    def _publish(self, latest: Reading) -> None:
         """The UI page's live snapshot and the telemetry history, when they are due (liveview.py)."""
         now = time.time()
         samples = list(latest.values())

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from carma_airflow.executor.writes import StoreWrite, UnreadableWriteError, deco
 log = logging.getLogger(__name__)
 
 FOLDER = "journal"
+UNBORN_AGE_S = 60.0  # a hidden journal older than this whose lock can be taken was never named
 
 
 @dataclass
@@ -106,7 +108,8 @@ class WriteJournal:
 
     def _broken(self, exc: OSError) -> None:
         log.error(
-            "carma store journal %s not writable (%s): queued writes are kept in memory only until it is fixed",
+            "carma store journal %s not writable (%s): from now on this scheduler keeps its queued writes "
+            "in memory only (a kill loses them); restart it once the state folder is writable",
             self.path,
             exc,
         )
@@ -125,6 +128,7 @@ def recover(state_dir: Path, legacy: str | None = None) -> Recovered:
     if legacy is not None:
         _read_legacy(state_dir / legacy, found)
     folder = state_dir / FOLDER
+    _drop_unborn(folder)
     try:
         paths = sorted(folder.glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
     except OSError:
@@ -152,6 +156,20 @@ def recover(state_dir: Path, legacy: str | None = None) -> Recovered:
                 found.unreadable.append((line, str(exc)))
         found.files.append((path, handle))
     return found
+
+
+def _drop_unborn(folder: Path, now: float | None = None) -> None:
+    """Remove the hidden files of writers killed between creating their journal and naming it:
+    such a file holds no line (a journal is named before its first), so only its lock matters.
+    One younger than a minute may be a writer starting right now, and is left alone."""
+    now = time.time() if now is None else now
+    for path in folder.glob(".new-*"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime < UNBORN_AGE_S:
+                continue
+            with path.open("r", encoding="utf-8") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while its writer lives
+                path.unlink()
 
 
 def _read_legacy(path: Path, found: Recovered) -> None:

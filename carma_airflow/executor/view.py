@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from carma_airflow.core.gpu import GPU_CATALOGUE, ClusterView, GpuHealth, GpuSpec, GpuState
 from carma_airflow.core.risk import MetricWindow
-from carma_airflow.monitor.base import GpuSample, GpuSource, Reading
+from carma_airflow.monitor.base import GpuSample, Reading
 
 
 def spec_of(sample: GpuSample) -> GpuSpec:
@@ -53,21 +53,15 @@ class GpuSight:
     """The GPUs of one monitor sample as the placer sees them, and what the flow keeps of each GPU
     it has seen: its host (where its tries start) and its model (the interference fit's key)."""
 
-    def __init__(self, monitor: GpuSource, stale_after_s: float) -> None:
-        self.monitor, self.stale_after_s = monitor, stale_after_s
+    def __init__(self, stale_after_s: float) -> None:
+        self.stale_after_s = stale_after_s
         self.host_of: dict[str, str] = {}  # GPU UUID -> its host
         self.spec_of: dict[str, str] = {}  # GPU UUID -> its model
 
-    def gpus(self, now: float, latest: Mapping[str, GpuSample]) -> tuple[GpuState, ...]:
-        """``latest``: a :class:`Reading` (the heartbeat's: samples, windows and ages of one
-        moment); a plain mapping of samples has its windows and ages read now."""
-        samples = list(latest.values())
+    def gpus(self, now: float, reading: Reading) -> tuple[GpuState, ...]:
+        """The GPUs of ``reading`` (the heartbeat's: samples, windows and ages of one moment)."""
+        samples = list(reading.values())
         self.host_of.update((s.uuid, s.host) for s in samples)
-        if isinstance(latest, Reading):
-            windows, ages = latest.windows, latest.ages
-        else:
-            windows = {s.uuid: self.monitor.window(s.uuid) for s in samples}
-            ages = {s.uuid: self.monitor.age(s.uuid) for s in samples}
-        gpus = build_view(now, samples, windows, ages, self.stale_after_s).gpus
+        gpus = build_view(now, samples, reading.windows, reading.ages, self.stale_after_s).gpus
         self.spec_of.update((g.uuid, g.spec.name) for g in gpus)
         return gpus

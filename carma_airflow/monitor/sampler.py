@@ -143,22 +143,21 @@ class Monitor:
         now = time.time()
         with self._lock:
             latest = dict(self._latest)
-            series = {u: (tuple(w.smact), tuple(w.smocc), tuple(w.drama)) for u, w in self._windows.items()}
+            windows = {u: self._window_locked(u) for u in latest}
             good = dict(self._last_good)
-        windows = {
-            u: MetricWindow(*series[u], self.risk) if u in series else MetricWindow(settings=self.risk) for u in latest
-        }
         ages = {u: max(0.0, now - good[u]) if u in good else math.inf for u in latest}
         return Reading(latest, windows, ages)
 
     def window(self, uuid: str) -> MetricWindow:
         """The last ``window`` good readings of the GPU (missing values as 0.0); empty if none."""
         with self._lock:
-            series = self._windows.get(uuid)
-            if series is None:
-                return MetricWindow(settings=self.risk)
-            smact, smocc, drama = tuple(series.smact), tuple(series.smocc), tuple(series.drama)
-        return MetricWindow(smact, smocc, drama, self.risk)
+            return self._window_locked(uuid)
+
+    def _window_locked(self, uuid: str) -> MetricWindow:
+        series = self._windows.get(uuid)
+        if series is None:
+            return MetricWindow(settings=self.risk)
+        return MetricWindow(tuple(series.smact), tuple(series.smocc), tuple(series.drama), self.risk)
 
     def age(self, uuid: str, now: float | None = None) -> float:
         """Seconds since the GPU's last good sample; infinity if it never had one."""

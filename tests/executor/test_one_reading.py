@@ -39,8 +39,7 @@ def test_the_flows_heartbeat_builds_its_view_from_the_reading_not_from_live_wind
     stale = Reading(dict(reading), {uuid: reading.windows[uuid]}, {uuid: 1e9})  # an age the reading froze
     gpus = flow.sight.gpus(time.time(), stale)
     assert gpus[0].health.name == "STALE"  # the reading's age, not the monitor's (fresh) one
-    live = flow.sight.gpus(time.time(), dict(reading))  # a plain mapping: windows and ages read now
-    assert live[0].health.name == "HEALTHY"
+    assert flow.sight.gpus(time.time(), reading)[0].health.name == "HEALTHY"
     assert not math.isinf(flow.monitor.age(uuid))
     assert isinstance(next(iter(reading.values())), GpuSample)
     assert threading.active_count() >= 1

@@ -35,7 +35,7 @@ def _newcomer_outcome(ex: CarmaExecutor, mib: int) -> Outcome:
     lock window (seen), on the GPUs the monitor shows now."""
     flow = ex.flow
     assert flow is not None and ex.monitor is not None
-    gpus = flow.sight.gpus(time.time(), ex.monitor.latest())
+    gpus = flow.sight.gpus(time.time(), ex.monitor.reading())
     view = flow.cycle.reservations.view(time.time() + 3600.0, gpus)
     newcomer = TaskRequest(key="newcomer", label="newcomer", memory=MemoryNeed(mib, "declared"))
     return flow.placer.decide(newcomer, view).outcome

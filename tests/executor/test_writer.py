@@ -426,6 +426,27 @@ def test_a_living_writers_journal_is_not_taken(tmp_path: Path) -> None:
     third.close()
 
 
+def test_a_journal_never_named_is_removed_once_old_and_unlocked(tmp_path: Path) -> None:
+    """A writer killed between creating its hidden journal and naming it leaves an empty
+    ``.new-*`` file: the next recovery removes it when its lock is free and it is over a minute
+    old, and leaves a young one (a writer starting now) and a locked one alone."""
+    import fcntl
+
+    folder = tmp_path / journal.FOLDER
+    folder.mkdir()
+    old, young, held = (folder / f".new-{n}" for n in ("old", "young", "held"))
+    for path in (old, young, held):
+        path.touch()
+    past = time.time() - 2 * journal.UNBORN_AGE_S
+    os.utime(old, (past, past))
+    os.utime(held, (past, past))
+    with held.open("r") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        found = journal.recover(tmp_path)
+    assert found.writes == [] and found.files == []
+    assert not old.exists() and young.exists() and held.exists()
+
+
 def test_every_ordered_write_survives_the_held_file(tmp_path: Path) -> None:
     now = _at(time.time())
     writes = [
