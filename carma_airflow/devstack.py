@@ -220,6 +220,16 @@ class AirflowStack:
         )
         self.groups.append(self.procs[name].pid)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL one component as a service manager sees it die: the process and the children
+        in its process group (a scheduler's log server and LocalExecutor workers).  Those children
+        are forked from the scheduler and keep its metadata-database connections open, so killing
+        the scheduler alone leaves any row lock of its open transaction held by orphans for ever
+        (the run it locked is never examined again).  Try processes are in their own sessions:
+        CarmaExecutor's tries outlive the kill, as they should."""
+        os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(timeout=30)
+
     # -- REST API ------------------------------------------------------------------------
     def http(self, path: str, *, headers: dict[str, str] | None = None, data: bytes | None = None) -> tuple[int, str]:
         """One request to the api-server, as it is (no token added): status and body."""

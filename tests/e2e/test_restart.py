@@ -8,7 +8,6 @@ reports how they ended; no GPU stays reserved afterwards.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from typing import Any
 
@@ -41,7 +40,7 @@ def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack: Any) -> N
         raise AssertionError("tasks did not start:\n" + stack.tail("scheduler"))
     pids = {t: p.pid for t, p in running.items() if p.pid is not None}
 
-    os.kill(stack.procs["scheduler"].pid, signal.SIGKILL)  # the executor dies with it
+    stack.kill("scheduler")  # the executor dies with it
     time.sleep(3)
     assert all(_alive(pid) for pid in pids.values())  # the task processes do not
     stack.start_component("scheduler")

@@ -14,7 +14,6 @@ Generous deadlines: on a loaded machine a boot alone takes a minute.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_retries(
         time.sleep(1)
     else:
         raise AssertionError("the grower did not wait behind the blocker:\n" + stack.tail("scheduler"))
-    os.kill(stack.procs["scheduler"].pid, signal.SIGKILL)
+    stack.kill("scheduler")
     time.sleep(3)
     stack.start_component("scheduler")
 

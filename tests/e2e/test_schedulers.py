@@ -161,7 +161,7 @@ def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack,
     if victim is None:
         raise AssertionError("no scheduler placed a try:\n" + stack.tail("scheduler-2") + stack.tail("scheduler"))
     survivor = "scheduler" if victim == "scheduler-2" else "scheduler-2"
-    os.kill(pids[victim], signal.SIGKILL)  # its executor dies with it, its task processes do not
+    stack.kill(victim)  # its executor dies with it, its task processes do not
     killed.touch()
     _check(stack, store, runs, stack.tail(survivor, 40_000))
     states = [stack.task_states("carma_ha", run) for run in runs]
