@@ -26,11 +26,14 @@ out, once, after a first fit.
 Uncertainty comes from the observations themselves: the fit keeps its leave-one-out residuals
 of log speed (each observation against a fit without it, approximated by its leverage).  A
 prediction's interval is the residuals' central ``interval_level`` quantiles (90 % by default),
-widened where the prediction's terms are less certain than the typical observation's (an
-unseen task type: by its ``tau^2``).  The residuals are not alike: their scale is fitted against
-the contention predicted and the task types involved (:mod:`~carma_airflow.core.interference_spread`),
-and a prediction's interval and ``confidence`` (the share of tries within +-5 % of its speed) are
-those of the residuals standardised by that scale, at the prediction's own scale.
+widened where the co-tenants' terms are less certain than the typical observation's.  A task
+type never seen is held to the residuals its seen peers leave with their own sensitivity taken
+out (``TaskTerms.unseen``: what a type with no observations is predicted with), a type seen a few
+times partly so, by the share of ``tau^2`` its term's variance still is.  The residuals are
+not alike: their scale is fitted against the contention predicted and the task types involved
+(:mod:`~carma_airflow.core.interference_spread`), and a prediction's interval and ``confidence``
+(the share of tries within +-5 % of its speed) are those of the residuals standardised by that
+scale, at the prediction's own scale.
 """
 
 from __future__ import annotations
