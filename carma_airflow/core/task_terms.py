@@ -26,11 +26,14 @@ out, once, after a first fit.
 Uncertainty comes from the observations themselves: the fit keeps its leave-one-out residuals
 of log speed (each observation against a fit without it, approximated by its leverage).  A
 prediction's interval is the residuals' central ``interval_level`` quantiles (90 % by default),
-widened where the prediction's terms are less certain than the typical observation's (an
-unseen task type: by its ``tau^2``).  The residuals are not alike: their scale is fitted against
-the contention predicted and the task types involved (:mod:`~carma_airflow.core.interference_spread`),
-and a prediction's interval and ``confidence`` (the share of tries within +-5 % of its speed) are
-those of the residuals standardised by that scale, at the prediction's own scale.
+widened where the co-tenants' terms are less certain than the typical observation's.  A task
+type never seen is held to the residuals its seen peers leave with their own sensitivity taken
+out (``TaskTerms.unseen``: what a type with no observations is predicted with), a type seen a few
+times partly so, by the share of ``tau^2`` its term's variance still is.  The residuals are
+not alike: their scale is fitted against the contention predicted and the task types involved
+(:mod:`~carma_airflow.core.interference_spread`), and a prediction's interval and ``confidence``
+(the share of tries within +-5 % of its speed) are those of the residuals standardised by that
+scale, at the prediction's own scale.
 """
 
 from __future__ import annotations
@@ -110,6 +113,11 @@ class TaskTerms:
     outliers: int = 0
     scatter: float = 0.0  # variance of the residuals (kept: a prediction must not recount it)
     scale: ResidualScale | None = None  # how the residuals' scale varies by prediction
+    # the residuals of the observations with their own type's sensitivity taken out (as a type
+    # never seen would be predicted), their scale by contention and partner types: a prediction
+    # for an unseen type is held to these, not to a normal guess at the terms' error
+    unseen: ResidualScale | None = None
+    typical_partner_variance: float = 0.0  # the co-tenants' terms' share of typical_variance
 
     @classmethod
     def empty(cls) -> TaskTerms:
@@ -161,28 +169,56 @@ class TaskTerms:
         sc = self.scale
         if sc is None:
             return self.spread(g, term_variance, level)
-        s = sc.scale(g * multiplier, task, co_tasks, co_tenants)
         c = g * max(1.0, multiplier)  # an unknown term errs in proportion to the contention it scales
-        extra = max(0.0, c * c * (term_variance - self.typical_variance))
-        if extra <= 0.0:
-            lo, hi = sc.quantiles(s, level)
-            return lo, hi, sc.within(s, WITHIN)
-        # terms less certain than the typical observation's (an unseen type): their error, of
-        # variance ``extra``, is about normal (mean absolute 0.8 sd) and adds to the residual's in
-        # quadrature; the interval and confidence blend the residuals' shape with the normal one's,
-        # each by its share of the variance
-        widened = math.sqrt(s * s + _ABS_OVER_SD2 * extra / sc.mean_abs**2)
-        lo, hi = sc.quantiles(widened, level)
-        inside = sc.within(widened, WITHIN)
-        total = (s * sc.sd) ** 2 + extra
-        weight = extra / total
-        half = _normal_quantile((1.0 + level) / 2.0) * math.sqrt(total)
-        normal_inside = math.erf(WITHIN / math.sqrt(2.0 * total))
-        return (
-            (1.0 - weight) * lo - weight * half,
-            (1.0 - weight) * hi + weight * half,
-            (1.0 - weight) * inside + weight * normal_inside,
-        )
+        unseen = self.unseen
+        if unseen is None:
+            s = sc.scale(g * multiplier, task, co_tasks, co_tenants)
+            return _at_scale(sc, s, c * c * (term_variance - self.typical_variance), level)
+        # the own term's uncertainty: a type never seen is predicted as the residuals its seen peers
+        # leave with their own sensitivity taken out (``unseen``) say; a type seen a few times
+        # partly so, by how much of the unseen type's variance its term still has; the co-tenants'
+        # terms less certain than typical widen either
+        own = self.sensitivity.get(task or "")
+        own_variance = own.variance if own is not None else self.tau2_sensitivity
+        typical_own = self.typical_variance - self.typical_partner_variance
+        room = self.tau2_sensitivity - typical_own
+        unknown = 1.0 if own is None else _clip01((own.variance - typical_own) / room) if room > 0.0 else 0.0
+        extra = c * c * (term_variance - own_variance - self.typical_partner_variance)
+        lo = hi = inside = 0.0
+        if unknown < 1.0:
+            seen = _at_scale(sc, sc.scale(g * multiplier, task, co_tasks, co_tenants), extra, level)
+            lo, hi, inside = ((1.0 - unknown) * x for x in seen)
+        if unknown > 0.0:
+            never = _at_scale(unseen, unseen.scale(g * multiplier, None, co_tasks, co_tenants), extra, level)
+            lo, hi, inside = (x + unknown * y for x, y in zip((lo, hi, inside), never, strict=True))
+        return lo, hi, inside
+
+
+def _at_scale(sc: ResidualScale, s: float, extra: float, level: float) -> tuple[float, float, float]:
+    """Interval quantiles of log speed and confidence of residuals of scale ``s`` (``sc``'s shape),
+    with an error of variance ``extra`` (terms less certain than typical) added."""
+    if extra <= 0.0:
+        lo, hi = sc.quantiles(s, level)
+        return lo, hi, sc.within(s, WITHIN)
+    # that error is about normal (mean absolute 0.8 sd) and adds to the residual's in quadrature;
+    # the interval and confidence blend the residuals' shape with the normal one's, each by its
+    # share of the variance
+    widened = math.sqrt(s * s + _ABS_OVER_SD2 * extra / sc.mean_abs**2)
+    lo, hi = sc.quantiles(widened, level)
+    inside = sc.within(widened, WITHIN)
+    total = (s * sc.sd) ** 2 + extra
+    weight = extra / total
+    half = _normal_quantile((1.0 + level) / 2.0) * math.sqrt(total)
+    normal_inside = math.erf(WITHIN / math.sqrt(2.0 * total))
+    return (
+        (1.0 - weight) * lo - weight * half,
+        (1.0 - weight) * hi + weight * half,
+        (1.0 - weight) * inside + weight * normal_inside,
+    )
+
+
+def _clip01(x: float) -> float:
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
 
 
 @functools.lru_cache(maxsize=8)
@@ -284,9 +320,22 @@ def fit_terms(
         terms, kept_rows = _fit_rows(kept, terms[5], terms[6])
     else:
         outliers = 0
-    sens, pres, tau_u, tau_v, loo, _, _, typical = terms
+    sens, pres, tau_u, tau_v, loo, _, _, typical, typical_partner = terms
     residual_scale = fit_scale([_scale_row(r, res, sens, pres) for r, res in zip(kept_rows, loo, strict=True)])
-    return TaskTerms(sens, pres, tau_u, tau_v, tuple(sorted(loo)), typical, outliers, _variance(loo), residual_scale)
+    unseen = fit_scale([_unseen_row(r, pres) for r in kept_rows if r.g > 0.0]) if sens else None
+    return TaskTerms(
+        sens,
+        pres,
+        tau_u,
+        tau_v,
+        tuple(sorted(loo)),
+        typical,
+        outliers,
+        _variance(loo),
+        residual_scale,
+        unseen,
+        typical_partner,
+    )
 
 
 def _scale_row(r: _Row, loo: float, sens: Mapping[str, Term], pres: Mapping[str, Term]) -> ScaleRow:
@@ -297,13 +346,22 @@ def _scale_row(r: _Row, loo: float, sens: Mapping[str, Term], pres: Mapping[str,
     return ScaleRow(loo, contention, r.task, shares)
 
 
-_Fitted = tuple[dict[str, Term], dict[str, Term], float, float, list[float], float, float, float]
+def _unseen_row(r: _Row, pres: Mapping[str, Term]) -> ScaleRow:
+    """A fitted row as a type never seen would have been predicted: its own sensitivity taken
+    out (the pooled fit's and its co-tenants' pressures kept), with no type of its own."""
+    pressure = sum(w * pres[n].value if n in pres else 0.0 for n, w in r.weights)
+    residual = -(r.target - pressure)  # log speed observed minus predicted without the own term
+    shares = tuple((n, w / r.g) for n, w in r.weights)
+    return ScaleRow(residual, max(0.0, r.g + pressure), "", shares)
+
+
+_Fitted = tuple[dict[str, Term], dict[str, Term], float, float, list[float], float, float, float, float]
 
 
 def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitted, Sequence[_Row]]:
     """Empirical-Bayes ridge: fit, re-estimate the scatter and the terms' spread, refit (three
     rounds).  Returns (terms u, terms v, tau2 u, tau2 v, leave-one-out residuals of log speed,
-    tau2 u, tau2 v, typical term variance) and the rows."""
+    tau2 u, tau2 v, typical term variance, its co-tenants' part) and the rows."""
     g2 = [r.g * r.g for r in rows if r.g > 0.0]
     mean_g2 = sum(g2) / len(g2) if g2 else 1.0
     sigma2 = 0.01
@@ -327,6 +385,7 @@ def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitt
     counts_v: dict[str, int] = {}
     loo = []
     variances = []
+    partner_variances = []
     for r, res in zip(rows, residuals, strict=True):
         h = 0.0
         var = 0.0
@@ -339,15 +398,18 @@ def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitt
         for name, w in r.weights:
             h += w * w / (info_v[name] + lam_v)
             counts_v[name] = counts_v.get(name, 0) + 1
+        own_var = var
         for name, w in r.weights:
             var += (w / r.g) ** 2 * pres[name].variance if r.g > 0.0 else 0.0
         var += r.unnamed * tau2_v
         loo.append(-res / (1.0 - min(h, 0.9)))  # log speed = -log stretch
         variances.append(var)
+        partner_variances.append(var - own_var)
     sens = {k: Term(t.value, t.variance, counts_u.get(k, 0)) for k, t in sens.items()}
     pres = {k: Term(t.value, t.variance, counts_v.get(k, 0)) for k, t in pres.items()}
     typical = sum(variances) / len(variances) if variances else 0.0
-    return (sens, pres, tau2_u, tau2_v, loo, tau2_u, tau2_v, typical), rows
+    typical_partner = sum(partner_variances) / len(partner_variances) if partner_variances else 0.0
+    return (sens, pres, tau2_u, tau2_v, loo, tau2_u, tau2_v, typical, typical_partner), rows
 
 
 def _spread(values: Mapping[str, float], info: Mapping[str, float], sigma2: float, lam: float) -> float:

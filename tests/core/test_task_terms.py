@@ -153,3 +153,83 @@ def test_confidence_tells_the_predictions_that_land_close_from_those_that_do_not
     steady = [c for (j, _), (c, _) in zip(test * 3, hits, strict=True) if jitter[j] == 0.01]
     erratic = [c for (j, _), (c, _) in zip(test * 3, hits, strict=True) if jitter[j] == 0.15]
     assert sum(steady) / len(steady) > sum(erratic) / len(erratic) + 0.15
+
+
+def _unseen_world(seed: int) -> tuple[InterferenceFit, list[tuple[float, bool, bool, float]]]:
+    """A fit on 16 task types' pairs, and predictions for 4 types it never saw beside seen
+    partners: (confidence, within +-5 %, inside the 90 % interval, confidence of a seen type
+    beside the same partner).  The planted form is multiplicative: a never-seen type errs in
+    proportion to its partner's pressure."""
+    types = [f"u{i}" for i in range(20)]
+    rng = random.Random(seed)
+    sens = {t: rng.uniform(0.3, 2.5) for t in types}
+    pres = {t: rng.uniform(0.1, 2.5) for t in types}
+
+    def observe(job: str, partner: str) -> CollocationObservation:
+        s = math.exp(-0.3 * sens[job] * pres[partner] + rng.gauss(0.0, 0.03))
+        return CollocationObservation.steady(1 / s, 0.5, (0.5,), task=job, co_tasks=(partner,))
+
+    held, seen = types[:4], types[4:]
+    train = [observe(j, p) for j in seen for p in seen]
+    rng.shuffle(train)
+    fit = InterferenceFit.prior("x").observe_all(train)
+    out = []
+    for job, known in zip(held, seen, strict=False):
+        for partner in seen:
+            speed = 1 / observe(job, partner).stretch
+            pred = fit.predict(0.5, (0.5,), job, (partner,))
+            hit = abs(speed / pred.speed - 1.0) <= 0.05
+            out.append(
+                (
+                    pred.confidence,
+                    hit,
+                    pred.low <= speed <= pred.high,
+                    fit.predict(0.5, (0.5,), known, (partner,)).confidence,
+                )
+            )
+    return fit, out
+
+
+def test_a_type_never_seen_is_less_sure_than_a_seen_one_and_as_sure_as_it_turns_out() -> None:
+    # issue 23, configurations never seen: an unseen type's confidence is counted on the residuals
+    # its seen peers leave with their own sensitivity taken out (what a type with no observations
+    # is predicted with), at the prediction's contention and partner: lower than a seen type's
+    # beside the same partner, calibrated, and higher beside partners that press little
+    rows: list[tuple[float, bool]] = []
+    inside = said = got = 0.0
+    n = 0
+    for seed in range(6):
+        fit, out = _unseen_world(seed)
+        assert fit.terms is not None and fit.terms.unseen is not None
+        assert sum(c for c, *_ in out) < sum(k for *_, k in out)
+        ordered = sorted(out)
+        rows += [(i / len(out), hit) for i, (_, hit, _, _) in enumerate(ordered)]  # ranks within the fit
+        inside += sum(i for _, _, i, _ in out)
+        said += sum(c for c, *_ in out)
+        got += sum(h for _, h, _, _ in out)
+        n += len(out)
+    assert 0.8 <= inside / n <= 0.97
+    assert said / n == pytest.approx(got / n, abs=0.08)
+    bottom, top = _fifths(rows)
+    assert top > bottom + 0.15 and top > 1.5 * bottom
+
+
+def test_a_type_never_seen_is_less_sure_than_well_seen_ones_beside_any_partner() -> None:
+    # the fit's own form (contention g (1 + u_i + v_j)): a seen type's error is the scatter of one
+    # try, a never-seen one's is its sensitivity too, and nothing known tells it
+    rng = random.Random(3)
+    u = {t: rng.uniform(-0.8, 1.5) for t in TYPES}
+    v = {t: rng.uniform(-0.5, 1.0) for t in TYPES}
+    g = math.log1p(0.5 * 0.5)
+
+    def observe(job: str, partner: str) -> CollocationObservation:
+        s = math.exp(-g * (1.0 + u[job] + v[partner]) + rng.gauss(0.0, 0.02))
+        return CollocationObservation.steady(1 / s, 0.5, (0.5,), task=job, co_tasks=(partner,))
+
+    fit = InterferenceFit.prior("x").observe_all(observe(j, p) for j in TYPES for p in TYPES for _ in range(2))
+    assert fit.terms is not None and fit.terms.unseen is not None
+    for partner in TYPES:
+        never = fit.predict(0.5, (0.5,), "never-seen", (partner,))
+        seen = [fit.predict(0.5, (0.5,), t, (partner,)) for t in TYPES]
+        assert never.confidence < min(p.confidence for p in seen), partner
+        assert never.high / never.low > max(p.high / p.low for p in seen), partner
