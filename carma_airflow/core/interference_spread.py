@@ -28,14 +28,17 @@ confidence separates the predictions likely to land close from those that are no
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # b: how the scale grows with the contention predicted
 CONTENTION_RANGE = (0.25, 8.0)  # c / c_ref is clipped to this (no prediction is sure from c alone)
 SHRINK_RANGE = (2.0, 50.0)  # pseudo-observations a type's factor is shrunk toward 1 with
 _ROUNDS = 6
+_ABS_OVER_SD2 = 2.0 / math.pi  # (mean absolute / standard deviation)^2 of a normal error
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +94,7 @@ class ResidualScale:
         q = self._levels.get(level)
         if q is None:
             z = self.standardized
-            q = self._levels[level] = (_quantile(z, (1.0 - level) / 2.0), _quantile(z, (1.0 + level) / 2.0))
+            q = self._levels[level] = (quantile(z, (1.0 - level) / 2.0), quantile(z, (1.0 + level) / 2.0))
         return q[0] * scale, q[1] * scale
 
     def within(self, scale: float, bound: float) -> float:
@@ -101,6 +104,28 @@ class ResidualScale:
             return 1.0 if z else 0.0
         t = bound / scale
         return (bisect.bisect_right(z, t) - bisect.bisect_left(z, -t)) / len(z)
+
+    def band(self, scale: float, extra: float, level: float, bound: float) -> tuple[float, float, float]:
+        """Interval quantiles of log speed and the share within ``+-bound`` for residuals of this
+        scale, with an error of variance ``extra`` added (the terms less certain than typical)."""
+        if extra <= 0.0:
+            lo, hi = self.quantiles(scale, level)
+            return lo, hi, self.within(scale, bound)
+        # that error is about normal (mean absolute 0.8 sd) and adds to the residual's in
+        # quadrature; the interval and the share blend the residuals' shape with the normal one's,
+        # each by its share of the variance
+        widened = math.sqrt(scale * scale + _ABS_OVER_SD2 * extra / self.mean_abs**2)
+        lo, hi = self.quantiles(widened, level)
+        inside = self.within(widened, bound)
+        total = (scale * self.sd) ** 2 + extra
+        weight = extra / total
+        half = _normal_quantile((1.0 + level) / 2.0) * math.sqrt(total)
+        normal_inside = math.erf(bound / math.sqrt(2.0 * total))
+        return (
+            (1.0 - weight) * lo - weight * half,
+            (1.0 - weight) * hi + weight * half,
+            (1.0 - weight) * inside + weight * normal_inside,
+        )
 
 
 def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
@@ -245,7 +270,8 @@ def _leave_one_out(
     return out
 
 
-def _quantile(ordered: Sequence[float], q: float) -> float:
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values (0 for none)."""
     n = len(ordered)
     if not n:
         return 0.0
@@ -255,4 +281,9 @@ def _quantile(ordered: Sequence[float], q: float) -> float:
     return ordered[i] + (ordered[j] - ordered[i]) * (pos - i)
 
 
-__all__ = ["ResidualScale", "ScaleRow", "fit_scale"]
+@functools.lru_cache(maxsize=8)
+def _normal_quantile(q: float) -> float:
+    return NormalDist().inv_cdf(q)
+
+
+__all__ = ["ResidualScale", "ScaleRow", "fit_scale", "quantile"]

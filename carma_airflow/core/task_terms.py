@@ -39,20 +39,17 @@ scale, at the prediction's own scale.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from carma_airflow.core.interference_form import CollocationObservation, speed
-from carma_airflow.core.interference_spread import ResidualScale, ScaleRow, fit_scale
+from carma_airflow.core.interference_spread import ResidualScale, ScaleRow, fit_scale, quantile
 
 MAX_MULTIPLIER = 8.0  # contention at most 8x the pooled fit's for one pair of task types
 TERM_BOUNDS = (-1.0, 6.0)  # one term's offset: its own multiplier 1 + u within 0 .. 7
 WITHIN = math.log(1.05)  # what "confidence" counts: predictions within +-5 % of speed
 _SWEEPS = 40
-_ABS_OVER_SD2 = 2.0 / math.pi  # (mean absolute / standard deviation)^2 of a normal error
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +146,8 @@ class TaskTerms:
         spread2 = self.scatter
         extra = max(0.0, g * g * (term_variance - self.typical_variance))
         widen = math.sqrt(1.0 + extra / spread2) if spread2 > 0.0 else 1.0
-        lo = _quantile(res, (1.0 - level) / 2.0) * widen
-        hi = _quantile(res, (1.0 + level) / 2.0) * widen
+        lo = quantile(res, (1.0 - level) / 2.0) * widen
+        hi = quantile(res, (1.0 + level) / 2.0) * widen
         inside = bisect.bisect_right(res, WITHIN / widen) - bisect.bisect_left(res, -WITHIN / widen)
         return lo, hi, inside / len(res)
 
@@ -173,7 +170,7 @@ class TaskTerms:
         unseen = self.unseen
         if unseen is None:
             s = sc.scale(g * multiplier, task, co_tasks, co_tenants)
-            return _at_scale(sc, s, c * c * (term_variance - self.typical_variance), level)
+            return sc.band(s, c * c * (term_variance - self.typical_variance), level, WITHIN)
         # the own term's uncertainty: a type never seen is predicted as the residuals its seen peers
         # leave with their own sensitivity taken out (``unseen``) say; a type seen a few times
         # partly so, by how much of the unseen type's variance its term still has; the co-tenants'
@@ -186,44 +183,16 @@ class TaskTerms:
         extra = c * c * (term_variance - own_variance - self.typical_partner_variance)
         lo = hi = inside = 0.0
         if unknown < 1.0:
-            seen = _at_scale(sc, sc.scale(g * multiplier, task, co_tasks, co_tenants), extra, level)
+            seen = sc.band(sc.scale(g * multiplier, task, co_tasks, co_tenants), extra, level, WITHIN)
             lo, hi, inside = ((1.0 - unknown) * x for x in seen)
         if unknown > 0.0:
-            never = _at_scale(unseen, unseen.scale(g * multiplier, None, co_tasks, co_tenants), extra, level)
+            never = unseen.band(unseen.scale(g * multiplier, None, co_tasks, co_tenants), extra, level, WITHIN)
             lo, hi, inside = (x + unknown * y for x, y in zip((lo, hi, inside), never, strict=True))
         return lo, hi, inside
 
 
-def _at_scale(sc: ResidualScale, s: float, extra: float, level: float) -> tuple[float, float, float]:
-    """Interval quantiles of log speed and confidence of residuals of scale ``s`` (``sc``'s shape),
-    with an error of variance ``extra`` (terms less certain than typical) added."""
-    if extra <= 0.0:
-        lo, hi = sc.quantiles(s, level)
-        return lo, hi, sc.within(s, WITHIN)
-    # that error is about normal (mean absolute 0.8 sd) and adds to the residual's in quadrature;
-    # the interval and confidence blend the residuals' shape with the normal one's, each by its
-    # share of the variance
-    widened = math.sqrt(s * s + _ABS_OVER_SD2 * extra / sc.mean_abs**2)
-    lo, hi = sc.quantiles(widened, level)
-    inside = sc.within(widened, WITHIN)
-    total = (s * sc.sd) ** 2 + extra
-    weight = extra / total
-    half = _normal_quantile((1.0 + level) / 2.0) * math.sqrt(total)
-    normal_inside = math.erf(WITHIN / math.sqrt(2.0 * total))
-    return (
-        (1.0 - weight) * lo - weight * half,
-        (1.0 - weight) * hi + weight * half,
-        (1.0 - weight) * inside + weight * normal_inside,
-    )
-
-
 def _clip01(x: float) -> float:
     return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
-
-
-@functools.lru_cache(maxsize=8)
-def _normal_quantile(q: float) -> float:
-    return NormalDist().inv_cdf(q)
 
 
 def _variance(values: Sequence[float]) -> float:
@@ -232,15 +201,6 @@ def _variance(values: Sequence[float]) -> float:
         return 0.0
     mean = sum(values) / n
     return sum((x - mean) ** 2 for x in values) / (n - 1)
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted values."""
-    n = len(ordered)
-    pos = min(max(q, 0.0), 1.0) * (n - 1)
-    i = int(pos)
-    j = min(i + 1, n - 1)
-    return ordered[i] + (ordered[j] - ordered[i]) * (pos - i)
 
 
 def _clip(x: float) -> float:
