@@ -21,6 +21,7 @@ from airflow.utils.state import CallbackState, TaskInstanceState
 from executor_helpers import make_callback, make_workload, out_dir, run_until, submit
 
 from carma_airflow.executor import CarmaExecutor
+from carma_airflow.executor.launch import LaunchedHandle
 from carma_airflow.executor.standby import Standby
 from carma_airflow.store.store import Store
 
@@ -280,10 +281,15 @@ def test_one_placement_pass_per_heartbeat_after_ends_on_one_monitor_sample(
     assert a.key in ex.active
     handle = ex.active[a.key].handle
     assert handle is not None and handle.pid is not None
+    assert isinstance(handle, LaunchedHandle)
+    launcher = handle._launcher
     deadline = time.time() + 20
-    while _alive(handle.pid):
+    # wait for the launcher's word of a's end (its process gone is not enough: the launcher reaps
+    # it, then writes the exit code, and a loaded machine can hold that write past one heartbeat)
+    while handle.pid not in launcher._ended:
         assert time.time() < deadline, "try a did not end"
         time.sleep(0.05)
+        launcher.pump()
     b = make_workload("b", config={"exclusive": True})
     ex.queue_workload(b, session=None)  # type: ignore[arg-type]
     ex.heartbeat()  # a's end is collected before the pass: b takes its GPU in the same heartbeat
