@@ -49,6 +49,7 @@ from carma_airflow.core.interference_spread import ResidualScale, ScaleRow, fit_
 MAX_MULTIPLIER = 8.0  # contention at most 8x the pooled fit's for one pair of task types
 TERM_BOUNDS = (-1.0, 6.0)  # one term's offset: its own multiplier 1 + u within 0 .. 7
 WITHIN = math.log(1.05)  # what "confidence" counts: predictions within +-5 % of speed
+MIN_SCATTER = 0.005**2  # log-speed residual variance: below 0.5 % it is telemetry noise, not knowledge
 _SWEEPS = 40
 
 
@@ -143,9 +144,11 @@ class TaskTerms:
         res = self.residuals
         if not res:
             return 0.0, 0.0, 0.0
-        spread2 = self.scatter
+        # a scatter below telemetry's own noise is a fit on too few tries, not a sure one: widening
+        # by it would blow a near-zero residual up to any size (3 tries: quantiles of 1e11)
+        spread2 = max(self.scatter, MIN_SCATTER)
         extra = max(0.0, g * g * (term_variance - self.typical_variance))
-        widen = math.sqrt(1.0 + extra / spread2) if spread2 > 0.0 else 1.0
+        widen = math.sqrt(1.0 + extra / spread2)
         lo = quantile(res, (1.0 - level) / 2.0) * widen
         hi = quantile(res, (1.0 + level) / 2.0) * widen
         inside = bisect.bisect_right(res, WITHIN / widen) - bisect.bisect_left(res, -WITHIN / widen)
