@@ -238,3 +238,32 @@ def test_calibration_most_free_memory_vs_exclusive(four_a100: tuple, trace_t1: l
     assert 1.4 <= magm["sm_activity_mean"] / excl["sm_activity_mean"] <= 1.7
     assert 1.3 <= magm["mean_slowdown"] <= 2.0
     assert magm["memory_used_mean"] > excl["memory_used_mean"]
+
+
+def test_a_run_collects_its_oldest_generation_rarely_and_restores_the_collector(
+    four_a100: tuple, trace_t1: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from carma_airflow.sim.engine import FULL_COLLECTIONS_EVERY, Simulation
+
+    before = gc.get_threshold()
+    during: list[tuple[int, ...]] = []
+    real = Simulation._schedule
+
+    def schedule(self: Simulation) -> None:
+        during.append(gc.get_threshold())
+        real(self)
+
+    monkeypatch.setattr(Simulation, "_schedule", schedule)
+    assert all(t.outcome == "success" for t in run(four_a100, trace_t1[:8]).tasks)
+    assert during and set(during) == {(before[0], before[1], FULL_COLLECTIONS_EVERY)}
+    assert gc.get_threshold() == before
+
+    def broken(self: Simulation) -> None:
+        raise RuntimeError("a pass failed")
+
+    monkeypatch.setattr(Simulation, "_schedule", broken)
+    with pytest.raises(RuntimeError, match="a pass failed"):
+        run(four_a100, trace_t1[:8])
+    assert gc.get_threshold() == before  # restored when a run fails too
