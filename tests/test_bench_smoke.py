@@ -22,6 +22,10 @@ def test_speed_quick_prints_every_figure_as_json() -> None:
     text = json.dumps(data)
     for fragment in ("decide", "pass", "sim"):
         assert fragment in text
+    figures = data["figures"]
+    for state in ("steady", "cold"):  # the next heartbeat decides over the same GPUs and queue: the same tries
+        first = figures[f"pass_{state}_cycle_placed_completion-time"]["value"]
+        assert first > 0 and figures[f"pass_{state}_heartbeat_placed_completion-time"]["value"] == first
 
 
 def test_paper_table_runs_and_checks_targets(tmp_path: Path) -> None:
