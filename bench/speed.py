@@ -262,10 +262,15 @@ def bench_decide(
     return statistics.median(times), _percentile(times, 0.99)
 
 
-def _median_time(fn: Callable[[], object], runs: int, budget_s: float = 20.0) -> float:
-    """Median of ``runs`` timings; stops after 3 runs once ``budget_s`` is spent (slow cases)."""
+def _median_time(
+    fn: Callable[[], object], runs: int, budget_s: float = 20.0, setup: Callable[[], object] | None = None
+) -> float:
+    """Median of ``runs`` timings; stops after 3 runs once ``budget_s`` is spent (slow cases).
+    ``setup``: called before each run, untimed."""
     times: list[float] = []
     while len(times) < runs and (len(times) < 3 or sum(times) < budget_s):
+        if setup is not None:
+            setup()
         gc.collect()
         t0 = time.perf_counter()
         fn()
@@ -342,14 +347,12 @@ def bench_cycle(
     """
     bare = _bare(view)
     placed = len(_new_cycle(view, pending, policy, catalog).run(NOW, bare).placed)
-    times: list[float] = []
-    while len(times) < runs and (len(times) < 3 or sum(times) < 20.0):
-        cycle = _new_cycle(view, pending, policy, catalog)
-        gc.collect()
-        t0 = time.perf_counter()
-        cycle.run(NOW, bare)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), placed
+    cycles: list[SchedulingCycle] = []
+
+    def new_cycle() -> None:
+        cycles[:] = [_new_cycle(view, pending, policy, catalog)]
+
+    return _median_time(lambda: cycles[0].run(NOW, bare), runs, setup=new_cycle), placed
 
 
 def bench_heartbeat(
@@ -368,18 +371,17 @@ def bench_heartbeat(
     ledger's tenants of the GPUs that did not change).
     """
     cycle = _new_cycle(view, pending, policy, catalog)
-    result = cycle.run(NOW, _bare(view))
-    times: list[float] = []
-    while len(times) < runs and (len(times) < 3 or sum(times) < 20.0):
-        for p in result.placed:
+    results = [cycle.run(NOW, _bare(view))]
+    states: list[GpuState] = []
+
+    def put_back() -> None:
+        for p in results[-1].placed:
             cycle.release(p.request.key)
             cycle.submit(p.request, p.request.submitted_at)
-        states = _bare(view)
-        gc.collect()
-        t0 = time.perf_counter()
-        result = cycle.run(NOW, states)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), len(result.placed)
+        states[:] = _bare(view)  # a monitor's new reading
+
+    seconds = _median_time(lambda: results.append(cycle.run(NOW, states)), runs, setup=put_back)
+    return seconds, len(results[-1].placed)
 
 
 def bench_sim(catalog: dict[str, TaskType], tasks: int, gpus: int) -> tuple[float, int, int, int]:
