@@ -166,6 +166,22 @@ def test_learned_forecast_counts_work_left_from_the_run_time_and_its_age() -> No
     assert fc._left("never-seen", 1000.0, 3000.0) == 3000.0  # borrowed expectation: as long again
 
 
+@pytest.mark.parametrize("measured", [(), ("tenant0-0",), ("tenant0-0", "tenant1-1", "tenant2-2")])
+def test_the_longest_work_left_is_that_of_the_occupants_without_building_them(measured: tuple[str, ...]) -> None:
+    # the drain order bounds every GPU with tenants by it each pass: the same floats as the occupants'
+    fc = LearnedForecast()
+    gpus = [busy_gpu(i, 10_000, tenants=i + 1, placed_at=-300.0 * (i + 1)) for i in range(4)]
+    facts = Placer(make_policy("completion-time")).facts(view(*gpus))
+    for now in (0.0, 500.0, 5000.0):  # before, near and past the run times (a floor, or a measured tenth)
+        for f in facts:
+            assert fc.longest_left(f, now) == max(o.work for o in fc.occupants(f, now))
+    for k, kind in enumerate(measured):
+        fc.learn_duration(kind, 400.0 * (k + 1))
+    for now in (0.0, 500.0, 5000.0):
+        for f in facts:
+            assert fc.longest_left(f, now) == max(o.work for o in fc.occupants(f, now))
+
+
 def _timed_cycle() -> SchedulingCycle:
     policy = make_policy("completion-time")
     assert isinstance(policy, CompletionTime)

@@ -163,9 +163,7 @@ class CompletionTime(Policy):
         delays about ``waiting / gpus`` tries of the queue (its share of them per GPU)."""
         self.now = now
         self.queue_weight = self.settings.queue * max(0, waiting - 1) / max(1, gpus)
-        self._occ = {}
-        self._keys = {}
-        self._base = {}
+        self._occ, self._keys, self._base = {}, {}, {}
         if self._played_by is not self.forecast or len(self._played) > 50_000:
             self._played = {}
             self._played_by = self.forecast
@@ -269,6 +267,8 @@ class CompletionTime(Policy):
         kept = self._kept_drain(f)
         if kept is not None:
             return kept
+        if isinstance(self.forecast, LearnedForecast):  # the same, without building its occupants
+            return self.forecast.longest_left(f, self.now)
         return max((o.work for o in self._occupants(f)), default=0.0)
 
     def forecast_version(self) -> object:

@@ -233,16 +233,9 @@ class LearnedForecast:
             self._rows = {}
         self._rows[id(facts)] = (facts, rows, sp)  # the facts kept alive: their id stays theirs
 
-    def occupants(self, facts: GpuFacts, now: float) -> list[Occupant]:
-        rows, sp = self._rows_of(facts)
-        if not rows:
-            return []
-        if not self.timed():
-            return [Occupant(k, a, w) for k, a, w, _ in rows]
-        # work left: the expectation less what it did since it started, at today's predicted speed
-        # (:meth:`_left`, written out: this runs for every GPU a pass prices); what does not move
-        # with the clock is kept for these rows (the same list object: a type turns measured only
-        # where the rows are forgotten, :meth:`learn_duration`)
+    def _plan(self, rows: _Rows, sp: Sequence[float]) -> list[_Plan]:
+        """What does not move with the clock of a GPU's rows, kept for them (the same list object:
+        a type turns measured only where the rows are forgotten, :meth:`learn_duration`)."""
         got = self._plans.get(id(rows))
         if got is None or got[0] is not rows:
             measured = self.durations.measured
@@ -250,8 +243,18 @@ class LearnedForecast:
             if len(self._plans) > 20_000:
                 self._plans = {}
             got = self._plans[id(rows)] = (rows, plan)  # the rows kept alive: their id stays theirs
+        return got[1]
+
+    def occupants(self, facts: GpuFacts, now: float) -> list[Occupant]:
+        rows, sp = self._rows_of(facts)
+        if not rows:
+            return []
+        if not self.timed():
+            return [Occupant(k, a, w) for k, a, w, _ in rows]
+        # work left: the expectation less what it did since it started, at today's predicted speed
+        # (:meth:`_left`, written out: this runs for every GPU a pass prices)
         out = []
-        for k, a, w, p, s, least, measured_k in got[1]:
+        for k, a, w, p, s, least, measured_k in self._plan(rows, sp):
             done = 0.0 if p is None else max(0.0, now - p) * s
             if done < w:
                 work = max(w - done, least)
@@ -261,6 +264,21 @@ class LearnedForecast:
                 work = done
             out.append(_occupant(Occupant, (k, a, work, None)))
         return out
+
+    def longest_left(self, facts: GpuFacts, now: float) -> float:
+        """``max(o.work for o in self.occupants(facts, now))`` (0.0 without any), without building
+        them: the drain order bounds every GPU with tenants by it, each pass."""
+        rows, sp = self._rows_of(facts)
+        if not rows:
+            return 0.0
+        if not self.timed():
+            return max(w for _, _, w, _ in rows)
+        longest = 0.0
+        for _, _, w, p, s, least, measured_k in self._plan(rows, sp):
+            done = 0.0 if p is None else max(0.0, now - p) * s
+            work = max(w - done, least) if done < w else MIN_LEFT * done if measured_k else done
+            longest = max(longest, work)
+        return longest
 
     def _left(self, kind: str, expected: float, done: float) -> float:
         """Solo seconds left of a try that did ``done`` of an expected ``expected``.  Past its own
