@@ -1,9 +1,12 @@
 """The CUDA context a try's process holds on each of its GPUs, outside any framework's allocator.
 
 Every process that touches a GPU holds a CUDA context there: the driver's own state, the loaded
-kernels (cuBLAS, cuDNN, the framework's), about 300-500 MiB per GPU depending on the GPU, the
+kernels (cuBLAS, cuDNN, the framework's), 450-760 MiB per GPU depending on the GPU, the
 driver and the libraries loaded.  KAI-Scheduler issue 2212 reports about 450 MiB per GPU on a
-T4.  NVML counts it in the process's memory (so a learned peak, measured there, includes it);
+T4; ``bench/gpu/run.sh fence`` measured 610 MiB on an H200 after ``torch.cuda.init()``, 676 MiB
+with cuBLAS loaded (PyTorch 2.11, CUDA 13, driver 580), and a training transformer there held
+about 760 MiB outside PyTorch's allocator (its OOM message: 7.37 GiB in use, 6.63 GiB PyTorch's;
+docs/measured.md, 2026-12-04).  NVML counts it in the process's memory (so a learned peak, measured there, includes it);
 a framework's allocator does not see it (PyTorch's ``set_per_process_memory_fraction`` limits
 only what the caching allocator reserves).
 
@@ -14,18 +17,22 @@ which counts every allocation of the process) is set to the cap itself.  A decla
 read the same way: what ``nvidia-smi`` shows for the task, context included.
 
 The figures below are per GPU model, matched by the catalogue name's family (``A100-40GB`` ->
-``A100``); a model without one counts :data:`DEFAULT_CONTEXT_MIB`.  Only the T4's is reported;
-the rest are the top of the usual range, to be replaced by what ``bench/gpu/run.sh fence``
-measures on each model.  Simulated GPUs hold no context (the simulated training allocates none).
+``A100``); a model without one counts :data:`DEFAULT_CONTEXT_MIB`, the H200's figure: contexts
+grow with the CUDA and library stack more than with the chip, and a stack of today is what a new
+install runs.  Replace it per model with what ``bench/gpu/run.sh fence`` measures there.
+Simulated GPUs hold no context (the simulated training allocates none).
 """
 
 from __future__ import annotations
 
-DEFAULT_CONTEXT_MIB = 500  # the top of the usual 300-500 MiB: a cap too tight by a little beats one too loose
+# what a training process held outside its allocator on the one GPU measured with today's stack
+# (an H200, 2026-12-04); a cap too tight by a little beats one too loose
+DEFAULT_CONTEXT_MIB = 768
 
 # per GPU family: MiB of CUDA context per process and GPU; (figure, where it comes from)
 CONTEXT_MIB: dict[str, tuple[int, str]] = {
     "T4": (450, "reported (KAI-Scheduler issue 2212)"),
+    "H200": (768, "measured (bench/gpu/run.sh fence and a training try, 2026-12-04: 610-760 MiB)"),
 }
 
 
@@ -50,7 +57,9 @@ def context_source(gpu_name: str, *, simulated: bool = False) -> str:
     if simulated:
         return "simulated GPUs hold no CUDA context"
     found = CONTEXT_MIB.get(_family(gpu_name))
-    return found[1] if found is not None else f"assumed ({DEFAULT_CONTEXT_MIB} MiB: not measured on this model yet)"
+    if found is not None:
+        return found[1]
+    return f"assumed ({DEFAULT_CONTEXT_MIB} MiB, the H200's: not measured on this model yet)"
 
 
 __all__ = ["CONTEXT_MIB", "DEFAULT_CONTEXT_MIB", "context_source", "cuda_context_mib"]

@@ -20,7 +20,7 @@ once.  A framework already imported when the hook is installed (by the DAG file,
 imported past it (a finder put ahead of ours later), is capped as soon as the hook sees it, and
 the try's log says so.
 
-Not covered by any of them: the CUDA context itself (~300-500 MiB per process), NCCL's own
+Not covered by any of them: the CUDA context itself (450-760 MiB per process), NCCL's own
 buffers, and allocations by other libraries (cuDNN/cuBLAS workspaces outside the allocator,
 CuPy, custom kernels).  docs/isolation.md lists what each mode covers.
 """

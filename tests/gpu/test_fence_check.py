@@ -34,9 +34,9 @@ def test_fence_dry_run_passes_every_scenario_and_measures_the_context() -> None:
     out = proc.stdout
     assert (
         "[fence] CUDA context on A100-40GB: 480 MiB per process after torch.cuda.init() (NVML process memory "
-        "480 MiB less PyTorch's reserved 0 MiB), 480 MiB with cuBLAS loaded; core/cuda_context.py counts 500 MiB"
+        "480 MiB less PyTorch's reserved 0 MiB), 480 MiB with cuBLAS loaded; core/cuda_context.py counts 768 MiB"
     ) in out
-    assert '[fence] context {"gpu_name": "A100-40GB", "counted_mib": 500,' in out
+    assert '[fence] context {"gpu_name": "A100-40GB", "counted_mib": 768,' in out
     assert "[fence] framework: PASS: grower: cap-oom; neighbour: finished" in out
     assert "[fence] none: PASS: unfenced: the grower got its memory and the neighbour crashed" in out
     # live: the grower alone may hold the GPU less the reserve (40448 MiB); placed beside the

@@ -246,7 +246,7 @@ CAP_KEYS = ("CARMA_MEMORY_CAP_MIB", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIEN
 def test_a_fallen_back_driver_try_gets_a_framework_trys_caps(tmp_path: Path, where: str) -> None:
     """The driver's cap counts the CUDA context within it; a framework's allocator does not see
     it: fallen back, the try is capped as a framework try of the same placement (A100-40GB: the
-    context 500 MiB, 10240 -> 9740 MiB, JAX 0.2500 -> 0.2378), and its log says so truthfully."""
+    context 768 MiB, 10240 -> 9472 MiB, JAX 0.2500 -> 0.2313), and its log says so truthfully."""
     framework = starter(tmp_path / "framework", isolation="framework").placed_env(attempt("f", 8192), DECISION)
     if where == "nvml refuses":
         env = driver_starter(tmp_path, FakeNvml(fail=True)).placed_env(attempt("a", 8192), DECISION)
@@ -256,14 +256,14 @@ def test_a_fallen_back_driver_try_gets_a_framework_trys_caps(tmp_path: Path, whe
         env[CGROUP_LEAF_ENV] = str(tmp_path / "no-such-leaf")
         assert enter_leaf(env, pid=os.getpid()) is None
     assert {k: env[k] for k in CAP_KEYS} == {k: framework[k] for k in CAP_KEYS}
-    assert (env["CARMA_MEMORY_CAP_MIB"], env["XLA_CLIENT_MEM_FRACTION"]) == ("9740", "0.2378")
+    assert (env["CARMA_MEMORY_CAP_MIB"], env["XLA_CLIENT_MEM_FRACTION"]) == ("9472", "0.2313")
     fence = fence_from_env(env, 1)  # what the try's log and the executor's say of it
     assert fence is not None
     line = describe_try_fence(fence, env)
-    assert line.startswith("capped at 9740 MiB per GPU (framework")
-    assert "CUDA context 500 MiB per GPU counted outside the allocator's cap" in line
+    assert line.startswith("capped at 9472 MiB per GPU (framework")
+    assert "CUDA context 768 MiB per GPU counted outside the allocator's cap" in line
     enter_leaf(env, pid=os.getpid())  # a second fall-back lowers nothing again
-    assert env["CARMA_MEMORY_CAP_MIB"] == "9740"
+    assert env["CARMA_MEMORY_CAP_MIB"] == "9472"
 
 
 def _probe_with(monkeypatch: pytest.MonkeyPatch, **functions: Any) -> NvmlProbe:

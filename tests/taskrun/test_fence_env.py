@@ -121,6 +121,9 @@ def test_the_cuda_context_per_gpu_model() -> None:
     assert cuda_context_mib("T4") == cuda_context_mib("Tesla T4") == 450
     assert "KAI-Scheduler" in context_source("T4")
     assert cuda_context_mib("H100-80GB") == DEFAULT_CONTEXT_MIB and "assumed" in context_source("H100-80GB")
+    # measured on the kit's first real GPU: NVML's name and the catalogue's name find the same figure
+    assert cuda_context_mib("NVIDIA H200") == cuda_context_mib("H200-141GB") == 768
+    assert context_source("NVIDIA H200").startswith("measured")
     assert cuda_context_mib("T4", simulated=True) == 0
 
 

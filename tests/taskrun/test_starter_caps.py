@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.core.cuda_context import DEFAULT_CONTEXT_MIB
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.task import MemoryNeed, TaskRequest
@@ -22,7 +23,7 @@ from carma_airflow.taskrun.live_cap import read_caps
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"
 GPU_B = "GPU-66666666-2222-3333-4444-555555555555"
-CONTEXT = 500  # an A100's CUDA context as core/cuda_context.py counts it (assumed, not measured)
+CONTEXT = DEFAULT_CONTEXT_MIB  # an A100's CUDA context as core/cuda_context.py counts it (assumed, not measured)
 
 
 def starter(tmp_path: Path, **options: str) -> TryStarter:
