@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from gpukit.workload import GIB, MIN_GPU_MIB, TaskSpec, WorkloadError, kit_tasks, with_steps
 
@@ -75,3 +77,21 @@ def test_specs_survive_json_and_take_the_first_runs_steps() -> None:
     by_name = {t.name: t for t in again}
     assert by_name["cnn_small"].steps == 420
     assert by_name["cnn_wide"].steps is None
+
+
+def test_a_crashed_trys_peak_counts_what_the_gpu_counted_for_its_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured on an H200 (docs/measured.md, round 35): PyTorch's reserved memory left out the
+    CUDA context, about 760 MiB; the message's "this process has" counts it, as the executor's
+    NVML listener does, so the retry is planned from that."""
+    from gpukit.train import LEDGER_ENV, _peak_after_failure
+
+    monkeypatch.delenv(LEDGER_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # no CUDA here: only the message says it
+    message = (
+        "CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
+        "159.56 MiB is free. Process 1770 has 132.26 GiB memory in use. Including non-PyTorch memory, this "
+        "process has 7.37 GiB memory in use. Of the allocated memory 6.62 GiB is allocated by PyTorch, and "
+        "10.82 MiB is reserved by PyTorch but unallocated."
+    )
+    assert _peak_after_failure(message) == int(7.37 * 1024)
+    assert _peak_after_failure("RuntimeError: something else") is None

@@ -199,8 +199,11 @@ def run_task(spec: TaskSpec, backend: str | None = None, sim_scale: float | None
 # -- the process ---------------------------------------------------------------------------
 
 
-def _peak_after_failure() -> int | None:
-    """What the crashed try reached, as CarmaExecutor's listener measures it."""
+def _peak_after_failure(message: str = "") -> int | None:
+    """What the crashed try reached, as CarmaExecutor's listener measures it: what the GPU
+    counted for the process, its CUDA context included.  PyTorch's reserved memory leaves the
+    context out (on an H200 about 760 MiB: 6,936 reserved against "this process has 7.37 GiB"),
+    so its OOM message's figure is taken where it is larger."""
     ledger = os.environ.get(LEDGER_ENV)
     if ledger:
         from carma_airflow.monitor.ledger import Ledger
@@ -208,10 +211,14 @@ def _peak_after_failure() -> int | None:
         peak = Ledger(ledger).peak(os.getpid())
         if peak is not None:
             return int(peak)
+    from carma_airflow.core.oom_figures import oom_figures
+
+    held = oom_figures(message).process
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return int(torch.cuda.max_memory_reserved() // _MIB)
-    return None
+        reserved = int(torch.cuda.max_memory_reserved() // _MIB)
+        return reserved if held is None else max(reserved, int(held))
+    return None if held is None else int(held)
 
 
 def main(argv: list[str]) -> int:
@@ -229,7 +236,7 @@ def main(argv: list[str]) -> int:
         exc_type = type(exc).__name__
         message = str(exc)
         failure = classify_failure(exc_type, message)
-        peak = _peak_after_failure()
+        peak = _peak_after_failure(message)
         write_result(TryResult("failed", failure.kind.value, exc_type, message[:2000], peak))
         print(f"[kit] {spec.name} failed: {failure.kind.value} ({failure.evidence}); peak {peak} MiB", flush=True)
         print(f"[kit] {exc_type}: {message[:500]}", flush=True)
