@@ -294,11 +294,9 @@ class PlacementPass(DrainPass):
 
     def _counts(self, scanned: Scanned) -> dict[Reason, int]:
         """The reasons of a scan's verdicts and of the GPUs no request can use, counted (as
-        :func:`~carma_airflow.core.reasons.count_reasons` counts them; a scan's by the reasons'
-        ids, since an enum's hash is a Python call and a waiting decision's scan lists hundreds)."""
+        :func:`~carma_airflow.core.reasons.count_reasons` counts them)."""
         counts = dict(self.static_counts())
-        for place, count in Counter(map(id, map(_REASON, scanned))).items():
-            reason = _BY_ID[place]
+        for reason, count in Counter(map(_REASON, scanned)).items():
             counts[reason] = counts.get(reason, 0) + count
         return counts
 
@@ -375,6 +373,5 @@ class PlacementPass(DrainPass):
 
 
 _REASON = itemgetter(1)
-_BY_ID = {id(r): r for r in Reason}
 
 __all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "WAITS_BY_CHOICE", "PlacementPass"]

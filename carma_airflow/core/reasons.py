@@ -6,7 +6,9 @@ that keep them.  A waiting decision's headline names what blocks (:func:`waiting
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from operator import attrgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
 from carma_airflow.core.policies.base import GpuFacts
@@ -90,9 +92,9 @@ def waiting_summary(
 
 
 def count_reasons(verdicts: Sequence[GpuVerdict], into: dict[Reason, int]) -> dict[Reason, int]:
-    for v in verdicts:
-        if v.reason is not None:
-            into[v.reason] = into.get(v.reason, 0) + 1
+    for reason, count in Counter(map(_REASON_OF, verdicts)).items():
+        if reason is not None:
+            into[reason] = into.get(reason, 0) + count
     return into
 
 
@@ -138,6 +140,8 @@ def waiting_by_choice(counts: dict[Reason, int], total: int, *, n: int, need: st
         return f"{head} ({wait})"
     return f"{head} ({wait}; {_count_parts(ranked, total)})"
 
+
+_REASON_OF = attrgetter("reason")
 
 __all__ = [
     "count_reasons",
