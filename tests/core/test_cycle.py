@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from helpers import CALM, idle_gpu, request
 
@@ -22,6 +24,8 @@ from carma_airflow.core import (
     SchedulingCycle,
     make_policy,
 )
+from carma_airflow.core.queueing import QueuePlan, Rank
+from carma_airflow.core.task import TaskRequest
 
 OOM = Failure(FailureKind.CUDA_OOM, "CUDA out of memory")
 
@@ -269,3 +273,41 @@ def test_learn_activity_reaches_waiting_and_running_tries() -> None:
     (placed,) = c.run(3.0, gpus(1)).placed
     assert placed.request.activity == measured
     assert not c.learn_activity("gone#1", measured)
+
+
+def test_each_plan_is_handed_the_waiting_set_once_each_in_the_last_plans_order_first() -> None:
+    """The cycle hands its queue the tries that stayed in the last plan's order, then those put in
+    since (a nearly sorted list for the sort): exactly the waiting set, each try once, whatever
+    came and went between passes, and the plan is the one of the waiting set in any order."""
+    from carma_airflow.core.activity import estimate_activity
+
+    class Recording(Backfill):
+        def __init__(self) -> None:
+            super().__init__()
+            self.handed: list[list[TaskRequest]] = []
+
+        def plan(self, pending: Sequence[TaskRequest], now: float, rank: Rank | None = None) -> QueuePlan:
+            self.handed.append(list(pending))
+            return super().plan(pending, now, rank)
+
+    queue = Recording()
+    c = SchedulingCycle(Placer(make_policy("interference-aware")), queue)
+    for n, key in enumerate("abcdef"):  # a 30 GB try fills a GPU: one is placed a pass, the rest wait
+        c.submit(request(f"{key}#1", 30000, priority=n), float(n))  # planned f first, then e, ...
+    (placed,) = c.run(10.0, gpus(1)).placed
+    assert placed.request.key == "f#1"
+    assert [r.key for r in queue.handed[0]] == ["a#1", "b#1", "c#1", "d#1", "e#1", "f#1"]
+    c.withdraw("c#1")
+    c.learn_activity("d#1", estimate_activity([0.3]))  # a new request object for d#1
+    c.submit(request("g#1", 30000, priority=9), 11.0)
+    c.submit(request("h#1", 30000, priority=9), 11.0, not_before=12.0)  # held back, then due
+    c.release("f#1")
+    c.submit(placed.request, 0.0)  # the same object again, as a driver hands a try back
+    c.run(13.0, gpus(1))
+    handed = queue.handed[1]
+    assert len({id(r) for r in handed}) == len(handed) == 7  # each once
+    # the tries that stayed in the last plan's order (not the order they were put in), then the rest
+    assert [r.key for r in handed] == ["e#1", "b#1", "a#1", "d#1", "g#1", "f#1", "h#1"]
+    assert handed[3].activity is not None  # d#1's new object, not the one the last plan saw
+    assert handed[3] is not queue.handed[0][3]
+    assert queue.plan(handed, 13.0).ordered == queue.plan(sorted(handed, key=lambda r: r.key), 13.0).ordered
