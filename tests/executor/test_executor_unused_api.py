@@ -79,7 +79,13 @@ def test_every_reason_and_outcome_of_a_decision_is_produced_or_read() -> None:
     member of the decision's enums is named as ``Enum.MEMBER`` outside its definition."""
     path = ROOT / "carma_airflow" / "core" / "decision.py"
     enums = {
-        stmt.name: [t.id for s in stmt.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)]
+        stmt.name: [
+            t.id
+            for s in stmt.body
+            if isinstance(s, ast.Assign)
+            for t in s.targets
+            if isinstance(t, ast.Name) and not t.id.startswith("__")  # members, not the class's dunders
+        ]
         for stmt in ast.parse(path.read_text(encoding="utf-8")).body
         if isinstance(stmt, ast.ClassDef) and any(isinstance(b, ast.Attribute) and b.attr == "Enum" for b in stmt.bases)
     }
