@@ -245,25 +245,24 @@ class LearnedForecast:
             got = self._plans[id(rows)] = (rows, plan)  # the rows kept alive: their id stays theirs
         return got[1]
 
+    def _works_left(self, plan: list[_Plan], now: float) -> list[float]:
+        """Each row's work left: the expectation less what it did since it started, at today's
+        predicted speed (:meth:`_left`, written out: this runs for every GPU a pass prices)."""
+        out = []
+        for _, _, w, p, s, least, measured_k in plan:
+            done = 0.0 if p is None else max(0.0, now - p) * s
+            out.append(max(w - done, least) if done < w else MIN_LEFT * done if measured_k else done)
+        return out
+
     def occupants(self, facts: GpuFacts, now: float) -> list[Occupant]:
         rows, sp = self._rows_of(facts)
         if not rows:
             return []
         if not self.timed():
             return [Occupant(k, a, w) for k, a, w, _ in rows]
-        # work left: the expectation less what it did since it started, at today's predicted speed
-        # (:meth:`_left`, written out: this runs for every GPU a pass prices)
-        out = []
-        for k, a, w, p, s, least, measured_k in self._plan(rows, sp):
-            done = 0.0 if p is None else max(0.0, now - p) * s
-            if done < w:
-                work = max(w - done, least)
-            elif measured_k:
-                work = MIN_LEFT * done
-            else:
-                work = done
-            out.append(_occupant(Occupant, (k, a, work, None)))
-        return out
+        plan = self._plan(rows, sp)
+        works = self._works_left(plan, now)
+        return [_occupant(Occupant, (r[0], r[1], work, None)) for r, work in zip(plan, works, strict=True)]
 
     def longest_left(self, facts: GpuFacts, now: float) -> float:
         """``max(o.work for o in self.occupants(facts, now))`` (0.0 without any), without building
@@ -273,12 +272,7 @@ class LearnedForecast:
             return 0.0
         if not self.timed():
             return max(w for _, _, w, _ in rows)
-        longest = 0.0
-        for _, _, w, p, s, least, measured_k in self._plan(rows, sp):
-            done = 0.0 if p is None else max(0.0, now - p) * s
-            work = max(w - done, least) if done < w else MIN_LEFT * done if measured_k else done
-            longest = max(longest, work)
-        return longest
+        return max(self._works_left(self._plan(rows, sp), now))
 
     def _left(self, kind: str, expected: float, done: float) -> float:
         """Solo seconds left of a try that did ``done`` of an expected ``expected``.  Past its own
