@@ -63,6 +63,9 @@ A100 = gpu_spec("A100-40GB")
 WINDOW = 30  # samples per metric window (the paper's W)
 NOW = 100_000.0  # the view's clock, in seconds
 GPUS_PER_HOST = 8
+# a driver's free slots for a cold pass (the executor's [core] parallelism left; the pass places no
+# more): Airflow's default parallelism, and one per GPU of the full size's cluster
+SLOTS = (32, 1024)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,9 +339,11 @@ def bench_cycle(
     runs: int,
     policy: str = "interference-aware",
     catalog: dict[str, TaskType] | None = None,
+    limit: int | None = None,
 ) -> tuple[float, int]:
     """Median seconds of the first ``SchedulingCycle.run`` of a new cycle (a driver's first pass
-    after it starts) and the tries it places.
+    after it starts) and the tries it places; ``limit``: the driver's free slots (the pass places
+    no more: the executor's ``[core] parallelism`` left).
 
     The view's tenants move into a ledger and its GPUs are handed over bare, as a monitor reads
     them: the timed pass lays the reservations over every GPU afresh (as in the executor, whose
@@ -346,13 +351,13 @@ def bench_cycle(
     its own, built untimed, since a pass changes its cycle; nothing is kept from a pass before.
     """
     bare = _bare(view)
-    placed = len(_new_cycle(view, pending, policy, catalog).run(NOW, bare).placed)
+    placed = len(_new_cycle(view, pending, policy, catalog).run(NOW, bare, limit=limit).placed)
     cycles: list[SchedulingCycle] = []
 
     def new_cycle() -> None:
         cycles[:] = [_new_cycle(view, pending, policy, catalog)]
 
-    return _median_time(lambda: cycles[0].run(NOW, bare), runs, setup=new_cycle), placed
+    return _median_time(lambda: cycles[0].run(NOW, bare, limit=limit), runs, setup=new_cycle), placed
 
 
 def bench_heartbeat(
@@ -461,6 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cycle_s, cycle_placed = bench_cycle(view, pending, size.pass_runs, policy, catalog)
             figures.append(Figure(f"pass_{state}_cycle{tag}", f"{what}: whole cycle pass, first", cycle_s, "ms", 50e-3))
             figures.append(Figure(f"pass_{state}_cycle_placed{tag}", f"{what}: cycle placed", cycle_placed, "n"))
+            for slots in SLOTS if not steady else ():  # a steady pass places fewer than either
+                progress(f"[2] scheduling cycle x{size.pass_runs}, {state}, {policy}, {slots} free slots")
+                slot_s, slot_placed = bench_cycle(view, pending, size.pass_runs, policy, catalog, slots)
+                at = f"{what}: whole cycle pass, first, {slots} free slots"
+                key = f"pass_{state}_cycle_slots{slots}"
+                figures.append(Figure(f"{key}{tag}", at, slot_s, "ms", 50e-3))
+                figures.append(Figure(f"{key}_placed{tag}", f"{at}: placed", slot_placed, "n"))
             progress(f"[2] next heartbeat's pass x{size.pass_runs}, {g} GPUs, {n} waiting, {state}, {policy}")
             beat_s, beat_placed = bench_heartbeat(view, pending, size.pass_runs, policy, catalog)
             figures.append(

@@ -26,6 +26,9 @@ def test_speed_quick_prints_every_figure_as_json() -> None:
     for state in ("steady", "cold"):  # the next heartbeat decides over the same GPUs and queue: the same tries
         first = figures[f"pass_{state}_cycle_placed_completion-time"]["value"]
         assert first > 0 and figures[f"pass_{state}_heartbeat_placed_completion-time"]["value"] == first
+    # a cold pass with fewer free slots than it would place stops at them
+    cold = figures["pass_cold_cycle_placed_completion-time"]["value"]
+    assert figures["pass_cold_cycle_slots32_placed_completion-time"]["value"] == min(32, cold)
 
 
 def test_paper_table_runs_and_checks_targets(tmp_path: Path) -> None:

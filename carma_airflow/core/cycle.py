@@ -159,7 +159,9 @@ class SchedulingCycle:
         """The placer's view of the monitor's ``gpus`` with the reservations laid over them."""
         return self.reservations.view(now, gpus)
 
-    def run(self, now: float, gpus: Sequence[GpuState], *, waiting_decisions: bool = True) -> CycleResult:
+    def run(
+        self, now: float, gpus: Sequence[GpuState], *, waiting_decisions: bool = True, limit: int | None = None
+    ) -> CycleResult:
         """One pass: order the waiting tries, decide them over the GPUs, reserve the placed ones,
         take the never-fits ones out.  ``gpus``: the monitor's states (their tenants are ignored,
         the ledger supplies them).
@@ -167,6 +169,11 @@ class SchedulingCycle:
         ``waiting_decisions``: False for a driver that never shows why a try waits (the
         simulator): the pass places and refuses exactly the same tries, but decides only a few
         tries per shape (:meth:`Placer.place`) and ``waiting`` stays empty.
+
+        ``limit``: the pass ends once it has placed this many (the driver's free slots, Airflow's
+        ``[core] parallelism``); the tries after that point in the queue's order are not decided
+        (they keep their place and are absent from ``waiting``), so no pass places tries it
+        would have to put back.
         """
         if self._later:
             self._admit_due(now)
@@ -176,10 +183,10 @@ class SchedulingCycle:
             return CycleResult(now, view)
         if not waiting_decisions and self._grouped:
             self._fresh, self._order = [], ()
-            return self._run_placements(now, view)
+            return self._run_placements(now, view, limit)
         plan = self.queue.plan(self._pending(), now, self._rank())
         self._order = plan.ordered
-        result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected)
+        result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected, limit=limit)
         waiting = dict(result.by_key)
         placed = []
         for d in result.placed:
@@ -208,13 +215,13 @@ class SchedulingCycle:
         out.extend(new.values())
         return out if len(out) == len(waiting) else list(waiting.values())
 
-    def _run_placements(self, now: float, view: ClusterView) -> CycleResult:
+    def _run_placements(self, now: float, view: ClusterView, limit: int | None) -> CycleResult:
         queue = self.queue
         order_key = queue.order_key(now, self._rank())
         assert order_key is not None
         protected = queue.protect(self._index.oldest(), now)
         result = self.placer.place(
-            self._index.groups(), view, order_key=order_key, blocking=queue.blocks, protected=protected
+            self._index.groups(), view, order_key=order_key, blocking=queue.blocks, protected=protected, limit=limit
         )
         placed = []
         for d in result.placed:

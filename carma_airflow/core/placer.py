@@ -129,13 +129,17 @@ class Placer:
         *,
         blocking: bool = False,
         protected: TaskRequest | None = None,
+        limit: int | None = None,
     ) -> PassResult:
         """Decide requests in the given order, placing as it goes.
 
         ``blocking``: strict FIFO, nothing after the first request that must wait is placed.
         ``protected``: a request past its starvation bound; it is decided first and, if it
         must wait, the GPUs closest to fitting it are held back from everyone else.
+        ``limit``: the pass ends once it has placed this many (the driver's free slots); the
+        requests after that point are not decided (absent from ``order`` and ``by_key``).
         """
+        _check_limit(limit)
         self._forget_sigs()
         state = self._pass(view, len(requests))
         order: list[str] = []
@@ -168,6 +172,8 @@ class Placer:
         blocked: Decision | None = None
         sig = base = -1
         for req in requests:
+            if limit is not None and len(placed) >= limit:
+                break  # the protected request took the last slot
             key = req.key
             if key == skip:
                 continue
@@ -189,6 +195,8 @@ class Placer:
             if d.placed:
                 state.apply(req, d)
                 placed.append(d)
+                if limit is not None and len(placed) >= limit:
+                    break
                 continue
             if d.outcome is Outcome.NOT_NOW:
                 if monotone:
@@ -263,6 +271,7 @@ class Placer:
         order_key: Callable[[TaskRequest], tuple[object, ...]],
         blocking: bool = False,
         protected: TaskRequest | None = None,
+        limit: int | None = None,
     ) -> Placements:
         """What :meth:`schedule` places and finds never fits, in the same order, without deciding
         the requests that wait: for a pass over thousands of waiting requests of a few shapes.
@@ -271,10 +280,12 @@ class Placer:
         ``order_key`` (``schedule``'s order is their merge).  The pass walks the groups' heads in
         that order and drops every group of a shape once one of its requests must wait (the memo
         of ``schedule``: the rest of that shape waits too).  Only for a policy that checks
-        memory (the memo's premise); waiting decisions carry no reasons.
+        memory (the memo's premise); waiting decisions carry no reasons.  ``limit``: as for
+        :meth:`schedule`, the pass ends once it has placed this many.
         """
         if not self.policy.checks_memory:
             raise ValueError("Placer.place needs a policy that checks memory; use schedule")
+        _check_limit(limit)
         self._forget_sigs()
         state = self._pass(view, sum(len(g) for g in groups))
         placed: list[Decision] = []
@@ -318,7 +329,7 @@ class Placer:
         moved: list[tuple[tuple[object, ...], int, int]] = []
         waits: set[int] = set()
         at, count = 0, len(heads)
-        while at < count or moved:
+        while (at < count or moved) and (limit is None or len(placed) < limit):
             if moved and (at >= count or moved[0] < heads[at]):
                 _, g, i = heapq.heappop(moved)
             else:
@@ -373,6 +384,11 @@ class Placer:
         if order is None or order.shape != shape or not order.update(facts):
             order = self._hold_order = HoldOrder(shape, facts)
         return order.choose(request.gpus)
+
+
+def _check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 1:
+        raise ValueError(f"a pass's limit must be None or at least 1 placement, got {limit!r}")
 
 
 _HEAD = itemgetter(0)

@@ -250,13 +250,10 @@ class TryFlow:
             return  # the store writer is at its bound (writer.py): no new placements until it drains
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
         gpus = self._gpus(now, samples)
-        result = self.peers.run_pass(self.cycle, now, gpus, why)  # peers' reservations counted
+        # peers' reservations counted; the pass places no more than the slots left, the tries after
+        # that point are decided at a later pass (they keep their place and their last reason)
+        result = self.peers.run_pass(self.cycle, now, gpus, why, budget)
         placed = result.placed
-        if budget is not None and len(placed) > budget:
-            for extra in placed[budget:]:  # placed past the slots left: back in the queue
-                self.cycle.release(extra.request.key)
-                self.cycle.submit(extra.request, now, prior_ooms=extra.prior_ooms)
-            placed = placed[:budget]
         # every placed try is sent before any is waited for: the launcher forks them back to back
         sent = [self._launch(self.tries.handed(p.request.key), p.decision) for p in placed]
         for launch in sent:

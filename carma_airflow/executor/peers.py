@@ -19,28 +19,28 @@ mode (``[carma] schedulers``):
 A gone executor's published reservations keep counting until its tries are adopted or reset
 (:mod:`carma_airflow.executor.restart`); its row is forgotten an hour after its last beat.
 
-**The view cannot lie.**  What this executor knows of the others is one immutable
-:class:`PeerView` (the executors' rows, which of them are alive, the exclusive mode's refusal),
-read in one transaction and published whole under the lock, by the heartbeat thread or a
-shared pass; a pass reads it once.  Until the first read succeeds (registration failed: the
-store was unreachable at start) the view is *unknown*: registration is retried at every beat,
-nothing is placed (the tries wait with the reason), and every owner is *unknown*, never gone,
-so no try of a live peer is reconciled, adopted, closed or unreserved on a guess.  An owner is
-gone only when the view says so: it stopped, its heartbeat was older than the timeout when the
-view was read, or (same host) its process is gone; an owner with no row is gone only when its
-try is older than the hour after which rows are forgotten (else it may not have registered yet).
+**The view cannot lie.** What this executor knows of the others is one immutable :class:`PeerView` (the
+executors' rows, which of them are alive, the exclusive mode's refusal), read in one transaction and
+published whole under the lock, by the heartbeat thread or a shared pass; a pass reads it once. Until the
+first read succeeds (registration failed: the store was unreachable at start) the view is *unknown*:
+registration is retried at every beat, nothing is placed (the tries wait with the reason), and every owner
+is *unknown*, never gone, so no try of a live peer is reconciled, adopted, closed or unreserved on a
+guess. An owner is gone only when the view says so: it stopped, its heartbeat was older than the timeout
+when the view was read, or (same host) its process is gone; an owner with no row is gone only when its try
+is older than the hour after which rows are forgotten (else it may not have registered yet).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import secrets
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from carma_airflow.store.store import Store
 
 log = logging.getLogger("carma_airflow.executor")
+Run = Callable[[], CycleResult]  # the pass itself, once the mode allows it
 
 
 class Peers:
@@ -276,8 +277,11 @@ class Peers:
         return rec.host != self.host or rec.pid == os.getpid() or pid_exists(rec.pid)
 
     # -- the placement pass -----------------------------------------------------------------
-    def run_pass(self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool) -> CycleResult:
-        """One scheduling pass over ``gpus``, as the mode says (see the module docstring)."""
+    def run_pass(
+        self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool, limit: int | None = None
+    ) -> CycleResult:
+        """One scheduling pass over ``gpus`` (placing ``limit`` at most), as the mode says (module doc)."""
+        run = functools.partial(cycle.run, now, gpus, waiting_decisions=why, limit=limit)
         view = self._view
         if not view.known:
             reason = (
@@ -292,20 +296,20 @@ class Peers:
             if (self._takeover or self.ledger.foreign) and count_gone_placements(self):
                 with self._lock:
                     self._takeover = False
-            return cycle.run(now, gpus, waiting_decisions=why)
+            return run()
         with self._lock:
             if not (self._shared or view.peers_alive or self.ledger.foreign or self.mode == "several"):
-                return cycle.run(now, gpus, waiting_decisions=why)  # single: no store I/O
-        return self._shared_pass(cycle, now, gpus, why)
+                return run()  # single: no store I/O
+        return self._shared_pass(cycle, now, gpus, run)
 
-    def _shared_pass(self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool) -> CycleResult:
+    def _shared_pass(self, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], run: Run) -> CycleResult:
         hosts = {g.host for g in gpus} | {self.host}
         result: CycleResult | None = None
         with self._lock:
             shared_before = self._shared
             try:
                 with self.store.reservation_pass(self.me, hosts) as txn:
-                    result = self._decide(txn, cycle, now, gpus, why)
+                    result = self._decide(txn, cycle, now, gpus, run)
             except CarmaError as exc:
                 self._shared = shared_before  # the row's flag did not commit either
                 if result is not None:  # decided, not published: nothing of it may start
@@ -320,7 +324,7 @@ class Peers:
         return result
 
     def _decide(
-        self, txn: ReservationPass, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], why: bool
+        self, txn: ReservationPass, cycle: SchedulingCycle, now: float, gpus: Sequence[GpuState], run: Run
     ) -> CycleResult:
         """Under the lock and the store's transaction: the mode switches and the pass itself
         (if the transaction then fails to commit, the caller puts the shared flag back)."""
@@ -331,7 +335,7 @@ class Peers:
             if self._shared:
                 txn.set_shared(False)  # alone again: a newcomer waits until we publish everything
                 self._shared = False
-            return cycle.run(now, gpus, waiting_decisions=why)
+            return run()
         if not self._shared:  # first pass next to a peer: everything we hold goes out first
             txn.replace_mine(record_of(r, self.me) for r in self.ledger.mine())
             txn.set_shared(True)
@@ -344,7 +348,7 @@ class Peers:
                 "(it does at its next heartbeat)"
             )
             return _all_wait(cycle, now, gpus, reason)
-        result = cycle.run(now, gpus, waiting_decisions=why)
+        result = run()
         txn.publish(record_of(r, self.me) for p in result.placed if (r := self.ledger.get(p.request.key)) is not None)
         return result
 

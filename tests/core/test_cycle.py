@@ -311,3 +311,31 @@ def test_each_plan_is_handed_the_waiting_set_once_each_in_the_last_plans_order_f
     assert handed[3].activity is not None  # d#1's new object, not the one the last plan saw
     assert handed[3] is not queue.handed[0][3]
     assert queue.plan(handed, 13.0).ordered == queue.plan(sorted(handed, key=lambda r: r.key), 13.0).ordered
+
+
+@pytest.mark.parametrize("waiting_decisions", [True, False])
+@pytest.mark.parametrize("policy", ["interference-aware", "completion-time"])
+def test_a_pass_with_a_limit_places_that_many_in_order_and_leaves_the_rest_undecided(
+    policy: str, waiting_decisions: bool
+) -> None:
+    c = cycle(policy)
+    for i in range(5):
+        c.submit(request(f"t{i}#1", 8000), float(i))
+    first = c.run(10.0, gpus(4), waiting_decisions=waiting_decisions, limit=2)
+    assert [p.request.key for p in first.placed] == ["t0#1", "t1#1"]  # the queue's first two
+    assert first.waiting == {} and first.never_fits == ()  # the rest not decided: no reason given
+    assert len(c) == 3 and c.reservations.get("t2#1") is None
+    # they kept their place and their time in the queue: the next pass places them first, with
+    # the wait counted from their submission, not from the pass that reached its limit
+    second = c.run(20.0, gpus(4), waiting_decisions=waiting_decisions, limit=2)
+    assert [(p.request.key, p.waited_s) for p in second.placed] == [("t2#1", 18.0), ("t3#1", 17.0)]
+    third = c.run(30.0, gpus(4), waiting_decisions=waiting_decisions)
+    assert [p.request.key for p in third.placed] == ["t4#1"] and len(c) == 0
+
+
+def test_a_limit_under_one_placement_is_refused() -> None:
+    c = cycle()
+    c.submit(request("a#1", 8000), 0.0)
+    with pytest.raises(ValueError, match="at least 1 placement"):
+        c.run(1.0, gpus(1), limit=0)
+    assert len(c) == 1  # nothing taken out of the queue

@@ -64,6 +64,19 @@ def test_parallelism_caps_what_starts(executor_factory) -> None:
     assert len(ex.running) <= 2
 
 
+def test_a_pass_places_no_more_than_the_slots_left_so_none_is_put_back(executor_factory, monkeypatch) -> None:
+    ex = executor_factory(gpus="4xA100-40GB", parallelism=2, behaviour={n: {"seconds": 30.0} for n in "abcd"})
+    released: list[str] = []
+    release = ex.flow.cycle.release
+    monkeypatch.setattr(ex.flow.cycle, "release", lambda key: released.append(key) or release(key))
+    submit(ex, *(make_workload(n, config={"memory": "1GiB"}) for n in "abcd"))
+    assert len(ex.active) == 2 and len(ex.waiting) == 2
+    # the pass stopped at the two slots: the other two were never placed, reserved and put back
+    # (which reset their time in the queue), they wait in their place
+    assert released == []
+    assert all(ex.flow.cycle.reservations.get(t.rkey) is None for t in ex.waiting.values())
+
+
 def test_invalid_config_runs_without_gpu_and_carries_the_message(executor_factory) -> None:
     ex = executor_factory()
     w = make_workload("bad", config={"gpus": "two"})
