@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
 
@@ -215,17 +215,22 @@ class DrainPass(Pools):
             assert chooser is not None
             base = self.base
             version = chooser.forecast_version()
-            if base.drains is None or base.drain_version != version:
-                base.drain_of = {}
-                for f in base.facts:
+            stale: Collection[str] = base.drain_stale
+            if base.drains is None or base.drain_version != version:  # every GPU placed anew
+                base.drains, base.drain_of, base.drain_version, stale = [], {}, version, list(base.by_uuid)
+            if 4 * len(stale) > len(base.facts):
+                # most facts new (each heartbeat's reading): sorted once, as placing each would order them
+                for uuid in stale:
+                    f = base.by_uuid[uuid]
                     if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-                        base.drain_of[f.uuid] = (chooser.now + chooser.bound(f), base.ordinal[f.uuid], f)
+                        base.drain_of[uuid] = (chooser.now + chooser.bound(f), base.ordinal[uuid], f)
+                    else:
+                        base.drain_of.pop(uuid, None)
                 base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
-                base.drain_version, base.drain_stale = version, set()
-            elif base.drain_stale:
-                for uuid in base.drain_stale:
+            else:
+                for uuid in stale:
                     _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
-                base.drain_stale = set()
+            base.drain_stale = set()
             self._order, self._order_of = list(base.drains), dict(base.drain_of)
             for uuid in self._applied:
                 self._reorder(self.by_uuid[uuid])

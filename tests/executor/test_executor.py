@@ -71,8 +71,8 @@ def test_a_pass_places_no_more_than_the_slots_left_so_none_is_put_back(executor_
     monkeypatch.setattr(ex.flow.cycle, "release", lambda key: released.append(key) or release(key))
     submit(ex, *(make_workload(n, config={"memory": "1GiB"}) for n in "abcd"))
     assert len(ex.active) == 2 and len(ex.waiting) == 2
-    # the pass stopped at the two slots: the other two were never placed, reserved and put back
-    # (which reset their time in the queue), they wait in their place
+    # the pass stopped at the two slots: the other two were never placed, reserved and put back,
+    # they wait in their place
     assert released == []
     assert all(ex.flow.cycle.reservations.get(t.rkey) is None for t in ex.waiting.values())
 
