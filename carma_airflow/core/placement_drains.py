@@ -208,8 +208,8 @@ class DrainPass(Pools):
 
     def _drain_order(self) -> list[_Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
-        kept in the view's pools from pass to pass (only the GPUs whose facts changed are placed
-        again), copied for this pass and kept up to date as it places."""
+        kept with the view's pools from pass to pass (the GPUs whose facts changed placed again),
+        copied for this pass and brought up to date with its placements only when asked."""
         if self._order is None:
             chooser = self.chooser
             assert chooser is not None
@@ -232,10 +232,10 @@ class DrainPass(Pools):
                     _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
             base.drain_stale = set()
             self._order, self._order_of = list(base.drains), dict(base.drain_of)
-            for uuid in self._applied:
-                self._reorder(self.by_uuid[uuid])
             for uuid in self._claimed:
                 self._claim(self.by_uuid[uuid])
+        while self._applied:  # placed on since it was last asked: placed again, by their facts now
+            self._reorder(self.by_uuid[self._applied.pop()])
         return self._order
 
     def _claim(self, f: GpuFacts) -> None:

@@ -64,7 +64,7 @@ class PlacementPass(DrainPass):
         self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
         self._order = None  # GPUs with tenants, by drain bound
         self._order_of = {}
-        self._applied: set[str] = set()  # GPUs this pass placed on
+        self._applied: set[str] = set()  # GPUs this pass placed on since its drain order counted them
         self.by_choice: Decision | None = None  # the last decision that waited by choice (explained)
         # the verdicts of this pass's scans by what their texts say (:meth:`_verdicts`): a pass's
         # decisions pass over the same full GPUs at the head of the order, request after request
@@ -367,8 +367,7 @@ class PlacementPass(DrainPass):
                 f.high_risk = is_high_risk(f.smact, f.smocc, f.drama, self.settings.risk)
             self._place_in_pool(f)
             if self.chooser is not None:
-                self._applied.add(uuid)
-                self._reorder(f)
+                self._applied.add(uuid)  # placed in the drain order again when a decision asks for it
         self.pol.rotate(chosen, len(self.facts))
 
 
