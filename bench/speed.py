@@ -366,8 +366,11 @@ def bench_heartbeat(
     runs: int,
     policy: str = "interference-aware",
     catalog: dict[str, TaskType] | None = None,
+    waiting_decisions: bool = True,
 ) -> tuple[float, int]:
     """Median seconds of a later pass of one cycle (a driver's next heartbeat) and the tries it places.
+    ``waiting_decisions`` False: the pass without the waiting tries' reasons (the executor's between
+    its reason passes, which come at most once a second with a deep queue).
 
     One cycle for the whole run, as the executor keeps one for its life: its first pass is not
     timed; before each timed pass the tries the pass before placed are put back (released and
@@ -376,7 +379,7 @@ def bench_heartbeat(
     ledger's tenants of the GPUs that did not change).
     """
     cycle = _new_cycle(view, pending, policy, catalog)
-    results = [cycle.run(NOW, _bare(view))]
+    results = [cycle.run(NOW, _bare(view), waiting_decisions=waiting_decisions)]
     states: list[GpuState] = []
 
     def put_back() -> None:
@@ -385,7 +388,10 @@ def bench_heartbeat(
             cycle.submit(p.request, p.request.submitted_at)
         states[:] = _bare(view)  # a monitor's new reading
 
-    seconds = _median_time(lambda: results.append(cycle.run(NOW, states)), runs, setup=put_back)
+    def one_pass() -> None:
+        results.append(cycle.run(NOW, states, waiting_decisions=waiting_decisions))
+
+    seconds = _median_time(one_pass, runs, setup=put_back)
     return seconds, len(results[-1].placed)
 
 
@@ -479,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Figure(f"pass_{state}_heartbeat{tag}", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3)
             )
             figures.append(Figure(f"pass_{state}_heartbeat_placed{tag}", f"{what}: heartbeat placed", beat_placed, "n"))
+            bare_s, _ = bench_heartbeat(view, pending, size.pass_runs, policy, catalog, waiting_decisions=False)
+            label = f"{what}: next heartbeat's pass without the waiting reasons"
+            figures.append(Figure(f"pass_{state}_heartbeat_no_reasons{tag}", label, bare_s, "ms"))
 
     # 3. a whole simulation
     progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")
