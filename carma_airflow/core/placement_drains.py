@@ -15,12 +15,8 @@ option's cost; and waiting still the cheapest at the queue's weight now (each op
 kept as its own part plus the GPU-seconds it takes, which the queue's weight multiplies).  A try
 decided for its reasons (``carma why``) is always priced afresh.
 
-**Refused tries.**  With completion-time's floor (``min_gain``) a try whose every candidate the
-floor refuses can only wait (every GPU set is refused; waiting is priced wherever a GPU could
-drain for it), so it is not played forward on its candidates: it waits for the soonest drain and
-its wait is kept as a priced one would be (:meth:`DrainPass._refused_waits`, the same decision
-and the same claim; the floor's verdicts are kept per GPU facts object and newcomer,
-:meth:`CompletionTime.floor_refuses`).  A GPU that changed (a tenant left) is judged afresh.
+**Refused tries.**  A try whose every candidate completion-time's floor (``min_gain``) refuses waits
+for the soonest drain without being played forward (:meth:`DrainPass._refused_waits`).
 """
 
 from __future__ import annotations
@@ -221,11 +217,9 @@ class DrainPass(Pools):
             if 4 * len(stale) > len(base.facts):
                 # most facts new (each heartbeat's reading): sorted once, as placing each would order them
                 for uuid in stale:
-                    f = base.by_uuid[uuid]
-                    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-                        base.drain_of[uuid] = (chooser.now + chooser.bound(f), base.ordinal[uuid], f)
-                    else:
-                        base.drain_of.pop(uuid, None)
+                    base.drain_of.pop(uuid, None)
+                    if (entry := _entry(base.by_uuid[uuid], base.ordinal, chooser)) is not None:
+                        base.drain_of[uuid] = entry
                 base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
             else:
                 for uuid in stale:
@@ -242,11 +236,8 @@ class DrainPass(Pools):
         """A waiting try counts on this GPU draining: later tries of the pass count on others."""
         self._claimed.add(f.uuid)
         self._drains = {}
-        entry = self._order_of.pop(f.uuid, None)
-        if entry is not None and self._order is not None:
-            i = bisect.bisect_left(self._order, (entry[0], entry[1]), key=itemgetter(0, 1))
-            if i < len(self._order) and self._order[i][2] is entry[2]:
-                del self._order[i]
+        if (entry := self._order_of.pop(f.uuid, None)) is not None and self._order is not None:
+            _drop(self._order, entry)
 
     def _reorder(self, f: GpuFacts) -> None:
         """A GPU's facts changed (a placement): its place in this pass's drain order."""
@@ -384,17 +375,26 @@ class DrainPass(Pools):
 def _place(
     order: list[_Drain], where: dict[str, _Drain], f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime
 ) -> None:
-    """Put a GPU's (new) facts in a drain order: out with its old entry, in by its drain bound
-    (GPUs without tenants and quarantined ones stay out)."""
-    old = where.pop(f.uuid, None)
-    if old is not None:
-        i = bisect.bisect_left(order, (old[0], old[1]), key=itemgetter(0, 1))
-        if i < len(order) and order[i][2] is old[2]:
-            del order[i]
-    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-        entry = (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
+    """Put a GPU's (new) facts in a drain order: out with its old entry, in by :func:`_entry`."""
+    if (old := where.pop(f.uuid, None)) is not None:
+        _drop(order, old)
+    if (entry := _entry(f, ordinal, chooser)) is not None:
         where[f.uuid] = entry
         bisect.insort(order, entry, key=itemgetter(0, 1))
+
+
+def _entry(f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime) -> _Drain | None:
+    """A GPU's entry in a drain order: by its drain bound, then its place (None: no tenants, or quarantined)."""
+    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
+        return (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
+    return None
+
+
+def _drop(order: list[_Drain], entry: _Drain) -> None:
+    """Take an entry out of a drain order (sorted by bound and place), if it is there."""
+    i = bisect.bisect_left(order, (entry[0], entry[1]), key=itemgetter(0, 1))
+    if i < len(order) and order[i][2] is entry[2]:
+        del order[i]
 
 
 __all__ = ["KEPT", "MAX_AGE", "DrainPass", "KeptWait", "KeptWaits"]

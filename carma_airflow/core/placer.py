@@ -173,7 +173,7 @@ class Placer:
         sig = base = -1
         for req in requests:
             if limit is not None and len(placed) >= limit:
-                break  # the protected request took the last slot
+                break  # the slots are taken (the protected request's included)
             key = req.key
             if key == skip:
                 continue
@@ -195,8 +195,6 @@ class Placer:
             if d.placed:
                 state.apply(req, d)
                 placed.append(d)
-                if limit is not None and len(placed) >= limit:
-                    break
                 continue
             if d.outcome is Outcome.NOT_NOW:
                 if monotone:
