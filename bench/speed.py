@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,9 +55,11 @@ from carma_airflow.core import (
     make_queue,
     parse_gpu_list,
 )
+from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies import DEFAULT_POLICY, Policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace
+from carma_airflow.sim.engine import Simulation
 
 A100 = gpu_spec("A100-40GB")
 WINDOW = 30  # samples per metric window (the paper's W)
@@ -76,10 +78,13 @@ class Sizes:
     pass_runs: int
     sim_tasks: int
     sim_gpus: int
+    learn_tasks: int = 600  # the simulation a learned model comes from
 
 
 FULL = Sizes(decisions=2000, pass_gpus=1024, pass_requests=10_000, pass_runs=5, sim_tasks=10_000, sim_gpus=256)
-QUICK = Sizes(decisions=300, pass_gpus=128, pass_requests=1_000, pass_runs=3, sim_tasks=1_000, sim_gpus=32)
+QUICK = Sizes(
+    decisions=300, pass_gpus=128, pass_requests=1_000, pass_runs=3, sim_tasks=1_000, sim_gpus=32, learn_tasks=120
+)
 
 
 @dataclass(slots=True)
@@ -236,14 +241,36 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[k]
 
 
-def policy_of(name: str, catalog: dict[str, TaskType] | None = None) -> Policy:
+def policy_of(name: str, catalog: dict[str, TaskType] | None = None, model: InterferenceModel | None = None) -> Policy:
     """A fresh policy; completion-time told the catalogue's solo run times (what a driver learns
-    from ended tries), so its decisions price waiting as they do once run times are known."""
+    from ended tries), so its decisions price waiting as they do once run times are known, and
+    ``model`` (else it predicts from the cold prior)."""
     policy = make_policy(name)
     if isinstance(policy, CompletionTime) and catalog:
         for t in catalog.values():
             policy.learn_duration(t.name, t.solo_s)
+    if isinstance(policy, CompletionTime) and model is not None:
+        policy.use_model(model)
     return policy
+
+
+def learned_model(catalog: dict[str, TaskType], tasks: int = 600, gpus: int = 8) -> InterferenceModel:
+    """The interference model a simulated deployment learned (completion-time, the catalogue's
+    types at load 1.2 on A100-40GB): per-type terms for the types it saw collocated."""
+    arrivals = synthetic_trace(catalog, tasks, gpus=gpus, load=1.2, seed=5)
+    sim = Simulation(SimConfig(gpus=tuple(parse_gpu_list(f"{gpus}xA100-40GB")), policy="completion-time"))
+    sim.run(arrivals)
+    return sim.interference
+
+
+def typed_view(view: ClusterView, catalog: dict[str, TaskType], seed: int = 5) -> ClusterView:
+    """``view`` with each tenant labelled as one of the catalogue's types (an executor's tenants are
+    the deployment's task types, which a learned model has terms for; the plain view's are each a
+    type of its own)."""
+    rng = random.Random(seed)
+    names = sorted(catalog)
+    gpus = [replace(g, tenants=tuple(replace(t, label=rng.choice(names)) for t in g.tenants)) for g in view.gpus]
+    return ClusterView(view.now, tuple(gpus))
 
 
 def bench_decide(
@@ -318,7 +345,11 @@ def _bare(view: ClusterView) -> list[GpuState]:
 
 
 def _new_cycle(
-    view: ClusterView, pending: list[TaskRequest], policy: str, catalog: dict[str, TaskType] | None
+    view: ClusterView,
+    pending: list[TaskRequest],
+    policy: str,
+    catalog: dict[str, TaskType] | None,
+    model: InterferenceModel | None = None,
 ) -> SchedulingCycle:
     """A cycle as a driver starts one: the view's tenants in its ledger, ``pending`` queued."""
     held = sorted(((t, g.uuid) for g in view.gpus for t in g.tenants), key=lambda tu: (tu[0].placed_at, tu[0].key))
@@ -327,7 +358,7 @@ def _new_cycle(
         book.reserve(t.key, t.label, [uuid], t.reserved_mib, t.placed_at, exclusive=t.exclusive)
         if t.observed_mib is not None:
             book.observe(t.key, t.observed_mib)
-    cycle = SchedulingCycle(Placer(policy_of(policy, catalog)), make_queue("backfill"), reservations=book)
+    cycle = SchedulingCycle(Placer(policy_of(policy, catalog, model)), make_queue("backfill"), reservations=book)
     for r in pending:
         cycle.submit(r, r.submitted_at)
     return cycle
@@ -340,6 +371,7 @@ def bench_cycle(
     policy: str = "interference-aware",
     catalog: dict[str, TaskType] | None = None,
     limit: int | None = None,
+    model: InterferenceModel | None = None,
 ) -> tuple[float, int]:
     """Median seconds of the first ``SchedulingCycle.run`` of a new cycle (a driver's first pass
     after it starts) and the tries it places; ``limit``: the driver's free slots (the pass places
@@ -351,11 +383,11 @@ def bench_cycle(
     its own, built untimed, since a pass changes its cycle; nothing is kept from a pass before.
     """
     bare = _bare(view)
-    placed = len(_new_cycle(view, pending, policy, catalog).run(NOW, bare, limit=limit).placed)
+    placed = len(_new_cycle(view, pending, policy, catalog, model).run(NOW, bare, limit=limit).placed)
     cycles: list[SchedulingCycle] = []
 
     def new_cycle() -> None:
-        cycles[:] = [_new_cycle(view, pending, policy, catalog)]
+        cycles[:] = [_new_cycle(view, pending, policy, catalog, model)]
 
     return _median_time(lambda: cycles[0].run(NOW, bare, limit=limit), runs, setup=new_cycle), placed
 
@@ -367,10 +399,14 @@ def bench_heartbeat(
     policy: str = "interference-aware",
     catalog: dict[str, TaskType] | None = None,
     waiting_decisions: bool = True,
+    model: InterferenceModel | None = None,
+    handed_over: bool = False,
 ) -> tuple[float, int]:
     """Median seconds of a later pass of one cycle (a driver's next heartbeat) and the tries it places.
     ``waiting_decisions`` False: the pass without the waiting tries' reasons (the executor's between
-    its reason passes, which come at most once a second with a deep queue).
+    its reason passes, which come at most once a second with a deep queue).  ``handed_over``: the
+    pass after the driver handed the policy a newer model (the same fits, a new model object, as
+    after a refit): every GPU predicted afresh (the executor's ``Learned.hand_over``).
 
     One cycle for the whole run, as the executor keeps one for its life: its first pass is not
     timed; before each timed pass the tries the pass before placed are put back (released and
@@ -378,8 +414,10 @@ def bench_heartbeat(
     monitor states and whatever the cycle kept from the pass before (its policy's memos, the
     ledger's tenants of the GPUs that did not change).
     """
-    cycle = _new_cycle(view, pending, policy, catalog)
+    cycle = _new_cycle(view, pending, policy, catalog, model)
     results = [cycle.run(NOW, _bare(view), waiting_decisions=waiting_decisions)]
+    pol = cycle.placer.policy
+    base = model if model is not None else InterferenceModel()
     states: list[GpuState] = []
 
     def put_back() -> None:
@@ -387,6 +425,8 @@ def bench_heartbeat(
             cycle.release(p.request.key)
             cycle.submit(p.request, p.request.submitted_at)
         states[:] = _bare(view)  # a monitor's new reading
+        if handed_over and isinstance(pol, CompletionTime):
+            pol.use_model(InterferenceModel(dict(base.fits), base.settings))
 
     def one_pass() -> None:
         results.append(cycle.run(NOW, states, waiting_decisions=waiting_decisions))
@@ -488,6 +528,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             bare_s, _ = bench_heartbeat(view, pending, size.pass_runs, policy, catalog, waiting_decisions=False)
             label = f"{what}: next heartbeat's pass without the waiting reasons"
             figures.append(Figure(f"pass_{state}_heartbeat_no_reasons{tag}", label, bare_s, "ms"))
+            if policy == "completion-time" and steady:
+                hand_s, _ = bench_heartbeat(view, pending, size.pass_runs, policy, catalog, handed_over=True)
+                label = f"{what}: the pass after a model hand-over"
+                figures.append(Figure(f"pass_{state}_handed_over{tag}", label, hand_s, "ms", 50e-3))
+
+    # 2b. the same steady pass as a deployment runs it: tenants of its task types, a learned model
+    progress(f"[2b] learn a model: {size.learn_tasks}-task simulation on 8xA100-40GB")
+    model = learned_model(catalog, size.learn_tasks)
+    typed = typed_view(large_view(g, steady=True), catalog)
+    what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
+    progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{size.pass_runs}")
+    first_s, _ = bench_cycle(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
+    figures.append(Figure("pass_learned_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
+    beat_s, _ = bench_heartbeat(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
+    figures.append(Figure("pass_learned_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
+    runs, ct = size.pass_runs, "completion-time"
+    hand_s, _ = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
+    label = f"{what}: the pass after a model hand-over"
+    figures.append(Figure("pass_learned_handed_over", label, hand_s, "ms", 50e-3))
 
     # 3. a whole simulation
     progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")

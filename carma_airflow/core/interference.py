@@ -112,6 +112,15 @@ class InterferenceFit:
         """Whether the coefficients have left the prior (enough observations)."""
         return self.covariance is not None
 
+    def known_types(self) -> frozenset[str]:
+        """The task types :meth:`predict` tells apart: those some term or residual scale names.
+        Any other (non-empty) type is predicted as every other such type is, to the bit."""
+        t = self.terms
+        if t is None:
+            return frozenset()
+        scales = [s for s in (t.scale, t.unseen) if s is not None]
+        return frozenset().union(t.sensitivity, t.pressure, *(s.own for s in scales), *(s.partner for s in scales))
+
     def _range(self, value: float, var_index: int, lower: float, upper: float) -> tuple[float, float]:
         if self.covariance is None:
             return lower, upper

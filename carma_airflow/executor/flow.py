@@ -26,7 +26,7 @@ from carma_airflow.executor.ending import close_checkpoint, conclude, count_end,
 from carma_airflow.executor.faults import FaultWatch
 from carma_airflow.executor.intake import first_request, recovered, refused_write
 from carma_airflow.executor.launch import Ended, LauncherError, confirm
-from carma_airflow.executor.learned import Learned, use_durations, use_model
+from carma_airflow.executor.learned import Learned
 from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
 from carma_airflow.executor.mps_guard import MpsGuard
@@ -108,7 +108,7 @@ class TryFlow:
             self.learned.load(self.store)
         except CarmaError as exc:  # the store is down: place from what is declared
             log.warning("carma store unreachable at start (%s): no learned memory until it is back", exc)
-        use_model(self.placer.policy, self.learned.model)
+        self.learned.hand_over(self.placer.policy, time.time())
         self.peers.start()
         reconcile(self)
 
@@ -249,6 +249,7 @@ class TryFlow:
         if self.writer.full:
             return  # the store writer is at its bound (writer.py): no new placements until it drains
         why = self.live.reasons_due(now, len(self.waiting))  # deep queues: once a second (liveview.py)
+        self.learned.hand_over(self.placer.policy, now)  # what ended tries taught, when due
         gpus = self._gpus(now, samples)
         # peers' reservations counted; the pass places no more than the slots left, the tries after
         # that point are decided at a later pass (they keep their place and their last reason)
@@ -360,8 +361,6 @@ class TryFlow:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)
         count_end(attempt, end)
         close_checkpoint(attempt, end, self.starter.checkpoints)  # succeeded: its folder goes (ending.py)
-        use_model(self.placer.policy, self.learned.model)
-        use_durations(self.placer.policy, self.learned)
 
     # -- the store -----------------------------------------------------------------------------
     def write(self, write: StoreWrite) -> None:

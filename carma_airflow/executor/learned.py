@@ -50,6 +50,8 @@ TRIED_INSTANCES_KEPT = 4096  # task instances whose ended tries are kept, the la
 ACTIVITIES_KEPT = 10  # core/activity.py looks at the last 10 tries
 SOLO_KEPT = 10
 MODEL_DOC = "model:interference"
+# the placement policy gets what ended tries taught at most this often (:meth:`Learned.hand_over`)
+HANDOVER_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,7 @@ class Learned:
         self._new_solo: list[tuple[str, float]] = []
         self.model = InterferenceModel()
         self._store: Store | None = None  # where tries_for reads the tries another executor ran
+        self._handed: tuple[InterferenceModel, float] | None = None  # the policy's model, and when
 
     def load(self, store: Store) -> None:
         """What the store knows: learned peaks, and how the recent tries of each run ended."""
@@ -116,6 +119,24 @@ class Learned:
         """As :meth:`activity`, with a running try's measurement so far counted as one more try
         (not kept: the try's own sample is added when it ends)."""
         return estimate_activity((*self._activity.get((dag_id, task_id), ()), running), hint)
+
+    def hand_over(self, policy: object, now: float, every_s: float = HANDOVER_S) -> bool:
+        """Give the placement policy the model and solo run times learned since the last hand-over
+        (the first at once), at most once per ``every_s``; True if it did.
+
+        Decision: each hand-over makes the policy predict every GPU afresh (its kept speeds and
+        drain order rest on the model and the run times), so the pass after one costs what a new
+        scheduler's first pass does (``bench/speed.py``: about twice a steady pass at 1,024 GPUs).
+        At one hand-over per ended try, a large cluster, where tries end every second or so, would
+        pay that on every heartbeat; one observation moves a fit of many little, so the policy
+        decides with what was learned up to ``every_s`` ago."""
+        handed = self._handed
+        if handed is not None and ((handed[0] is self.model and not self._new_solo) or now - handed[1] < every_s):
+            return False
+        use_model(policy, self.model)
+        use_durations(policy, self)
+        self._handed = (self.model, now)
+        return True
 
     def add_solo(self, dag_id: str, task_id: str, seconds: float) -> None:
         self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)

@@ -72,3 +72,30 @@ def test_a_table_is_asked_once_per_set_of_who_runs() -> None:
     assert play(fc.speeds, "X", occ, table) == want and fc.asked == 3 * steps
     assert play(fc.speeds, "X", occ, table) == want and fc.asked == 3 * steps  # all kept in the table
     assert sorted(table) == [0b010, 0b011, 0b111]  # c goes first (5 s), then a, then b alone
+
+
+def test_kept_speeds_shared_by_unknown_types_are_what_each_would_be_predicted() -> None:
+    """Types the fit has no term for share one kept prediction per activities (a new deployment's
+    GPUs); each is still the fit's own prediction for it, and a known type keeps its own."""
+    from carma_airflow.core.interference import CollocationObservation, InterferenceFit, InterferenceModel
+
+    rng = random.Random(3)
+    names = ["a", "b", "c"]
+    obs = [
+        CollocationObservation.steady(rng.uniform(1.1, 2.5), 0.5, (0.5,), task=rng.choice(names), co_tasks=("b",))
+        for _ in range(60)
+    ]
+    model = InterferenceModel({"a100-40gb": InterferenceFit.prior("a100-40gb").observe_all(obs)})
+    shared = LearnedForecast(model, caution=0.5)
+    for _ in range(300):
+        occ = [
+            Occupant(rng.choice([*names, f"new{rng.randint(0, 50)}"]), rng.choice((0.3, 0.6)), 100.0)
+            for _ in range(rng.randint(1, 3))
+        ]
+        fresh = LearnedForecast(model, caution=0.5)  # nothing kept
+        assert shared.speeds("A100-40GB", occ) == fresh.speeds("A100-40GB", occ)
+        assert shared.finish_times("A100-40GB", occ) == fresh.finish_times("A100-40GB", occ)
+    new = LearnedForecast(model, caution=0.5)
+    for i in range(100):  # types never seen, one activity: one prediction per number of tenants
+        new.finish_times("A100-40GB", [Occupant(f"new{i}-{k}", 0.6, 100.0 * (k + 1)) for k in range(1 + i % 3)])
+    assert len(new._memo) == 3

@@ -233,3 +233,22 @@ def test_a_type_never_seen_is_less_sure_than_well_seen_ones_beside_any_partner()
         seen = [fit.predict(0.5, (0.5,), t, (partner,)) for t in TYPES]
         assert never.confidence < min(p.confidence for p in seen), partner
         assert never.high / never.low > max(p.high / p.low for p in seen), partner
+
+
+def test_every_type_the_fit_has_no_term_for_is_predicted_alike_to_the_bit() -> None:
+    """What lets a forecast keep one prediction for all of them (``known_types``)."""
+    train, _ = split(8)
+    fit = InterferenceFit.prior("x").observe_all(tries(train, seed=9))
+    known = fit.known_types()
+    assert known >= set(TYPES)  # every type it was fitted on has terms
+    rng = random.Random(10)
+    for _ in range(200):
+        others = rng.randint(0, 3)
+        acts = [rng.choice((0.1, 0.4, 0.7, 0.95)) for _ in range(others)]
+        partners = [rng.choice([*TYPES, "", "new-a", "new-b"]) for _ in range(others)]
+        own = rng.uniform(0.05, 1.0)
+        a = fit.predict(own, acts, "new-one", [p.replace("new-a", "another") for p in partners])
+        b = fit.predict(own, acts, "new-two", [p.replace("new-a", "yet-another") for p in partners])
+        assert a == b
+    assert fit.predict(0.5, (0.5,), TYPES[0], (TYPES[1],)) != fit.predict(0.5, (0.5,), "new-one", (TYPES[1],))
+    assert InterferenceFit.prior("x").known_types() == frozenset()

@@ -125,6 +125,8 @@ _Rows = list[tuple[str, float, float, float | None]]  # per occupant (type, acti
 # type's run time is measured: (type, activity, expected work, placed at, speed, floor, measured)
 _Plan = tuple[str, float, float, float | None, float, float, bool]
 
+UNKNOWN = "\0unknown"  # the memo's name for a task type the fit has no term for (no label is this)
+
 # an Occupant built by tuple's own constructor: the same value as ``Occupant(kind, activity, work)``
 # without the named tuple's Python-level ``__new__`` (a pass builds hundreds of thousands)
 _occupant = tuple.__new__
@@ -146,6 +148,7 @@ class LearnedForecast:
         self._prior = unknown_activity(activity).sm_activity
         self._activities: dict[str, float] = {}  # per task type, the last activity a request carried
         self._fits: dict[str, InterferenceFit] = {}
+        self._known: dict[str, frozenset[str]] = {}  # per GPU model, its fit's known_types()
         self._memo: dict[tuple[object, ...], tuple[float, ...]] = {}
         # per set of occupants (model, and each one's type and activity, in order) the rates of each
         # subset still running as it is played forward (by bit mask of who runs): :meth:`finish_times`
@@ -168,6 +171,7 @@ class LearnedForecast:
         if model is not self.model:
             self.model = model
             self._fits = {}
+            self._known = {}
             self._memo = {}
             self._tables = {}
             self._rows = {}
@@ -309,7 +313,7 @@ class LearnedForecast:
         still running are kept per set of occupants' types and activities (:func:`play`'s
         table), so playing a GPU forward looks its speeds up once (the completion-time policy
         plays hundreds of thousands)."""
-        key = (spec, *[(o.kind, o.activity) for o in occupants])
+        key = self._set_key(spec, occupants)
         table = self._tables.get(key)
         if table is None:
             if len(self._tables) > 50_000:
@@ -317,8 +321,17 @@ class LearnedForecast:
             table = self._tables[key] = {}
         return play(self.speeds, spec, occupants, table)
 
+    def _set_key(self, spec: str, occupants: Sequence[Occupant]) -> tuple[object, ...]:
+        """What a set of occupants' speeds are kept by: the model, each one's type and activity, a
+        type the fit has no term for as :data:`UNKNOWN` (the fit predicts every such type alike:
+        a new deployment's GPUs, whose types are all unknown, share predictions by activities)."""
+        known = self._known.get(spec)
+        if known is None:
+            known = self._known[spec] = self._fit(spec).known_types()
+        return (spec, *[(o.kind if o.kind in known or not o.kind else UNKNOWN, o.activity) for o in occupants])
+
     def speeds(self, spec: str, occupants: Sequence[Occupant]) -> Sequence[float]:
-        key = (spec, *[(o.kind, o.activity) for o in occupants])
+        key = self._set_key(spec, occupants)
         got = self._memo.get(key)
         if got is not None:
             return got
