@@ -529,24 +529,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             label = f"{what}: next heartbeat's pass without the waiting reasons"
             figures.append(Figure(f"pass_{state}_heartbeat_no_reasons{tag}", label, bare_s, "ms"))
             if policy == "completion-time" and steady:
-                hand_s, _ = bench_heartbeat(view, pending, size.pass_runs, policy, catalog, handed_over=True)
+                hand_s, hand_placed = bench_heartbeat(view, pending, size.pass_runs, policy, catalog, handed_over=True)
                 label = f"{what}: the pass after a model hand-over"
                 figures.append(Figure(f"pass_{state}_handed_over{tag}", label, hand_s, "ms", 50e-3))
+                figures.append(Figure(f"pass_{state}_handed_over_placed{tag}", f"{label}: placed", hand_placed, "n"))
 
     # 2b. the same steady pass as a deployment runs it: tenants of its task types, a learned model
     progress(f"[2b] learn a model: {size.learn_tasks}-task simulation on 8xA100-40GB")
     model = learned_model(catalog, size.learn_tasks)
     typed = typed_view(large_view(g, steady=True), catalog)
     what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
+    known = len(model.fit_for(A100.name).known_types())
+    figures.append(Figure("pass_learned_types", f"{what}: task types the model has terms for", known, "n"))
     progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{size.pass_runs}")
     first_s, _ = bench_cycle(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
     figures.append(Figure("pass_learned_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
-    beat_s, _ = bench_heartbeat(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
+    beat_s, beat_placed = bench_heartbeat(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
     figures.append(Figure("pass_learned_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
+    figures.append(Figure("pass_learned_heartbeat_placed", f"{what}: heartbeat placed", beat_placed, "n"))
     runs, ct = size.pass_runs, "completion-time"
-    hand_s, _ = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
+    hand_s, hand_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
     label = f"{what}: the pass after a model hand-over"
     figures.append(Figure("pass_learned_handed_over", label, hand_s, "ms", 50e-3))
+    figures.append(Figure("pass_learned_handed_over_placed", f"{label}: placed", hand_placed, "n"))
 
     # 3. a whole simulation
     progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")

@@ -29,6 +29,13 @@ def test_speed_quick_prints_every_figure_as_json() -> None:
     # a cold pass with fewer free slots than it would place stops at them
     cold = figures["pass_cold_cycle_placed_completion-time"]["value"]
     assert figures["pass_cold_cycle_slots32_placed_completion-time"]["value"] == min(32, cold)
+    # after a model hand-over the pass predicts afresh and places what the heartbeat did; the
+    # learned model has terms, and its passes place the same tries with it as without a hand-over
+    steady = figures["pass_steady_heartbeat_placed_completion-time"]["value"]
+    assert figures["pass_steady_handed_over_placed_completion-time"]["value"] == steady
+    assert figures["pass_learned_types"]["value"] > 0
+    learned = figures["pass_learned_heartbeat_placed"]["value"]
+    assert learned > 0 and figures["pass_learned_handed_over_placed"]["value"] == learned
 
 
 def test_paper_table_runs_and_checks_targets(tmp_path: Path) -> None:
