@@ -10,7 +10,10 @@ Measures and prints (never asserts; always exits 0):
    ``SchedulingCycle.run`` (the view laid over the monitor's GPUs from the reservation ledger,
    plan, schedule, reserving the placed tries); for interference-aware and for completion-time
    (the default's rule; it is told the catalogue's solo run times, as a driver learns them, so
-   it prices waiting too);
+   it prices waiting too); for completion-time also the pass after the policy was handed a newer
+   model (every GPU predicted afresh, as after the executor's ``Learned.hand_over``), and the
+   steady passes again with a model learned by a short simulation and tenants of the catalogue's
+   task types (what a deployment's passes predict with, against the cold prior above);
 3. a 10,000-task synthetic trace on 256 x A100-40GB through ``carma_airflow.sim.simulate``.
 
 Usage::

@@ -11,7 +11,8 @@ from executor_helpers import make_workload, run_until, submit
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
-from carma_airflow.executor.learned import MODEL_DOC, Learned
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.executor.learned import HANDOVER_S, MODEL_DOC, Learned
 from carma_airflow.executor.learning import learn_from_success
 from carma_airflow.executor.telemetry import Seen
 from carma_airflow.executor.tries import Try, TryState
@@ -115,3 +116,26 @@ def test_the_executor_records_whom_a_try_shared_its_gpu_with(executor_factory: A
     assert [s.co_tasks for o in persisted if o.task == "dag.victim" for s in o.segments if s.co_tenants] == [
         ("dag.heavy",)
     ]
+
+
+def test_what_an_ended_try_taught_reaches_the_policy_at_a_pass_once_the_hand_over_is_due(
+    executor_factory: Any,
+) -> None:
+    # a solo run time is learned when the try ends, but the policy gets it only at the first pass
+    # HANDOVER_S after the last hand-over (at start): each hand-over costs a pass every GPU's
+    # predictions afresh
+    solo = {"peak_mib": 2000, "seconds": 1.2, "activity": 0.3, "ramp_s": 0.1}
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"solo": {"train": solo}})
+    policy = ex.flow.placer.policy
+    assert isinstance(policy, CompletionTime)
+    submit(ex, make_workload("solo", config={"memory": "3GiB"}, run_id="first"))
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
+    assert ex.flow.learned.solo_seconds("dag", "solo") is not None  # learned at the end
+    submit(ex, make_workload("solo", config={"memory": "3GiB"}, run_id="second"))  # a pass, not due yet
+    assert policy.learned.durations.expected("dag.solo") is None
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
+    handed = ex.flow.learned._handed
+    ex.flow.learned._handed = (handed[0], handed[1] - HANDOVER_S)  # as if the last was 30 s ago
+    submit(ex, make_workload("solo", config={"memory": "3GiB"}, run_id="third"))  # this pass hands over
+    assert policy.learned.durations.expected("dag.solo") is not None
+    run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
