@@ -47,7 +47,8 @@ def test_a_task_that_does_not_fit_waits_without_blocking_one_that_does(executor_
 
 
 def test_waiting_tries_are_bounded_by_max_waiting_not_by_parallelism(executor_factory) -> None:
-    ex = executor_factory(gpus="1xA100-40GB", parallelism=2, max_waiting="3", behaviour={"x": {"seconds": 1.0}})
+    # x runs long: on a loaded machine a short one could end between the two submits (seen in CI)
+    ex = executor_factory(gpus="1xA100-40GB", parallelism=2, max_waiting="3", behaviour={"x": {"seconds": 30.0}})
     submit(ex, *(make_workload(n, config={"exclusive": True}) for n in ("x", "y", "z")))
     assert len(ex.running) == 1 and len(ex.waiting) == 2  # one GPU: one runs, two wait
     assert ex.slots_occupied == 1  # what the scheduler sums over executors for [core] parallelism
