@@ -58,6 +58,7 @@ from carma_airflow.core import (
     make_queue,
     parse_gpu_list,
 )
+from carma_airflow.core.activity import ActivityEstimate, estimate_activity
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies import DEFAULT_POLICY, Policy
 from carma_airflow.core.policies.completion_time import CompletionTime
@@ -266,14 +267,29 @@ def learned_model(catalog: dict[str, TaskType], tasks: int = 600, gpus: int = 8)
     return sim.interference
 
 
+def _learned_activity(t: TaskType) -> ActivityEstimate:
+    """What an executor holds for a type after five tries alone: its catalogue activity."""
+    return estimate_activity([t.profile.sm_activity] * 5)
+
+
 def typed_view(view: ClusterView, catalog: dict[str, TaskType], seed: int = 5) -> ClusterView:
-    """``view`` with each tenant labelled as one of the catalogue's types (an executor's tenants are
-    the deployment's task types, which a learned model has terms for; the plain view's are each a
-    type of its own)."""
+    """``view`` with each tenant one of the catalogue's types with its learned activity (an
+    executor's tenants are the deployment's task types, which a learned model has terms for, and
+    carry what was learned of them; the plain view's are each a type of its own, with none)."""
     rng = random.Random(seed)
-    names = sorted(catalog)
-    gpus = [replace(g, tenants=tuple(replace(t, label=rng.choice(names)) for t in g.tenants)) for g in view.gpus]
+    types = [catalog[n] for n in sorted(catalog)]
+
+    def typed(t: Tenant) -> Tenant:
+        kind = rng.choice(types)
+        return replace(t, label=kind.name, activity=_learned_activity(kind))
+
+    gpus = [replace(g, tenants=tuple(typed(t) for t in g.tenants)) for g in view.gpus]
     return ClusterView(view.now, tuple(gpus))
+
+
+def typed_requests(pending: list[TaskRequest], catalog: dict[str, TaskType]) -> list[TaskRequest]:
+    """``pending`` carrying their types' learned activities, as the executor's intake sets them."""
+    return [replace(r, activity=_learned_activity(catalog[r.label.split("[", 1)[0]])) for r in pending]
 
 
 def bench_decide(
@@ -541,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress(f"[2b] learn a model: {size.learn_tasks}-task simulation on 8xA100-40GB")
     model = learned_model(catalog, size.learn_tasks)
     typed = typed_view(large_view(g, steady=True), catalog)
+    pending = typed_requests(pending, catalog)
     what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
     known = len(model.fit_for(A100.name).known_types())
     figures.append(Figure("pass_learned_types", f"{what}: task types the model has terms for", known, "n"))
