@@ -62,6 +62,7 @@ from carma_airflow.core.activity import ActivityEstimate, estimate_activity
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies import DEFAULT_POLICY, Policy
 from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.forecast import task_type
 from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace
 from carma_airflow.sim.engine import Simulation
 
@@ -289,7 +290,7 @@ def typed_view(view: ClusterView, catalog: dict[str, TaskType], seed: int = 5) -
 
 def typed_requests(pending: list[TaskRequest], catalog: dict[str, TaskType]) -> list[TaskRequest]:
     """``pending`` carrying their types' learned activities, as the executor's intake sets them."""
-    return [replace(r, activity=_learned_activity(catalog[r.label.split("[", 1)[0]])) for r in pending]
+    return [replace(r, activity=_learned_activity(catalog[task_type(r.label)])) for r in pending]
 
 
 def bench_decide(
@@ -561,13 +562,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
     known = len(model.fit_for(A100.name).known_types())
     figures.append(Figure("pass_learned_types", f"{what}: task types the model has terms for", known, "n"))
-    progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{size.pass_runs}")
-    first_s, _ = bench_cycle(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
+    runs, ct = size.pass_runs, "completion-time"
+    progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{runs}")
+    first_s, _ = bench_cycle(typed, pending, runs, ct, catalog, model=model)
     figures.append(Figure("pass_learned_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
-    beat_s, beat_placed = bench_heartbeat(typed, pending, size.pass_runs, "completion-time", catalog, model=model)
+    beat_s, beat_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model)
     figures.append(Figure("pass_learned_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
     figures.append(Figure("pass_learned_heartbeat_placed", f"{what}: heartbeat placed", beat_placed, "n"))
-    runs, ct = size.pass_runs, "completion-time"
     hand_s, hand_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
     label = f"{what}: the pass after a model hand-over"
     figures.append(Figure("pass_learned_handed_over", label, hand_s, "ms", 50e-3))
