@@ -94,12 +94,14 @@ class SchedulingCycle:
         self.recovery = recovery if recovery is not None else RecoverySettings()
         self.retry_mode = retry_mode
         self._waiting: dict[str, TaskRequest] = {}
-        # the last plan's order, and the tries put in the waiting set since: the next plan gets
-        # them in that order, so its sort runs over a nearly sorted list (:meth:`_pending`)
+        # (a pass that plans: no order key or memory check, or a blocking queue's with reasons) the
+        # last plan's order, and the tries put in the waiting set since: the next plan gets them
+        # in that order, so its sort runs over a nearly sorted list (:meth:`_pending`)
         self._order: tuple[TaskRequest, ...] = ()
         self._fresh: list[TaskRequest] = []
-        # the same tries by submission and in groups of one shape and queue class, so a pass that
-        # needs no waiting decisions decides a few per shape (Placer.place)
+        # the same tries by submission and in groups of one shape and queue class, so a pass decides
+        # a few per shape (Placer.place), its waiting decisions shared by shape (but for a blocking
+        # queue's pass with waiting decisions, which plans)
         self._index = WaitList(self._group_of)
         self._grouped = placer.policy.checks_memory and queue.order_key(0.0) is not None
         self._entries: dict[str, _Entry] = {}
@@ -167,8 +169,11 @@ class SchedulingCycle:
         the ledger supplies them).
 
         ``waiting_decisions``: False for a driver that never shows why a try waits (the
-        simulator): the pass places and refuses exactly the same tries, but decides only a few
-        tries per shape (:meth:`Placer.place`) and ``waiting`` stays empty.
+        simulator): the pass places and refuses exactly the same tries, but ``waiting`` stays
+        empty.  Where the queue orders by a key and the policy checks memory, either way the
+        pass decides only a few tries per shape (:meth:`Placer.place`); a waiting try of a shape
+        that waits gets the decision of the first of its shape that waited, as a pass that
+        decides every try in the queue's order gives it (its memo).
 
         ``limit``: the pass ends once it has placed this many (the driver's free slots, Airflow's
         ``[core] parallelism``); the tries after that point in the queue's order are not decided
@@ -181,9 +186,9 @@ class SchedulingCycle:
         if not self._waiting:
             self._fresh = []
             return CycleResult(now, view)
-        if not waiting_decisions and self._grouped:
+        if self._grouped and not (waiting_decisions and self.queue.blocks):
             self._fresh, self._order = [], ()
-            return self._run_placements(now, view, limit)
+            return self._run_placements(now, view, limit, waiting_decisions)
         plan = self.queue.plan(self._pending(), now, self._rank())
         self._order = plan.ordered
         result = self.placer.schedule(plan.ordered, view, blocking=plan.blocking, protected=plan.protected, limit=limit)
@@ -215,13 +220,21 @@ class SchedulingCycle:
         out.extend(new.values())
         return out if len(out) == len(waiting) else list(waiting.values())
 
-    def _run_placements(self, now: float, view: ClusterView, limit: int | None) -> CycleResult:
+    def _run_placements(self, now: float, view: ClusterView, limit: int | None, explain: bool) -> CycleResult:
+        """The pass over the waiting tries' groups (:meth:`Placer.place`): a few tries decided per
+        shape, the rest of a shape that waits given its first waiting try's decision."""
         queue = self.queue
         order_key = queue.order_key(now, self._rank())
         assert order_key is not None
         protected = queue.protect(self._index.oldest(), now)
         result = self.placer.place(
-            self._index.groups(), view, order_key=order_key, blocking=queue.blocks, protected=protected, limit=limit
+            self._index.groups(),
+            view,
+            order_key=order_key,
+            blocking=queue.blocks,
+            protected=protected,
+            limit=limit,
+            explain=explain,
         )
         placed = []
         for d in result.placed:
@@ -232,7 +245,7 @@ class SchedulingCycle:
         for d in result.never_fits:
             entry = self._take(d.request_key)
             never.append(Unplaceable(entry.request, d, entry.prior_ooms))
-        return CycleResult(now, view, tuple(placed), tuple(never), {}, result.reserved_for)
+        return CycleResult(now, view, tuple(placed), tuple(never), result.waiting, result.reserved_for)
 
     def _rank(self) -> Rank | None:
         """The policy's rank of each priority's waiting tries, where it ranks them (the

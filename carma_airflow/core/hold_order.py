@@ -1,7 +1,7 @@
 """The GPUs a starving request may be held on, kept in order from pass to pass.
 
 A request past its starvation bound that must wait has the GPUs closest to fitting it held back
-from everyone else (:meth:`carma_airflow.core.placer.Placer.place`).  Which GPUs: per host, the
+from everyone else (:class:`Holds`, a placer's).  Which GPUs: per host, the
 matching GPUs in (fewest tenants, most usable memory, index) order.  On a deep queue that is
 asked on most passes, over every GPU, so :class:`HoldOrder` keeps the order and moves only the
 GPUs whose facts changed.
@@ -17,6 +17,7 @@ from operator import is_not
 from carma_airflow.core.facts import model_matches
 from carma_airflow.core.gpu import GpuHealth
 from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.task import TaskRequest
 
 _Held = tuple[int, int, int, int]  # a GPU's place in the hold order: (tenants, -usable MiB, index, ordinal)
 
@@ -80,8 +81,36 @@ class HoldOrder:
         return frozenset(f.uuid for f in best)
 
 
+class Holds:
+    """A placer's starvation holds: the GPUs to keep free of new tenants so a starving request is
+    guaranteed to start.  The N matching GPUs on one host with the fewest tenants and most usable
+    memory: nothing new lands on them, so their free memory only grows as tenants finish, and the
+    choice stays put from pass to pass.  Kept while the facts are the same objects (a pass whose
+    GPUs did not change reuses the last pass's facts)."""
+
+    def __init__(self) -> None:
+        # the last hold: (request shape, the facts it was chosen from, their ids, the GPUs)
+        self._held: tuple[tuple[int, str | None], list[GpuFacts], list[int], frozenset[str]] | None = None
+        self._order: HoldOrder | None = None  # the GPUs in hold order, kept from pass to pass
+
+    def choose(self, request: TaskRequest, facts: Sequence[GpuFacts]) -> frozenset[str]:
+        shape = (request.gpus, request.gpu_model)
+        ids = list(map(id, facts))
+        held = self._held
+        if held is not None and held[0] == shape and held[2] == ids:
+            return held[3]
+        # asked on most passes of a deep queue, over every GPU: the hold order is kept from pass to
+        # pass and only the GPUs whose facts are other objects are placed in it again
+        order = self._order
+        if order is None or order.shape != shape or not order.update(facts):
+            order = self._order = HoldOrder(shape, facts)
+        out = order.choose(request.gpus)
+        self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
+        return out
+
+
 def _held(f: GpuFacts, ordinal: int) -> _Held:
     return (f.tenants, -f.usable_free_mib, f.state.index, ordinal)
 
 
-__all__ = ["HoldOrder"]
+__all__ = ["HoldOrder", "Holds"]

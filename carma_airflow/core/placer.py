@@ -11,13 +11,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
 from carma_airflow.core.gpu import ClusterView, GpuState
-from carma_airflow.core.hold_order import HoldOrder
+from carma_airflow.core.hold_order import Holds
 from carma_airflow.core.placement_drains import KeptWaits
 from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
 from carma_airflow.core.policies.base import GpuFacts, Policy
@@ -26,6 +26,7 @@ from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.waitlist import spread
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ class Placements:
     placed: tuple[Decision, ...] = ()
     never_fits: tuple[Decision, ...] = ()
     reserved_for: str | None = None  # key of a starving request GPUs were held back for
+    # with ``explain``: each waiting request's decision, as :meth:`Placer.schedule` gives it
+    waiting: dict[str, Decision] = field(default_factory=dict)
 
 
 class Placer:
@@ -70,9 +73,7 @@ class Placer:
         self.policy = policy
         self.settings = settings
         self._cache: PoolCache | None = None
-        # the last starvation hold: (request shape, the facts it was chosen from, the GPUs)
-        self._held: tuple[tuple[object, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
-        self._hold_order: HoldOrder | None = None  # the GPUs in hold order, kept from pass to pass
+        self.holds = Holds()  # the GPUs held back for a starving request, kept from pass to pass
         # per request (by id, the request kept alive) its shape and the shape less the task type and
         # activity, as numbers, and the shape itself (:meth:`_sigs`): a pass over 10,000 waiting
         # looks each up once, and a waiting request is looked up once, not once per pass
@@ -157,7 +158,7 @@ class Placer:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self._hold_for(protected, state.facts)
+                reserved = self.holds.choose(protected, state.facts)
                 reserved_for = protected.key
         # memo: a request of the same shape and memory that had to wait keeps waiting, for the
         # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
@@ -270,6 +271,7 @@ class Placer:
         blocking: bool = False,
         protected: TaskRequest | None = None,
         limit: int | None = None,
+        explain: bool = False,
     ) -> Placements:
         """What :meth:`schedule` places and finds never fits, in the same order, without deciding
         the requests that wait: for a pass over thousands of waiting requests of a few shapes.
@@ -278,9 +280,16 @@ class Placer:
         ``order_key`` (``schedule``'s order is their merge).  The pass walks the groups' heads in
         that order and drops every group of a shape once one of its requests must wait (the memo
         of ``schedule``: the rest of that shape waits too).  Only for a policy that checks
-        memory (the memo's premise); waiting decisions carry no reasons.  ``limit``: as for
-        :meth:`schedule`, the pass ends once it has placed this many.
+        memory (the memo's premise).  ``limit``: as for :meth:`schedule`, the pass ends once it
+        has placed this many.
+
+        ``explain``: the heads that wait are decided with their reasons, and every waiting
+        request gets what :meth:`schedule` would give it (``waiting``): the decision of the first
+        request of its shape that waited, shared (schedule's memo), for the requests ``schedule``
+        would have reached before its limit.  Not with ``blocking`` (schedule's own text then).
         """
+        if explain and blocking:
+            raise ValueError("Placer.place explains no blocking pass; use schedule")
         if not self.policy.checks_memory:
             raise ValueError("Placer.place needs a policy that checks memory; use schedule")
         _check_limit(limit)
@@ -291,15 +300,16 @@ class Placer:
         reserved: frozenset[str] = frozenset()
         reserved_for: str | None = None
         skip = None
+        held: Decision | None = None  # the protected request's decision where it waits
         if protected is not None:
             skip = protected.key
-            d = state.decide(protected, frozenset(), explain=False)
+            d = state.decide(protected, frozenset(), explain=explain)
             if d.placed:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self._hold_for(protected, state.facts)
-                reserved_for = protected.key
+                reserved = self.holds.choose(protected, state.facts)
+                reserved_for, held = protected.key, d
             else:
                 never.append(d)
         # a pricing policy's shapes carry the activity and the task type; a try that waits because
@@ -325,7 +335,11 @@ class Placer:
         # dropped, at their head, which then costs no heap operation
         heads.sort(key=_HEAD)  # by the order key alone (unique): no comparison of the whole entries
         moved: list[tuple[tuple[object, ...], int, int]] = []
-        waits: set[int] = set()
+        # the shapes that wait (or shapes less type and activity), with the decision that said so;
+        # with ``explain``, per group that stopped: the first member still waiting, its decision
+        waits: dict[int, Decision] = {}
+        stops: list[tuple[int, int, Decision]] = []
+        last: TaskRequest | None = None  # the last request placed in the loop
         at, count = 0, len(heads)
         while (at < count or moved) and (limit is None or len(placed) < limit):
             if moved and (at >= count or moved[0] < heads[at]):
@@ -337,51 +351,39 @@ class Placer:
             assert info is not None  # an empty group has no head
             _, sig, base, shape_g = info
             if sig in waits or (prices and base in waits):
+                if explain:  # schedule's memo: by shape first
+                    stops.append((g, i, waits[sig] if sig in waits else waits[base]))
                 continue
             group = groups[g]
             req = group[i]
             if req.key != skip:
-                d = state.decide(req, reserved, explain=False, shape=shape_g)
+                d = state.decide(req, reserved, explain=explain, shape=shape_g)
                 if d.outcome is Outcome.PLACED:  # ``d.placed``, without the property's call
                     state.apply(req, d)
                     placed.append(d)
+                    last = req
                 elif d.outcome is Outcome.NOT_NOW:
                     if blocking:
                         break
-                    waits.add(sig if d is WAITS_BY_CHOICE or not prices else base)
+                    waits[sig if d is WAITS_BY_CHOICE or d is state.by_choice or not prices else base] = d
+                    if explain:
+                        stops.append((g, i, d))
                     continue
                 else:
                     never.append(d)
             i += 1
             if i < len(group):
                 heapq.heappush(moved, (order_key(group[i]), g, i))
-        return Placements(tuple(placed), tuple(never), reserved_for)
-
-    def _hold_for(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
-        """GPUs to keep free of new tenants so a starving request is guaranteed to start.
-
-        The N matching GPUs on one host with the fewest tenants and most usable memory:
-        nothing new lands on them, so their free memory only grows as tenants finish, and
-        the choice stays put from pass to pass.  Kept while the facts are the same objects (a
-        pass whose GPUs did not change reuses the last pass's facts).
-        """
-        shape = (request.gpus, request.gpu_model)
-        ids = list(map(id, facts))
-        held = self._held
-        if held is not None and held[0] == shape and held[2] == ids:
-            return held[3]
-        out = self._choose_hold(request, facts)
-        self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
-        return out
-
-    def _choose_hold(self, request: TaskRequest, facts: list[GpuFacts]) -> frozenset[str]:
-        # asked on most passes of a deep queue, over every GPU: the hold order is kept from pass to
-        # pass and only the GPUs whose facts are other objects are placed in it again
-        shape = (request.gpus, request.gpu_model)
-        order = self._hold_order
-        if order is None or order.shape != shape or not order.update(facts):
-            order = self._hold_order = HoldOrder(shape, facts)
-        return order.choose(request.gpus)
+        waiting: dict[str, Decision] = {}
+        if explain:  # with a limit met, nobody past the last placed (none where the protected met it)
+            full = limit is not None and len(placed) >= limit
+            if not full or last is not None:
+                waiting = spread(groups, stops, order_key(last) if full and last is not None else None, order_key)
+            if skip is not None:
+                waiting.pop(skip, None)
+                if held is not None:
+                    waiting[skip] = held
+        return Placements(tuple(placed), tuple(never), reserved_for, waiting)
 
 
 def _check_limit(limit: int | None) -> None:

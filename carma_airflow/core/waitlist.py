@@ -16,7 +16,8 @@ Pure data, no clock.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 from carma_airflow.core.task import TaskRequest
 
@@ -66,6 +67,27 @@ class WaitList:
         return waiting[i].submitted_at + bound_s if i < len(waiting) else None
 
 
+T = TypeVar("T")
+
+
+def spread(
+    groups: Sequence[Sequence[TaskRequest]],
+    stops: Sequence[tuple[int, int, T]],
+    cut: tuple[object, ...] | None,
+    order_key: Callable[[TaskRequest], tuple[object, ...]],
+) -> dict[str, T]:
+    """Per request key, what a group's stop says of it: ``stops`` holds (group, first member,
+    value), and the value goes to that member and every later one of the group, up to ``cut``
+    (members whose ``order_key`` is past it get none; None: no cut).  Each group is sorted by
+    ``order_key`` (a group's order at every time, :meth:`WaitList.groups`)."""
+    out: dict[str, T] = {}
+    for g, first, value in stops:
+        group = groups[g]
+        end = len(group) if cut is None else bisect.bisect_right(group, cut, lo=first, key=order_key)
+        out.update(dict.fromkeys([r.key for r in group[first:end]], value))
+    return out
+
+
 def _drop(members: list[TaskRequest], request: TaskRequest) -> None:
     i = bisect.bisect_left(members, _by_submission(request), key=_by_submission)
     if i >= len(members) or members[i].key != request.key:
@@ -73,4 +95,4 @@ def _drop(members: list[TaskRequest], request: TaskRequest) -> None:
     del members[i]
 
 
-__all__ = ["WaitList"]
+__all__ = ["WaitList", "spread"]

@@ -35,9 +35,10 @@ class LiveView:
     def reasons_due(self, now: float, waiting: int) -> bool:
         """Whether this pass also decides why each try that stays waits (the UI's and ``carma
         why``'s reason, the store's and the log's).  A pass without places and refuses exactly
-        the same tries (core/cycle.py) but decides a few per shape, not every waiting try:
-        with 1,000 waiting that is the difference between about 100 ms and a few.  A short
-        queue gets reasons at every pass; a deep one once every ``REASONS_EVERY_S``."""
+        the same tries (core/cycle.py); with the default queue both decide a few tries per
+        shape (a shape's other waiting tries share its first one's decision), so what reasons
+        cost is this module's caller comparing every waiting try's reason with its last: a
+        short queue gets reasons at every pass, a deep one once every ``REASONS_EVERY_S``."""
         if waiting <= REASONS_ALWAYS_BELOW or now - self._reasons_at >= REASONS_EVERY_S:
             self._reasons_at = now
             return True

@@ -276,9 +276,10 @@ def test_learn_activity_reaches_waiting_and_running_tries() -> None:
 
 
 def test_each_plan_is_handed_the_waiting_set_once_each_in_the_last_plans_order_first() -> None:
-    """The cycle hands its queue the tries that stayed in the last plan's order, then those put in
-    since (a nearly sorted list for the sort): exactly the waiting set, each try once, whatever
-    came and went between passes, and the plan is the one of the waiting set in any order."""
+    """A queue that only plans (no order key: no grouped pass) is handed the tries that stayed in
+    the last plan's order, then those put in since (a nearly sorted list for the sort): exactly
+    the waiting set, each try once, whatever came and went between passes, and the plan is the
+    one of the waiting set in any order."""
     from carma_airflow.core.activity import estimate_activity
 
     class Recording(Backfill):
@@ -288,7 +289,11 @@ def test_each_plan_is_handed_the_waiting_set_once_each_in_the_last_plans_order_f
 
         def plan(self, pending: Sequence[TaskRequest], now: float, rank: Rank | None = None) -> QueuePlan:
             self.handed.append(list(pending))
-            return super().plan(pending, now, rank)
+            ordered = sorted(pending, key=Backfill.order_key(self, now, rank))  # no starving try here
+            return QueuePlan(tuple(ordered), blocking=False, protected=None)
+
+        def order_key(self, now: float, rank: Rank | None = None) -> None:
+            return None  # only plans: every pass sorts the waiting set (as without a memory check)
 
     queue = Recording()
     c = SchedulingCycle(Placer(make_policy("interference-aware")), queue)

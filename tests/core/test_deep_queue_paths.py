@@ -111,6 +111,49 @@ def test_a_pass_without_waiting_decisions_places_and_refuses_the_same(seed: int,
     assert placed_any > 0  # the scenario exercises placements, not only waiting
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("limited", [False, True])
+def test_a_grouped_pass_gives_each_waiting_try_the_decision_the_plain_pass_gives(
+    seed: int, policy: str, limited: bool
+) -> None:
+    """A pass with waiting decisions over the groups (a few tries decided per shape) places,
+    refuses and explains exactly as one that decides every try in the queue's order: each waiting
+    try gets the same decision (the first of its shape that waited, shared), the protected try
+    its own, and with a limit the tries past the last placed one get none."""
+    rng = random.Random(seed * 7 + len(policy) + limited)
+    monitor = _gpus(rng, rng.randint(6, 20))
+    plain = _cycle(policy, Backfill(aging_s=60.0, starvation_s=150.0))
+    plain._grouped = False  # the pass that decides every try (a queue without an order key)
+    grouped = _cycle(policy, Backfill(aging_s=60.0, starvation_s=150.0))
+    now, k = 1_000.0, 0
+    explained = cut = 0
+    for _ in range(16):
+        for _ in range(rng.randint(0, 40)):
+            r = _request(rng, k, now)
+            k += 1
+            plain.submit(r, now)
+            grouped.submit(r, now)
+        limit = rng.choice((1, 3, 8, 20)) if limited else None
+        a = plain.run(now, monitor, limit=limit)
+        b = grouped.run(now, monitor, limit=limit)
+        assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
+        assert [(n.request.key, n.decision) for n in a.never_fits] == [
+            (n.request.key, n.decision) for n in b.never_fits
+        ]
+        assert a.reserved_for == b.reserved_for
+        assert dict(a.waiting) == dict(b.waiting)
+        explained += len(b.waiting)
+        cut += len(b.waiting) < len(grouped)  # some waiting tries were past the limit
+        running = sorted(r.key for r in plain.reservations)
+        for key in rng.sample(running, k=min(len(running), rng.randint(0, 6))):
+            plain.release(key)
+            grouped.release(key)
+        now += rng.choice((0.0, 5.0, 31.0, 200.0))
+    assert explained > 0
+    assert not limited or cut > 0  # the limit cut some pass short
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("policy", (*POLICIES, "round-robin", "static-2"))
 def test_a_placer_that_keeps_its_pools_decides_as_a_fresh_one(seed: int, policy: str) -> None:
