@@ -208,3 +208,37 @@ def test_the_wait_list_keeps_submission_order_and_the_next_bound() -> None:
     assert wl.oldest() is reqs[3] and len(wl) == 3
     with pytest.raises(KeyError):
         wl.remove(reqs[1])
+
+
+@pytest.mark.parametrize("many", [5, 64, 300])
+def test_removing_many_at_once_leaves_what_removing_each_leaves(many: int) -> None:
+    rng = random.Random(many)
+    reqs = [
+        TaskRequest(
+            key=f"r{k}", label="x", memory=MemoryNeed(rng.choice((1, 2, 3, 4)), "x"), submitted_at=rng.uniform(0, 50)
+        )
+        for k in range(600)
+    ]
+    one, batch = WaitList(lambda r: r.memory.mib), WaitList(lambda r: r.memory.mib)
+    for r in reqs:
+        one.add(r)
+        batch.add(r)
+    gone = rng.sample(reqs, k=many)
+    if many >= 64:  # a group emptied too
+        gone += [r for r in reqs if r.memory.mib == 4]
+    gone = list({r.key: r for r in gone}.values())
+    for r in gone:
+        one.remove(r)
+    batch.remove_all(gone)
+    assert len(batch) == len(one) == len(reqs) - len(gone)
+    assert [[r.key for r in g] for g in batch.groups()] == [[r.key for r in g] for g in one.groups()]
+    assert batch.oldest() is one.oldest()
+    assert batch.next_bound(20.0, 40.0) == one.next_bound(20.0, 40.0)
+    for r in reqs:  # what is left can be removed, what is gone cannot
+        if r in gone:
+            with pytest.raises(KeyError):
+                batch.remove(r)
+    with pytest.raises(KeyError):
+        batch.remove_all(gone[:70] if len(gone) >= 70 else gone[:1])
+    with pytest.raises(ValueError, match="twice"):
+        batch.remove_all([r for r in reqs if r not in gone][:1] * 70)
