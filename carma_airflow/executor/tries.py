@@ -21,6 +21,7 @@ A :class:`TryBook` keeps every try of the executor, indexed by state; every move
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
 
 WAIT_RECORD_S = 60.0  # a waiting try's unchanged kind of reason is written at most this often
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _headline(summary: str) -> str:
+    """A waiting reason's kind: its headline with the numbers left out.  Kept per text: a reason
+    pass over thousands of waiting tries meets the few texts of their shapes' shared decisions."""
+    return _NUMBERS.sub("#", summary.split(" (", 1)[0])
 
 
 class TryState(enum.Enum):
@@ -94,7 +102,7 @@ class Try:
         """Whether a new waiting reason goes to the store and log: its kind changed (the
         headline, numbers left out: which GPUs said no, and why, changes with every placement on
         a busy cluster), or the last write is ``WAIT_RECORD_S`` old.  Remembers the write if so."""
-        shape = _NUMBERS.sub("#", summary.split(" (", 1)[0])
+        shape = _headline(summary)
         if shape == self.recorded_shape and now - self.recorded_at < WAIT_RECORD_S:
             return False
         self.recorded_shape, self.recorded_at = shape, now
