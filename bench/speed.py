@@ -8,7 +8,10 @@ Measures and prints (never asserts; always exits 0):
    mostly full cluster (steady state) and on an idle one (cold start), with and without the
    queue's ``plan`` inside the timed region, and as the drivers run it: one
    ``SchedulingCycle.run`` (the view laid over the monitor's GPUs from the reservation ledger,
-   plan, schedule, reserving the placed tries); for interference-aware and for completion-time
+   plan, schedule, reserving the placed tries; with the default queue the cycle's pass goes over
+   the waiting tries' groups, ``Placer.place``, and does not sort: the ``schedule`` and ``plan +
+   schedule`` rows time the sorted pass a strict FIFO queue's reason pass or a policy without a
+   memory check still runs); for interference-aware and for completion-time
    (the default's rule; it is told the catalogue's solo run times, as a driver learns them, so
    it prices waiting too); for completion-time also the pass after the policy was handed a newer
    model (every GPU predicted afresh, as after the executor's ``Learned.hand_over``), and the
