@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 from helpers import busy_gpu, idle_gpu, request, view
-from test_deep_queue_paths import _gpus, _request
+from test_deep_queue_paths import _gpus, _submit_random
 
 from carma_airflow.core import Placer
 from carma_airflow.core.cycle import SchedulingCycle
@@ -198,11 +198,7 @@ def test_a_pass_without_waiting_decisions_places_the_same_when_waiting_is_priced
     plain, fast = _timed_cycle(), _timed_cycle()
     now, k, placed, by_choice = 1_000.0, 0, 0, 0
     for _ in range(12):
-        for _ in range(rng.randint(0, 40)):
-            r = _request(rng, k, now)
-            k += 1
-            plain.submit(r, now)
-            fast.submit(r, now)
+        k = _submit_random(rng, k, now, plain, fast)
         a = plain.run(now, monitor)
         b = fast.run(now, monitor, waiting_decisions=False)
         assert [(p.request.key, p.decision.gpu_uuids) for p in a.placed] == [

@@ -78,6 +78,16 @@ def _cycle(policy: str, queue: QueueDiscipline) -> SchedulingCycle:
     return SchedulingCycle(Placer(make_policy(policy)), queue, reservations=Reservations(seen_after_s=30.0))
 
 
+def _submit_random(rng: random.Random, k: int, now: float, *cycles: SchedulingCycle) -> int:
+    """Put 0-40 random requests (numbered from ``k``) into each cycle alike; the next number."""
+    for _ in range(rng.randint(0, 40)):
+        r = _request(rng, k, now)
+        k += 1
+        for c in cycles:
+            c.submit(r, now)
+    return k
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fifo", [False, True])
@@ -89,11 +99,7 @@ def test_a_pass_without_waiting_decisions_places_and_refuses_the_same(seed: int,
     now, k = 1_000.0, 0
     placed_any = 0
     for _ in range(12):
-        for _ in range(rng.randint(0, 40)):
-            r = _request(rng, k, now)
-            k += 1
-            plain.submit(r, now)
-            fast.submit(r, now)
+        k = _submit_random(rng, k, now, plain, fast)
         a = plain.run(now, monitor)
         b = fast.run(now, monitor, waiting_decisions=False)
         assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
@@ -129,11 +135,7 @@ def test_a_grouped_pass_gives_each_waiting_try_the_decision_the_plain_pass_gives
     now, k = 1_000.0, 0
     explained = cut = 0
     for _ in range(16):
-        for _ in range(rng.randint(0, 40)):
-            r = _request(rng, k, now)
-            k += 1
-            plain.submit(r, now)
-            grouped.submit(r, now)
+        k = _submit_random(rng, k, now, plain, grouped)
         limit = rng.choice((1, 3, 8, 20)) if limited else None
         a = plain.run(now, monitor, limit=limit)
         b = grouped.run(now, monitor, limit=limit)
