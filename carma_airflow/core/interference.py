@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from carma_airflow.core.interference_estimate import (
     COLD_PRIOR_BETA,
@@ -63,9 +64,9 @@ from carma_airflow.core.interference_form import (
 from carma_airflow.core.task_terms import TaskTerms, Term, fit_terms
 
 
-@dataclass(frozen=True, slots=True)
-class SpeedPrediction:
-    """A predicted speed relative to solo (1.0 = as fast as alone), with a plausible range."""
+class SpeedPrediction(NamedTuple):
+    """A predicted speed relative to solo (1.0 = as fast as alone), with a plausible range.  A
+    named tuple, not a frozen dataclass: a placement pass makes thousands (tuple's constructor)."""
 
     speed: float
     low: float
