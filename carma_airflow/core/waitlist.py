@@ -65,7 +65,10 @@ class WaitList:
         gone = {r.key for r in requests}
         if len(gone) != len(requests):
             raise ValueError("WaitList.remove_all: a request is given twice")
-        touched = {self._where.pop(key) for key in gone}  # KeyError where one is not here, as remove
+        missing = [key for key in gone if key not in self._where]
+        if missing:  # as remove, and before anything is taken out
+            raise KeyError(missing[0])
+        touched = {self._where.pop(key) for key in gone}
         self._all = [r for r in self._all if r.key not in gone]
         for group in touched:
             members = [r for r in self._groups[group] if r.key not in gone]
