@@ -169,8 +169,11 @@ class FrameworkCapFinder(importlib.abc.MetaPathFinder):
 
 
 def _print(text: str) -> None:
-    # stdout, as the listener's lines: Airflow logs a task's stderr at level "error"
-    print(f"[carma] {text}", flush=True)
+    # stdout, as the listener's lines: Airflow logs a task's stderr at level "error"; one write
+    # with its newline (print writes the two apart): the cap follower says its lines from a thread
+    # of its own, and a line cut in two by the try's own output is harder to read and to grep
+    sys.stdout.write(f"[carma] {text}\n")
+    sys.stdout.flush()
 
 
 def install_framework_caps(

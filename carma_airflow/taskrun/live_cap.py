@@ -14,6 +14,7 @@ Standard library and core only (it runs in the try's process).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -121,11 +122,11 @@ class SimulatedCaps:
         beneath = ""
         if self.fixed is not None:
             beneath = f", beneath MPS's pinned memory limit of {per_gpu(tuple(self.fixed))} set at the client's start"
-        print(
+        sys.stdout.write(  # one write with its newline: this runs in the follower's thread (framework_hook._print)
             f"[carma] memory cap now {per_gpu(tuple(self.current))} (PyTorch's fraction, re-set as co-tenants changed; "
-            f"played by the simulated GPUs' ledger{beneath})",
-            flush=True,
+            f"played by the simulated GPUs' ledger{beneath})\n"
         )
+        sys.stdout.flush()
 
     def cap_mib(self, ordinal: int) -> int | None:
         """The cap the framework (or MPS) holds the process to now on its GPU ``ordinal``; None under

@@ -58,9 +58,21 @@ def run(tmp_path: Path, body: str, env: dict[str, str]) -> dict[str, object]:
     full = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{repo}", **env}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=False)
     assert out.returncode == 0, out.stderr
-    last = [line for line in out.stdout.splitlines() if line.startswith("{")][-1]  # the hook prints [carma] lines
-    result: dict[str, object] = json.loads(last)
-    return result
+    return last_json(out.stdout)
+
+
+def last_json(stdout: str) -> dict[str, object]:
+    """The script's JSON object, the last one printed.  The hook prints [carma] lines, and its
+    cap follower does so from a thread of its own: one can land on the same line as the script's
+    JSON, before it or between it and its newline (print writes the two apart)."""
+    decoder = json.JSONDecoder()
+    for line in reversed(stdout.splitlines()):
+        at = line.find('{"')
+        if at >= 0:
+            result, _ = decoder.raw_decode(line, at)
+            assert isinstance(result, dict)
+            return result
+    raise AssertionError(f"no JSON object in the script's output: {stdout!r}")
 
 
 CAPPED = {
@@ -319,7 +331,7 @@ def test_real_torch_is_capped_after_transformers_probed_for_it() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    result = last_json(out.stdout)
     assert result["found"] is True and result["early"] is False  # transformers only probed
     assert result["said"] == ["PyTorch capped at 10240 MiB, 20480 MiB per GPU at its CUDA start"]
     assert result["queued"] >= 1
