@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySample, estimate_activity
+from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.interference import (
     DEFAULT_INTERFERENCE_SETTINGS,
     InterferenceFit,
@@ -27,6 +28,8 @@ from carma_airflow.core.interference import (
 
 INTERFERENCE_DOCUMENT = "model:interference"
 MODEL_PREFIX = "model:"
+EXPORT_FORMAT = "carma-interference/1"  # ``carma model export``'s file: {"format", "written_at", "models"}
+_UNREADABLE = (TypeError, ValueError, KeyError, ArithmeticError)
 
 
 def prior(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> dict[str, Any]:
@@ -78,7 +81,7 @@ def interference(
                 continue
             try:
                 fit = InterferenceFit.from_dict({**entry, "gpu_model": gpu_model_key(str(name))}, settings)
-            except (TypeError, ValueError, KeyError, ArithmeticError) as exc:
+            except _UNREADABLE as exc:
                 problems.append(f"{name}: cannot be read ({type(exc).__name__}: {exc}); it uses the prior")
                 continue
             models.append(fit_dict(fit))
@@ -89,6 +92,70 @@ def interference(
         "models": models,
         "problems": problems,
     }
+
+
+def export_document(found: tuple[datetime, Mapping[str, Any]] | None, gpu_models: Sequence[str] = ()) -> dict[str, Any]:
+    """What ``carma model export`` writes: the store's interference document (``found``: its
+    :meth:`Store.snapshots` entry), or the fits of ``gpu_models`` only, with its format's name."""
+    if found is None:
+        raise CarmaError(f"nothing learned yet: the store holds no {INTERFERENCE_DOCUMENT} document to export")
+    fits = dict(found[1])
+    if gpu_models:
+        wanted = list(dict.fromkeys(gpu_model_key(m) for m in gpu_models))
+        missing = [m for m in wanted if m not in fits]
+        if missing:
+            has = ", ".join(sorted(fits)) or "none"
+            raise CarmaError(f"no fit for {', '.join(missing)} in the store (it has: {has})")
+        fits = {m: fits[m] for m in wanted}
+    return {"format": EXPORT_FORMAT, "written_at": found[0].isoformat(), "models": fits}
+
+
+def read_export(data: object, settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> dict[str, Any]:
+    """The fits of an export file (by GPU model), each read as an executor would read it; a file
+    that is not an export, or an entry that cannot be read, raises and nothing is taken from it."""
+    models = data.get("models") if isinstance(data, Mapping) else None
+    if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT or not isinstance(models, Mapping):
+        raise CarmaError(
+            f'not a carma model export: want a JSON object with "format": "{EXPORT_FORMAT}" and "models" '
+            "(write one with carma model export)"
+        )
+    out: dict[str, Any] = {}
+    for name, entry in models.items():
+        key = gpu_model_key(str(name))
+        try:
+            InterferenceFit.from_dict({**entry, "gpu_model": key}, settings)
+        except _UNREADABLE as exc:
+            raise CarmaError(f"{name}: cannot be read ({type(exc).__name__}: {exc}); nothing was imported") from exc
+        out[key] = dict(entry)
+    if not out:
+        raise CarmaError("the file holds no GPU model's fit; nothing was imported")
+    return out
+
+
+def merge_import(
+    current: Mapping[str, Any] | None,
+    incoming: Mapping[str, Any],
+    replace: bool = False,
+    settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS,
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(the interference document with ``incoming``'s fits, the GPU models taken, those kept).  A
+    GPU model whose fit in ``current`` has left the prior keeps it unless ``replace``: what this
+    deployment learned is not overwritten by what another learned."""
+    merged = dict(current or {})
+    taken: list[str] = []
+    kept: list[str] = []
+    for key, entry in incoming.items():
+        mine = merged.get(key)
+        if mine is not None and not replace:
+            try:
+                if InterferenceFit.from_dict({**mine, "gpu_model": key}, settings).learned:
+                    kept.append(key)
+                    continue
+            except _UNREADABLE:
+                pass  # an entry the executor cannot read either: it is replaced
+        merged[key] = entry
+        taken.append(key)
+    return merged, taken, kept
 
 
 def nothing_learned_line(settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS) -> str:
@@ -150,13 +217,17 @@ def activity_line(summary: Mapping[str, Any]) -> str:
 
 
 __all__ = [
+    "EXPORT_FORMAT",
     "INTERFERENCE_DOCUMENT",
     "MODEL_PREFIX",
     "activity",
     "activity_line",
+    "export_document",
     "fit_dict",
     "fit_lines",
     "interference",
+    "merge_import",
     "nothing_learned_line",
     "prior",
+    "read_export",
 ]
