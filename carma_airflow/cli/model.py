@@ -63,8 +63,9 @@ def export_cmd(
         list[str] | None, typer.Option("--gpu-model", help="only this GPU model's fit (repeatable)")
     ] = None,
 ) -> None:
-    """Write the learned interference (every GPU model's fit, with the observations it rests on)
-    to a file that `carma model import` reads in another deployment."""
+    """Write the learned fits to a file that `carma model import` reads in another deployment.
+
+    Every GPU model's fit (or those of --gpu-model), with the observations it rests on."""
     from carma_airflow.learned_view import INTERFERENCE_DOCUMENT, export_document
 
     store = _store(_settings())
@@ -88,9 +89,10 @@ def import_cmd(
         bool, typer.Option("--replace", help="also overwrite a GPU model whose fit this deployment has learned")
     ] = False,
 ) -> None:
-    """Start this deployment from fits learned in another (same GPU models): until its own tries
-    teach it, the placer predicts collocations with them instead of the prior.  Run it while no
-    CarmaExecutor runs: a running one would overwrite the document at its next refit."""
+    """Start this deployment from fits another learned on the same GPU models.
+
+    Until its own tries teach it, the placer predicts collocations with them instead of the prior.
+    Run it while no CarmaExecutor runs: a running one would overwrite them at its next refit."""
     from carma_airflow.learned_view import INTERFERENCE_DOCUMENT, merge_import, read_export
 
     try:
