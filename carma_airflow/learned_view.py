@@ -61,6 +61,12 @@ def fit_dict(fit: InterferenceFit) -> dict[str, Any]:
     }
 
 
+def _read_fit(key: str, entry: Any, settings: InterferenceSettings) -> InterferenceFit:
+    """One GPU model's entry of the document, read as an executor reads it at start (raises one of
+    :data:`_UNREADABLE` where it cannot be)."""
+    return InterferenceFit.from_dict({**entry, "gpu_model": key}, settings)
+
+
 def interference(
     snapshots: Mapping[str, tuple[datetime, dict[str, Any]]],
     settings: InterferenceSettings = DEFAULT_INTERFERENCE_SETTINGS,
@@ -80,7 +86,7 @@ def interference(
                 problems.append(f"{name}: not a fit ({type(entry).__name__}); the executor rewrites it at its next end")
                 continue
             try:
-                fit = InterferenceFit.from_dict({**entry, "gpu_model": gpu_model_key(str(name))}, settings)
+                fit = _read_fit(gpu_model_key(str(name)), entry, settings)
             except _UNREADABLE as exc:
                 problems.append(f"{name}: cannot be read ({type(exc).__name__}: {exc}); it uses the prior")
                 continue
@@ -123,7 +129,7 @@ def read_export(data: object, settings: InterferenceSettings = DEFAULT_INTERFERE
     for name, entry in models.items():
         key = gpu_model_key(str(name))
         try:
-            InterferenceFit.from_dict({**entry, "gpu_model": key}, settings)
+            _read_fit(key, entry, settings)
         except _UNREADABLE as exc:
             raise CarmaError(f"{name}: cannot be read ({type(exc).__name__}: {exc}); nothing was imported") from exc
         out[key] = dict(entry)
@@ -148,7 +154,7 @@ def merge_import(
         mine = merged.get(key)
         if mine is not None and not replace:
             try:
-                if InterferenceFit.from_dict({**mine, "gpu_model": key}, settings).learned:
+                if _read_fit(key, mine, settings).learned:
                     kept.append(key)
                     continue
             except _UNREADABLE:

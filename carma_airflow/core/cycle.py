@@ -238,7 +238,7 @@ class SchedulingCycle:
         )
         taken = self._take_all([d.request_key for d in (*result.placed, *result.never_fits)])
         placed = []
-        for d, entry in zip(result.placed, taken, strict=False):
+        for d, entry in zip(result.placed, taken[: len(result.placed)], strict=True):
             placed.append(Placed(entry.request, d, now - entry.since, entry.prior_ooms))
             self._hold(entry.request, d.gpu_uuids, now, entry.prior_ooms)
         never = [

@@ -39,7 +39,7 @@ from typing import Any
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.taskrun.driver_cap import note
 from carma_airflow.taskrun.fence_env import TryFence, describe_try_fence, fence_from_env
-from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, CapFollower
+from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, CapFollower, say
 
 _MIB = 1024 * 1024
 # said of a framework the try had imported before its hook was installed (the DAG file, a plugin)
@@ -66,7 +66,7 @@ def cap_torch(torch: Any, fence: TryFence, cap_file: str | None = None) -> str:
             current[:] = caps[: len(current)]
             if torch.cuda.is_initialized():
                 apply()
-            _print(f"PyTorch cap now {', '.join(f'{c} MiB' for c in current)} per GPU (co-tenants changed)")
+            say(f"PyTorch cap now {', '.join(f'{c} MiB' for c in current)} per GPU (co-tenants changed)")
 
         CapFollower(cap_file, follow).start()
         follows = ", following its co-tenants"
@@ -168,18 +168,10 @@ class FrameworkCapFinder(importlib.abc.MetaPathFinder):
         self.report(said)
 
 
-def _print(text: str) -> None:
-    # stdout, as the listener's lines: Airflow logs a task's stderr at level "error"; one write
-    # with its newline (print writes the two apart): the cap follower says its lines from a thread
-    # of its own, and a line cut in two by the try's own output is harder to read and to grep
-    sys.stdout.write(f"[carma] {text}\n")
-    sys.stdout.flush()
-
-
 def install_framework_caps(
     environ: Mapping[str, str] = os.environ,
     hooks: Mapping[str, Apply] = HOOKS,
-    report: Callable[[str], None] = _print,
+    report: Callable[[str], None] = say,
 ) -> str:
     """Put the cap finder in place (once per process); a framework imported already (by the
     DAG file, say) is capped now.  Returns one line for the try's log."""

@@ -58,6 +58,14 @@ def live_caps(
     )
 
 
+def say(text: str) -> None:
+    """One ``[carma]`` line of the try's log, on stdout (Airflow logs a task's stderr at level
+    "error"), in one write with its newline: a cap follower says its lines from a thread of its
+    own, and ``print`` writes a text and its newline apart, so a line could be cut by the try's."""
+    sys.stdout.write(f"[carma] {text}\n")
+    sys.stdout.flush()
+
+
 class CapFollower(threading.Thread):
     """Calls ``apply(caps)`` each time the cap file says something new (a daemon thread)."""
 
@@ -122,11 +130,10 @@ class SimulatedCaps:
         beneath = ""
         if self.fixed is not None:
             beneath = f", beneath MPS's pinned memory limit of {per_gpu(tuple(self.fixed))} set at the client's start"
-        sys.stdout.write(  # one write with its newline: this runs in the follower's thread (framework_hook._print)
-            f"[carma] memory cap now {per_gpu(tuple(self.current))} (PyTorch's fraction, re-set as co-tenants changed; "
-            f"played by the simulated GPUs' ledger{beneath})\n"
+        say(
+            f"memory cap now {per_gpu(tuple(self.current))} (PyTorch's fraction, re-set as co-tenants changed; "
+            f"played by the simulated GPUs' ledger{beneath})"
         )
-        sys.stdout.flush()
 
     def cap_mib(self, ordinal: int) -> int | None:
         """The cap the framework (or MPS) holds the process to now on its GPU ``ordinal``; None under
@@ -166,4 +173,4 @@ class SimulatedCaps:
             self.follower.stopped.set()
 
 
-__all__ = ["CAP_FILE_ENV", "CapFollower", "SimulatedCaps", "live_caps", "read_caps", "write_caps"]
+__all__ = ["CAP_FILE_ENV", "CapFollower", "SimulatedCaps", "live_caps", "read_caps", "say", "write_caps"]
