@@ -27,8 +27,9 @@ from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
 
+from carma_airflow.core.drain_order import Drain, drop, entry, settle
+from carma_airflow.core.drain_order import place as place_in_order
 from carma_airflow.core.facts import model_matches
-from carma_airflow.core.gpu import GpuHealth
 from carma_airflow.core.policies.base import GpuFacts
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.priced import Choice
@@ -37,8 +38,6 @@ from carma_airflow.core.task import TaskRequest
 
 MAX_AGE = 0.02  # a kept wait is priced again once the clock moved by this share of its cost
 KEPT = 4096  # kept waits at most (then forgotten, all at once)
-
-_Drain = tuple[float, int, GpuFacts]  # (absolute time it drains by at the earliest, ordinal, facts)
 
 
 @dataclass(slots=True)
@@ -91,8 +90,8 @@ class DrainPass(Pools):
     kept: KeptWaits | None
     _drains: dict[tuple[object, ...], tuple[float, GpuFacts | None, dict[int, GpuFacts]]]
     _claimed: set[str]
-    _order: list[_Drain] | None
-    _order_of: dict[str, _Drain]
+    _order: list[Drain] | None
+    _order_of: dict[str, Drain]
     _applied: set[str]
     _scans: dict[tuple[object, ...], _Scan]
 
@@ -129,10 +128,12 @@ class DrainPass(Pools):
             return got
         best, where = float("inf"), None
         seen: dict[int, GpuFacts] = {}
-        per_host: dict[str, list[_Drain]] = {}
+        per_host: dict[str, list[tuple[float, int, GpuFacts]]] = {}
         now = chooser.now
         claimed, drained = self._claimed, chooser.drained
-        for at, place, f in self._drain_order():
+        order, order_of = self._drain_order(), self._order_of
+        for k in range(len(order)):
+            at, place, f, _ = settle(order, order_of, k, chooser)
             if at - now >= best:  # every GPU after this one drains later still
                 break
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
@@ -180,11 +181,12 @@ class DrainPass(Pools):
             heapq.heappop(ranked)
         # the soonest drain played, the first played of equal ones (places in the walk are unique)
         best, where = (ranked[0][0], ranked[0][2]) if ranked else (float("inf"), None)
+        order_of = self._order_of
         for k in range(start, len(order)):
-            at, _, f = order[k]
+            at, place, f, _ = settle(order, order_of, k, chooser)
             if at - now >= best:  # every GPU after this one drains later still
                 break
-            scan.last = (at, order[k][1])
+            scan.last = (at, place)
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             if (
                 st.spec.memory_mib < need
@@ -202,7 +204,7 @@ class DrainPass(Pools):
                 best, where = drain, f
         return best, where, dict(seen)
 
-    def _drain_order(self) -> list[_Drain]:
+    def _drain_order(self) -> list[Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
         kept with the view's pools from pass to pass (the GPUs whose facts changed placed again),
         copied for this pass and brought up to date with its placements only when asked."""
@@ -218,12 +220,12 @@ class DrainPass(Pools):
                 # most facts new (each heartbeat's reading): sorted once, as placing each would order them
                 for uuid in stale:
                     base.drain_of.pop(uuid, None)
-                    if (entry := _entry(base.by_uuid[uuid], base.ordinal, chooser)) is not None:
-                        base.drain_of[uuid] = entry
+                    if (got := entry(base.by_uuid[uuid], base.ordinal, chooser)) is not None:
+                        base.drain_of[uuid] = got
                 base.drains = sorted(base.drain_of.values(), key=itemgetter(0, 1))
             else:
                 for uuid in stale:
-                    _place(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
+                    place_in_order(base.drains, base.drain_of, base.by_uuid[uuid], base.ordinal, chooser)
             base.drain_stale = set()
             self._order, self._order_of = list(base.drains), dict(base.drain_of)
             for uuid in self._claimed:
@@ -236,14 +238,14 @@ class DrainPass(Pools):
         """A waiting try counts on this GPU draining: later tries of the pass count on others."""
         self._claimed.add(f.uuid)
         self._drains = {}
-        if (entry := self._order_of.pop(f.uuid, None)) is not None and self._order is not None:
-            _drop(self._order, entry)
+        if (gone := self._order_of.pop(f.uuid, None)) is not None and self._order is not None:
+            drop(self._order, gone)
 
     def _reorder(self, f: GpuFacts) -> None:
         """A GPU's facts changed (a placement): its place in this pass's drain order."""
         if self._order is not None and f.uuid not in self._claimed:
             assert self.chooser is not None
-            _place(self._order, self._order_of, f, self.ordinal, self.chooser)
+            place_in_order(self._order, self._order_of, f, self.ordinal, self.chooser)
 
     # -- kept waits ---------------------------------------------------------------------------
     def _keep_wait(
@@ -317,11 +319,12 @@ class DrainPass(Pools):
                 if own + qw * taken <= wait:
                     return False
         need = request.memory.mib + self.settings.reserve_mib
-        order = self._drain_order()
-        early = k.early
-        before = order[: bisect.bisect_left(order, k.drain_at, key=itemgetter(0))]  # drain no later
-        for f in [f for _, _, f in before if early.get(id(f)) is not f]:
-            if f is not drained and self._usable(f, need, request.gpu_model, reserved):
+        order, order_of, early = self._drain_order(), self._order_of, k.early
+        for i in range(len(order)):  # the GPUs that could drain no later, each bounded
+            at, _, f, _ = settle(order, order_of, i, chooser)
+            if at >= k.drain_at:
+                break
+            if early.get(id(f)) is not f and f is not drained and self._usable(f, need, request.gpu_model, reserved):
                 return False  # a GPU not looked at then could drain first
         self._claim(drained)
         kept.reused += 1
@@ -370,31 +373,6 @@ class DrainPass(Pools):
         self._claim(where)
         kept.refused += 1
         return True
-
-
-def _place(
-    order: list[_Drain], where: dict[str, _Drain], f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime
-) -> None:
-    """Put a GPU's (new) facts in a drain order: out with its old entry, in by :func:`_entry`."""
-    if (old := where.pop(f.uuid, None)) is not None:
-        _drop(order, old)
-    if (entry := _entry(f, ordinal, chooser)) is not None:
-        where[f.uuid] = entry
-        bisect.insort(order, entry, key=itemgetter(0, 1))
-
-
-def _entry(f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime) -> _Drain | None:
-    """A GPU's entry in a drain order: by its drain bound, then its place (None: no tenants, or quarantined)."""
-    if (f.tenants or f.joined) and f.state.health is not GpuHealth.QUARANTINED:
-        return (chooser.now + chooser.bound(f), ordinal[f.uuid], f)
-    return None
-
-
-def _drop(order: list[_Drain], entry: _Drain) -> None:
-    """Take an entry out of a drain order (sorted by bound and place), if it is there."""
-    i = bisect.bisect_left(order, (entry[0], entry[1]), key=itemgetter(0, 1))
-    if i < len(order) and order[i][2] is entry[2]:
-        del order[i]
 
 
 __all__ = ["KEPT", "MAX_AGE", "DrainPass", "KeptWait", "KeptWaits"]

@@ -10,6 +10,7 @@ from itertools import compress, islice
 from operator import is_not, itemgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
+from carma_airflow.core.drain_order import Drain
 from carma_airflow.core.facts import NEVER, gpu_facts, model_matches
 from carma_airflow.core.gpu import ClusterView, GpuHealth
 from carma_airflow.core.policies.base import GpuFacts, Policy
@@ -118,8 +119,8 @@ class Pools:
         self._static_counts: dict[Reason, int] | None = None
         # a pricing policy's GPUs with tenants by the earliest they can drain (absolute time): kept
         # from pass to pass with the pools, built by the first pass that needs it (placement_pass)
-        self.drains: list[tuple[float, int, GpuFacts]] | None = None
-        self.drain_of: dict[str, tuple[float, int, GpuFacts]] = {}
+        self.drains: list[Drain] | None = None
+        self.drain_of: dict[str, Drain] = {}
         self.drain_version: object = None
         self.drain_stale: set[str] = set()
         for f in facts:

@@ -28,9 +28,10 @@ order of interference-aware's cheap bound (projected SM activity in bands, then 
 fit) and at most ``candidates`` feasible ones (per GPU asked for) are priced; waiting is priced
 only where it could win (it costs at least the newcomer's run alone and its queue share); the
 drain times that price it are bounded below by the longest work left on each GPU (speeds are at
-most solo), or by the drain itself kept from an earlier pass, in an order the placer keeps from
-pass to pass (:mod:`carma_airflow.core.placement_pass`), so only the GPUs whose bound beats the
-soonest drain found are played forward.  Predicted speeds are memoised per set of (task type,
+most solo; until its speeds are predicted, as if at solo speed since it started), or by the drain
+itself kept from an earlier pass, in an order the placer keeps from pass to pass
+(:mod:`carma_airflow.core.drain_order`), so only the GPUs whose bound beats the soonest drain
+found are played forward.  Predicted speeds are memoised per set of (task type,
 activity) co-tenants, finish times per set of (type, activity, work left to the second).
 
 Which waiting try a freed GPU goes to is the queue's order, and the policy ranks it
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.policies.floor import GainFloor
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
 from carma_airflow.core.policies.priced import Choice, Option
 from carma_airflow.core.task import TaskRequest
@@ -142,9 +144,7 @@ class CompletionTime(Policy):
         self._played_by: Forecast | None = None
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
         self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
-        # the floor's verdicts per GPU facts object and newcomer, from pass to pass (:meth:`floor_refuses`)
-        self._refusals: dict[int, tuple[GpuFacts, object, dict[tuple[str, float], tuple[float, float] | None]]] = {}
-        self._refusals_by: object = None
+        self.floor = GainFloor()  # the opt-in floor on a collocation's gain, its verdicts kept
         self._rank_token: object = None
 
     # -- what the driver tells it ----------------------------------------------------------
@@ -206,7 +206,7 @@ class CompletionTime(Policy):
         return (type(self), flags, self.max_tenants, self.settings.activity_band)
 
     # -- pricing ----------------------------------------------------------------------------
-    def _occupants(self, f: GpuFacts) -> list[Occupant]:
+    def occupants_of(self, f: GpuFacts) -> list[Occupant]:
         got = self._occ.get(id(f))
         if got is None or got[0] is not f:
             got = self._occ[id(f)] = (f, self.forecast.occupants(f, self.now))
@@ -227,7 +227,7 @@ class CompletionTime(Policy):
         extends it by one occupant."""
         got = self._keys.get(id(f))
         if got is None or got[0] is not f:
-            got = self._keys[id(f)] = (f, _key(f.state.spec.name, self._occupants(f)))
+            got = self._keys[id(f)] = (f, _key(f.state.spec.name, self.occupants_of(f)))
         return got[1]
 
     def _base_of(self, f: GpuFacts) -> tuple[float, float]:
@@ -235,7 +235,7 @@ class CompletionTime(Policy):
         the same occupants as its price with the newcomer (this pass)."""
         got = self._base.get(id(f))
         if got is None or got[0] is not f:
-            done = self._play_as(self._play_key(f), f.state.spec.name, self._occupants(f))
+            done = self._play_as(self._play_key(f), f.state.spec.name, self.occupants_of(f))
             got = self._base[id(f)] = (f, sum(done), max(done, default=0.0))
             if len(self._kept) > 20_000:
                 self._kept = {}
@@ -257,7 +257,7 @@ class CompletionTime(Policy):
         key = (*self._play_key(f), (new.kind, new.activity, round(new.work)))
         done = self._played.get(key)
         if done is None:  # :meth:`_play_as`, the occupants listed only where they are played
-            done = self._played[key] = finish_times(self.forecast, f.state.spec.name, [*self._occupants(f), new])
+            done = self._played[key] = finish_times(self.forecast, f.state.spec.name, [*self.occupants_of(f), new])
         base, drain = self._base_of(f)
         return sum(done[:-1]) - base, done[-1], max(done) - drain
 
@@ -269,7 +269,14 @@ class CompletionTime(Policy):
             return kept
         if isinstance(self.forecast, LearnedForecast):  # the same, without building its occupants
             return self.forecast.longest_left(f, self.now)
-        return max((o.work for o in self._occupants(f)), default=0.0)
+        return max((o.work for o in self.occupants_of(f)), default=0.0)
+
+    def quick_bound(self, f: GpuFacts) -> tuple[float, bool]:
+        """(:meth:`bound`, True), or where that would predict speeds not at hand, a lower bound of
+        it that predicts none and False (the drain order's loose entries: core/drain_order.py)."""
+        if isinstance(self.forecast, LearnedForecast) and self._kept_drain(f) is None:
+            return self.forecast.quick_left(f, self.now)
+        return self.bound(f), True
 
     def forecast_version(self) -> object:
         """What the drain bounds kept from pass to pass rest on: the forecast and its version."""
@@ -293,40 +300,8 @@ class CompletionTime(Policy):
         return done + delay, longer
 
     def floor_refuses(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
-        """:meth:`_short`'s answer; with the learned forecast (speeds by GPU model and the
-        occupants' types and activities) kept per facts object and newcomer type and activity
-        while the GPU's rows, the forecast (version, model) and the floor stay."""
-        fc = self.forecast
-        if self.settings.min_gain is None or not isinstance(fc, LearnedForecast):
-            return self._short(f, new)
-        by = self._refusals_by
-        if not (isinstance(by, tuple) and by[0] is fc and by[1] == fc.version and by[2] is fc.model) or (
-            by[3] != self.settings.min_gain or len(self._refusals) > 20_000
-        ):
-            self._refusals, self._refusals_by = {}, (fc, fc.version, fc.model, self.settings.min_gain)
-        rows = fc.rows_of(f)
-        got = self._refusals.get(id(f))
-        if got is None or got[0] is not f or got[1] is not rows:
-            got = self._refusals[id(f)] = (f, rows, {})  # the facts and rows kept alive: their ids stay theirs
-        at = (new.kind, new.activity)
-        if at not in got[2]:
-            got[2][at] = self._short(f, new)
-        return got[2][at]
-
-    def _short(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
-        """(the gain, the floor) where the newcomer would raise ``f``'s summed predicted speed by
-        less than ``min_gain`` (the collocation is refused), else None.  The speeds are the
-        forecast's scoring speeds (cautious where the model is unsure), so an unsure gain must
-        clear the floor at the low end of what is likely."""
-        floor = self.settings.min_gain
-        if floor is None or not self.forecast.timed():
-            return None
-        occ = self._occupants(f)
-        if not occ:
-            return None
-        spec = f.state.spec.name
-        gain = sum(self.forecast.speeds(spec, [*occ, new])) - sum(self.forecast.speeds(spec, occ))
-        return None if gain >= floor else (gain, floor)
+        """(the gain, the floor) where the floor refuses the newcomer on ``f``, else None (:mod:`.floor`)."""
+        return self.floor.refuses(self, f, new)
 
     def choose(
         self,

@@ -198,18 +198,42 @@ class LearnedForecast:
         durations = self.durations
         return (durations, durations.changes, durations.pooled, self._activity_changes)
 
-    def _rows_of(self, facts: GpuFacts) -> tuple[_Rows, Sequence[float]]:
+    def _kept_rows(self, facts: GpuFacts) -> tuple[_Rows, Sequence[float]] | None:
+        """The GPU's rows and speeds where they are kept (for these facts, or for these tenants
+        while what rows are worked out from stays), else None."""
         got = self._rows.get(id(facts))
         if got is not None and got[0] is facts:
             return got[1], got[2]
-        tenants, spec = facts.state.tenants, facts.state.spec.name
-        stamp: tuple[object, ...] | None = None
         if facts.joined is None:
-            stamp = self._stamp()
+            tenants = facts.state.tenants
             kept = self._by_tenants.get(id(tenants))
-            if kept is not None and kept[0] is tenants and kept[1] == spec and kept[2] == stamp:
+            if (
+                kept is not None
+                and kept[0] is tenants
+                and kept[1] == facts.state.spec.name
+                and kept[2] == self._stamp()
+            ):
                 self._keep_rows(facts, kept[3], kept[4])
                 return kept[3], kept[4]
+        return None
+
+    def _rows_of(self, facts: GpuFacts) -> tuple[_Rows, Sequence[float]]:
+        got = self._kept_rows(facts)
+        if got is not None:
+            return got
+        rows = self._bare_rows(facts)
+        occupants = [_occupant(Occupant, (k, a, w, None)) for k, a, w, _ in rows]
+        sp = self.speeds(facts.state.spec.name, occupants) if rows else ()
+        self._keep_rows(facts, rows, sp)
+        if facts.joined is None:
+            tenants, spec, stamp = facts.state.tenants, facts.state.spec.name, self._stamp()
+            if len(self._by_tenants) > 20_000:
+                self._by_tenants = {}
+            self._by_tenants[id(tenants)] = (tenants, spec, stamp, rows, sp)  # the tuple kept alive
+        return rows, sp
+
+    def _bare_rows(self, facts: GpuFacts) -> _Rows:
+        """The GPU's occupants' rows (type, activity, expected work, placed at), no speeds."""
         rows: _Rows = []
         for t in facts.state.tenants:
             kind = task_type(t.label)
@@ -218,14 +242,7 @@ class LearnedForecast:
         for label in facts.joined or ():
             kind = task_type(label)
             rows.append((kind, self._activities.get(kind, self._prior), self._work(kind), None))
-        occupants = [_occupant(Occupant, (k, a, w, None)) for k, a, w, _ in rows]
-        sp = self.speeds(facts.state.spec.name, occupants) if rows else ()
-        self._keep_rows(facts, rows, sp)
-        if stamp is not None:
-            if len(self._by_tenants) > 20_000:
-                self._by_tenants = {}
-            self._by_tenants[id(tenants)] = (tenants, spec, stamp, rows, sp)  # the tuple kept alive
-        return rows, sp
+        return rows
 
     def rows_of(self, facts: GpuFacts) -> object:
         """What a GPU's occupants' types and activities are worked out from (the same object while
@@ -277,6 +294,19 @@ class LearnedForecast:
         if not self.timed():
             return max(w for _, _, w, _ in rows)
         return max(self._works_left(self._plan(rows, sp), now))
+
+    def quick_left(self, facts: GpuFacts, now: float) -> tuple[float, bool]:
+        """:meth:`longest_left` where the GPU's speeds are kept or no speed is needed (True), else
+        a lower bound of it that predicts none (False): each occupant's work left as if it had run
+        at solo speed since it started (no faster is predicted), and at least ``MIN_LEFT`` of its
+        expectation (no row's work left is less; past it a row counts ``MIN_LEFT`` of its age or
+        all of it, at least as much)."""
+        if not self.timed() or self._kept_rows(facts) is not None:
+            return self.longest_left(facts, now), True
+        rows = self._bare_rows(facts)
+        return max(
+            (max(w - (0.0 if p is None else max(0.0, now - p)), MIN_LEFT * w) for _, _, w, p in rows), default=0.0
+        ), False
 
     def _left(self, kind: str, expected: float, done: float) -> float:
         """Solo seconds left of a try that did ``done`` of an expected ``expected``.  Past its own

@@ -1,0 +1,125 @@
+"""The drain order's loose bounds (core/drain_order.py): a pass whose drain order starts from
+bounds that predict no speed decides exactly as one whose every bound is worked out at once, over
+several passes with time moving on, tries ending, model hand-overs and the floor; and a loose
+bound is never more than the bound it stands for."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+from helpers import busy_gpu, view
+from test_deep_queue_paths import _gpus, _request
+
+from carma_airflow.core import Backfill, Placer, SchedulingCycle
+from carma_airflow.core.drain_order import Drain, settle
+from carma_airflow.core.interference import InterferenceModel
+from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
+from carma_airflow.core.policies.forecast import LearnedForecast
+from carma_airflow.core.reservations import Reservations
+
+KINDS = 6
+
+
+def _cycle(runs: list[float], floor: float | None) -> SchedulingCycle:
+    policy = CompletionTime(settings=CompletionSettings(min_gain=floor))
+    for j, seconds in enumerate(runs[:-1]):  # the last kind never measured: it borrows the median
+        policy.learn_duration(f"kind{j}", seconds)
+    return SchedulingCycle(
+        Placer(policy), Backfill(aging_s=60.0, starvation_s=150.0), reservations=Reservations(seen_after_s=30.0)
+    )
+
+
+def _policy(cycle: SchedulingCycle) -> CompletionTime:
+    policy = cycle.placer.policy
+    assert isinstance(policy, CompletionTime)
+    return policy
+
+
+def _loose(cycle: SchedulingCycle) -> int:
+    """Entries of the drain order the placer keeps that still hold a loose bound."""
+    cache = cycle.placer._cache
+    drains = cache.pools.drains if cache is not None else None
+    return sum(1 for e in drains or () if e[3] is not None)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("floor", [None, 0.3])
+def test_a_pass_from_loose_bounds_decides_as_one_with_every_bound_at_once(
+    seed: int, floor: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed * 13 + (floor is None))
+    runs = [rng.uniform(60.0, 4_000.0) for _ in range(KINDS)]
+    lazy, eager = _cycle(runs, floor), _cycle(runs, floor)
+    every = _policy(eager)
+    monkeypatch.setattr(every, "quick_bound", lambda f: (every.bound(f), True))  # no loose bound
+    monitor = _gpus(rng, rng.randint(8, 24))
+    now, k, loose, waited = 1_000.0, 0, 0, 0
+    for step in range(14):
+        for _ in range(rng.randint(0, 30)):
+            r = _request(rng, k, now)
+            r = replace(r, label=f"kind{rng.randrange(KINDS)}[{k}]")
+            k += 1
+            lazy.submit(r, now)
+            eager.submit(r, now)
+        if step in (5, 10):  # a hand-over: every GPU is predicted afresh
+            for c in (lazy, eager):
+                _policy(c).use_model(InterferenceModel())
+        explain = rng.random() < 0.5
+        a = lazy.run(now, monitor, waiting_decisions=explain)
+        b = eager.run(now, monitor, waiting_decisions=explain)
+        assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
+        assert [(n.request.key, n.decision) for n in a.never_fits] == [
+            (n.request.key, n.decision) for n in b.never_fits
+        ]
+        assert a.reserved_for == b.reserved_for
+        assert dict(a.waiting) == dict(b.waiting)
+        loose += _loose(lazy)
+        assert _loose(eager) == 0
+        waited += sum(1 for d in a.waiting.values() if "waiting for" in d.summary)
+        running = sorted(r.key for r in lazy.reservations)
+        for key in rng.sample(running, k=min(len(running), rng.randint(0, 5))):
+            lazy.release(key)
+            eager.release(key)
+        now += rng.choice((0.0, 5.0, 31.0, 200.0, 900.0))
+    assert waited > 0  # waiting was priced: the drain order was walked
+    assert loose > 0  # and some GPU was never bounded: its speeds never predicted
+
+
+def test_a_loose_bound_is_at_most_the_bound() -> None:
+    gpus = [busy_gpu(i, 10_000, tenants=i + 1, placed_at=-300.0 * (i + 1)) for i in range(4)]
+    facts = Placer(CompletionTime()).facts(view(*gpus))
+    untimed = LearnedForecast()
+    assert all(untimed.quick_left(f, 0.0) == (untimed.longest_left(f, 0.0), True) for f in facts)  # no speed
+    for now in (0.0, 250.0, 500.0, 2_000.0, 50_000.0):  # before, near and long past the run times
+        fc = LearnedForecast()
+        for kind, seconds in (("tenant0-0", 400.0), ("tenant1-1", 800.0), ("tenant2-2", 1_200.0)):
+            fc.learn_duration(kind, seconds)  # the other tenants' types borrow the median
+        for f in facts:
+            loose, exact = fc.quick_left(f, now)
+            assert not exact  # nothing predicted yet for these tenants
+            assert loose <= fc.longest_left(f, now)
+            assert fc.quick_left(f, now) == (fc.longest_left(f, now), True)  # now at hand: the bound
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_settling_each_entry_walks_the_gpus_in_the_order_their_bounds_sort(seed: int) -> None:
+    rng = random.Random(seed)
+    bounds = {f"GPU-{i}": float(rng.choice((10, 20, 20, 35, 50))) for i in range(40)}  # ties, by place
+    facts = {uuid: cast(GpuFacts, SimpleNamespace(uuid=uuid)) for uuid in bounds}
+    chooser = cast(
+        CompletionTime, SimpleNamespace(now=0.0, learned=SimpleNamespace(longest_left=lambda f, at: bounds[f.uuid]))
+    )
+    order: list[Drain] = []
+    for place, (uuid, b) in enumerate(bounds.items()):  # some exact, the others loose by up to 40
+        loose = rng.random() < 0.7
+        order.append((b - rng.uniform(0.0, 40.0) if loose else b, place, facts[uuid], 0.0 if loose else None))
+    order.sort(key=lambda e: (e[0], e[1]))
+    where = {e[2].uuid: e for e in order}
+    walked = [settle(order, where, k, chooser)[:2] for k in range(len(order))]
+    assert walked == sorted((b, place) for place, b in enumerate(bounds.values()))
+    assert all(e[3] is None and where[e[2].uuid] is e for e in order)
