@@ -21,6 +21,7 @@ from carma_airflow.core import (
     TaskRequest,
     make_policy,
 )
+from carma_airflow.core.cycle import CycleResult
 from carma_airflow.core.queueing import QueueDiscipline
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.waitlist import WaitList
@@ -88,6 +89,14 @@ def _submit_random(rng: random.Random, k: int, now: float, *cycles: SchedulingCy
     return k
 
 
+def assert_same_pass(a: CycleResult, b: CycleResult) -> None:
+    """Two passes placed, refused and explained every try alike."""
+    assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
+    assert [(n.request.key, n.decision) for n in a.never_fits] == [(n.request.key, n.decision) for n in b.never_fits]
+    assert a.reserved_for == b.reserved_for
+    assert dict(a.waiting) == dict(b.waiting)
+
+
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fifo", [False, True])
@@ -139,12 +148,7 @@ def test_a_grouped_pass_gives_each_waiting_try_the_decision_the_plain_pass_gives
         limit = rng.choice((1, 3, 8, 20)) if limited else None
         a = plain.run(now, monitor, limit=limit)
         b = grouped.run(now, monitor, limit=limit)
-        assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
-        assert [(n.request.key, n.decision) for n in a.never_fits] == [
-            (n.request.key, n.decision) for n in b.never_fits
-        ]
-        assert a.reserved_for == b.reserved_for
-        assert dict(a.waiting) == dict(b.waiting)
+        assert_same_pass(a, b)
         explained += len(b.waiting)
         cut += len(b.waiting) < len(grouped)  # some waiting tries were past the limit
         running = sorted(r.key for r in plain.reservations)

@@ -12,7 +12,7 @@ from typing import cast
 
 import pytest
 from helpers import busy_gpu, view
-from test_deep_queue_paths import _gpus, _request
+from test_deep_queue_paths import _gpus, _request, assert_same_pass
 
 from carma_airflow.core import Backfill, Placer, SchedulingCycle
 from carma_airflow.core.drain_order import Drain, settle
@@ -72,12 +72,7 @@ def test_a_pass_from_loose_bounds_decides_as_one_with_every_bound_at_once(
         explain = rng.random() < 0.5
         a = lazy.run(now, monitor, waiting_decisions=explain)
         b = eager.run(now, monitor, waiting_decisions=explain)
-        assert [(p.request.key, p.decision) for p in a.placed] == [(p.request.key, p.decision) for p in b.placed]
-        assert [(n.request.key, n.decision) for n in a.never_fits] == [
-            (n.request.key, n.decision) for n in b.never_fits
-        ]
-        assert a.reserved_for == b.reserved_for
-        assert dict(a.waiting) == dict(b.waiting)
+        assert_same_pass(a, b)
         loose += _loose(lazy)
         assert _loose(eager) == 0
         waited += sum(1 for d in a.waiting.values() if "waiting for" in d.summary)
