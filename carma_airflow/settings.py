@@ -26,6 +26,7 @@ def _airflow_home() -> str:
 
 
 _ENV = "AIRFLOW__CARMA__"
+FLOORED_POLICIES = ("completion-time", "predictive")  # the policies ``min_gain`` sets the floor of
 
 
 def _expand(value: str) -> str:
@@ -81,6 +82,26 @@ class CarmaSettings:
     checkpoint_root: str = ""
     checkpoint_keep: bool = False
     telemetry_retention: str = "7d"
+    min_gain: str = ""
+
+    @property
+    def min_gain_value(self) -> float | None:
+        """``min_gain`` as a number; None: empty (the policy's own floor)."""
+        text = self.min_gain.strip()
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(
+                f"[carma] min_gain = {self.min_gain!r} is not a number; e.g. min_gain = 0.3 (empty: the policy's own)"
+            ) from None
+        if not -1.0 <= value <= 1.0:
+            raise ConfigError(
+                f"[carma] min_gain = {self.min_gain!r} is out of range: a gain in summed speed (solo = 1.0 per "
+                "task) between -1 and 1, e.g. min_gain = 0.3"
+            )
+        return value
 
     @property
     def telemetry_retention_s(self) -> float | None:
@@ -164,7 +185,12 @@ class CarmaSettings:
             raise ConfigError(f"[carma] gpu_backend = {self.gpu_backend!r}; use nvml or simulated")
         if self.gpu_backend == "simulated":
             parse_gpu_list(self.simulated_gpus)
-        make_policy(self.policy)
+        policy = make_policy(self.policy)
+        if self.min_gain_value is not None and policy.name not in FLOORED_POLICIES:
+            raise ConfigError(
+                f"[carma] min_gain = {self.min_gain!r} applies to the {' and '.join(FLOORED_POLICIES)} policies; "
+                f"policy = {self.policy} has no floor: remove min_gain or set policy = completion-time"
+            )
         make_queue(self.queue)
         make_estimator(self.estimator)
         if self.dispatch not in ("local", "celery"):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.estimators import MemoryEstimator, make_estimator
 from carma_airflow.core.placer import Placer
-from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies import Policy, make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.policies.predictive import Predictive
@@ -99,11 +99,8 @@ def build_parts(
             monitor = cluster_monitor
             stack.callback(monitor.stop)
     assert monitor is not None  # this host's, the cluster's, or the caller's
-    policy = make_policy(settings.policy)
-    if isinstance(policy, (InterferenceAware, CompletionTime, Predictive)):  # the policies that cap tenants
-        policy.max_tenants = settings.max_tenants
     placer = Placer(
-        policy,
+        configured_policy(settings),
         PlacementSettings(
             reserve_mib=settings.reserve_mib,
             headroom_mib=settings.headroom_mib,
@@ -130,6 +127,17 @@ def build_parts(
         ),
         ledger_path=ledger_path,
     )
+
+
+def configured_policy(settings: CarmaSettings) -> Policy:
+    """The ``[carma]`` policy with what its options set: the tenant cap and the floor."""
+    policy = make_policy(settings.policy)
+    if isinstance(policy, (InterferenceAware, CompletionTime, Predictive)):  # the policies that cap tenants
+        policy.max_tenants = settings.max_tenants
+    floor = settings.min_gain_value  # validated: set only for a policy with a floor
+    if floor is not None and isinstance(policy, (CompletionTime, Predictive)):
+        policy.settings = replace(policy.settings, min_gain=floor)  # each policy its own settings type
+    return policy
 
 
 def _largest_request_mib(monitor: GpuSource, settings: CarmaSettings) -> int | None:

@@ -105,3 +105,28 @@ def test_the_clis_settings_are_airflows_without_importing_airflow(tmp_path: Path
     assert got["light"]["policy"] == "most-free-memory" and got["light"]["host"] == "gpu-from-env"
     assert got["light"]["state_dir"] == str(Path.home() / "carma-state") and got["light"]["max_tenants"] == 3
     assert got["imported"] is indirect  # Airflow only where it must do more than read
+
+
+def test_min_gain_sets_the_floor_of_the_policies_that_have_one(tmp_path: Path) -> None:
+    from carma_airflow.core.policies.completion_time import CompletionTime
+    from carma_airflow.core.policies.predictive import Predictive
+    from carma_airflow.executor.parts import configured_policy
+
+    def settings(**values: str) -> CarmaSettings:
+        return CarmaSettings.load(values.get, str(tmp_path))
+
+    default = configured_policy(settings())
+    assert isinstance(default, CompletionTime) and default.settings.min_gain is None  # no floor unless asked
+    floored = configured_policy(settings(min_gain=" 0.3 ", max_tenants="2"))
+    assert isinstance(floored, CompletionTime)
+    assert floored.settings.min_gain == 0.3 and floored.max_tenants == 2
+    assert floored.settings.caution == default.settings.caution  # the policy's other knobs stay
+    predictive = configured_policy(settings(policy="predictive", min_gain="0.1"))
+    assert isinstance(predictive, Predictive) and predictive.settings.min_gain == 0.1
+    assert configured_policy(settings(policy="predictive")).settings.min_gain == 0.25  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"min_gain = 'a lot' is not a number; e\.g\. min_gain = 0\.3"):
+        settings(min_gain="a lot")
+    with pytest.raises(ConfigError, match=r"min_gain = '1\.5' is out of range"):
+        settings(min_gain="1.5")
+    with pytest.raises(ConfigError, match=r"policy = most-free-memory has no floor: remove min_gain or set"):
+        settings(policy="most-free-memory", min_gain="0.3")
