@@ -9,12 +9,15 @@ hand-over, paid that for a thousand GPUs, while a drain walk plays forward only 
 bound beats the soonest drain it found.
 
 So an entry may carry a looser bound that predicts nothing (``quick_bound``: the work left as if
-every tenant had run at solo speed, no faster being predicted).  A walk settles each entry it
-comes to (:func:`settle`): a loose one gets its bound and moves to its place, which is no earlier
-(the loose bound is at most the bound, and places are unique), and the walk looks at the same
-index again.  The bound it gets is the one the entry's time would have given (the order is kept
-from pass to pass), so every walk meets the GPUs in the order, and stops where, it did with every
-bound worked out at once; only the GPUs no walk comes to keep their loose bounds.
+every tenant had run at solo speed since it started, no faster being predicted).  A walk settles
+the loose entry of each GPU it could use as it comes to it (:func:`settle`): the entry gets its
+bound and moves to its place, which is no earlier (the loose bound is at most the bound, and
+places are unique), and the walk looks at the same index again.  The bound it gets is the one the
+entry's time would have given (the order is kept from pass to pass).  A GPU the walk cannot use
+is passed over as it is, and a walk stops at the first entry, loose or not, whose bound does not
+beat the soonest drain found (no later one's bound is lower).  So every walk meets the GPUs it can
+use in the order, and stops after the same ones, as with every bound worked out at once; only
+the GPUs no walk could use or came to keep their loose bounds.
 """
 
 from __future__ import annotations
@@ -44,18 +47,15 @@ def entry(f: GpuFacts, ordinal: dict[str, int], chooser: CompletionTime) -> Drai
     return None
 
 
-def settle(order: list[Drain], where: dict[str, Drain], k: int, chooser: CompletionTime) -> Drain:
-    """The order's ``k``-th entry, with its exact bound: loose ones at ``k`` are bounded and moved
-    to their places (``where`` follows) until the entry there is exact."""
-    got = order[k]
-    while (made := got[3]) is not None:
-        f = got[2]
-        exact = (made + chooser.learned.longest_left(f, made), got[1], f, None)  # as the bound was then
-        del order[k]
-        bisect.insort(order, exact, lo=k, key=_KEY)
-        where[f.uuid] = exact
-        got = order[k]
-    return got
+def settle(order: list[Drain], where: dict[str, Drain], k: int, chooser: CompletionTime) -> None:
+    """Bound the loose entry at ``k`` as its time would have bounded it and move it to its place,
+    no earlier (``where`` follows): a walk then looks at ``k`` again."""
+    _, place, f, made = order[k]
+    assert made is not None, "settle a loose entry"
+    exact = (made + chooser.learned.longest_left(f, made), place, f, None)  # as the bound was then
+    del order[k]
+    bisect.insort(order, exact, lo=k, key=_KEY)
+    where[f.uuid] = exact
 
 
 def place(

@@ -131,9 +131,9 @@ class DrainPass(Pools):
         per_host: dict[str, list[tuple[float, int, GpuFacts]]] = {}
         now = chooser.now
         claimed, drained = self._claimed, chooser.drained
-        order, order_of = self._drain_order(), self._order_of
-        for k in range(len(order)):
-            at, place, f, _ = settle(order, order_of, k, chooser)
+        order, order_of, k = self._drain_order(), self._order_of, 0
+        while k < len(order):
+            at, place, f, made = order[k]
             if at - now >= best:  # every GPU after this one drains later still
                 break
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
@@ -143,7 +143,12 @@ class DrainPass(Pools):
                 or (reserved and st.uuid in reserved)
                 or st.uuid in claimed
             ):
+                k += 1
                 continue
+            if made is not None:  # a loose bound: the GPU to its place, and look at this place again
+                settle(order, order_of, k, chooser)
+                continue
+            k += 1
             seen[id(f)] = f
             drain = drained(f)
             group = per_host.setdefault(f.state.host, [])
@@ -181,19 +186,24 @@ class DrainPass(Pools):
             heapq.heappop(ranked)
         # the soonest drain played, the first played of equal ones (places in the walk are unique)
         best, where = (ranked[0][0], ranked[0][2]) if ranked else (float("inf"), None)
-        order_of = self._order_of
-        for k in range(start, len(order)):
-            at, place, f, _ = settle(order, order_of, k, chooser)
+        order_of, k = self._order_of, start
+        while k < len(order):
+            at, place, f, made = order[k]
             if at - now >= best:  # every GPU after this one drains later still
                 break
-            scan.last = (at, place)
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
-            if (
+            usable = not (
                 st.spec.memory_mib < need
                 or (wanted is not None and not model_matches(st.spec.name, wanted))
                 or (reserved and st.uuid in reserved)
                 or st.uuid in claimed
-            ):
+            )
+            if usable and made is not None:  # a loose bound: the GPU to its place, this place again
+                settle(order, order_of, k, chooser)
+                continue
+            scan.last = (at, place)
+            k += 1
+            if not usable:
                 continue
             seen[id(f)] = f
             by_uuid[st.uuid] = f
@@ -319,12 +329,16 @@ class DrainPass(Pools):
                 if own + qw * taken <= wait:
                     return False
         need = request.memory.mib + self.settings.reserve_mib
-        order, order_of, early = self._drain_order(), self._order_of, k.early
-        for i in range(len(order)):  # the GPUs that could drain no later, each bounded
-            at, _, f, _ = settle(order, order_of, i, chooser)
+        order, order_of, early, i = self._drain_order(), self._order_of, k.early, 0
+        while i < len(order):  # the GPUs that could drain no later
+            at, _, f, made = order[i]
             if at >= k.drain_at:
                 break
-            if early.get(id(f)) is not f and f is not drained and self._usable(f, need, request.gpu_model, reserved):
+            if early.get(id(f)) is f or f is drained or not self._usable(f, need, request.gpu_model, reserved):
+                i += 1
+            elif made is not None:  # a loose bound: the GPU to its place, this place again
+                settle(order, order_of, i, chooser)
+            else:
                 return False  # a GPU not looked at then could drain first
         self._claim(drained)
         kept.reused += 1
