@@ -35,14 +35,12 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from carma_airflow.core import parse_gpu_list
-from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.sim import Arrival, SimConfig, SimResult, Simulation, load_catalog, packaged, synthetic_trace
 
 GPUS = 256
@@ -84,13 +82,8 @@ def digest(result: SimResult) -> str:
 def run(tasks: int, min_gain: float | None = None) -> dict[str, Any]:
     """One run; ``min_gain``: completion-time's opt-in floor (``CompletionSettings.min_gain``)."""
     arrivals = deep_trace(tasks)
-    config = SimConfig(gpus=tuple(parse_gpu_list(f"{GPUS}x{GPU_MODEL}")))
+    config = SimConfig(gpus=tuple(parse_gpu_list(f"{GPUS}x{GPU_MODEL}")), min_gain=min_gain)
     sim = Simulation(config)
-    pol = sim.placer.policy
-    if min_gain is not None:
-        if not isinstance(pol, CompletionTime):
-            raise ValueError("--min-gain needs the completion-time policy")
-        pol.settings = replace(pol.settings, min_gain=min_gain)
     gc.collect()
     t0, c0 = time.perf_counter(), time.process_time()
     result = sim.run(arrivals)

@@ -17,6 +17,7 @@ from typing import Any
 
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import DEFAULT_CAP_RULE
+from carma_airflow.core.policies.floor import FLOORED_POLICIES
 from carma_airflow.options import OPTIONS, parse_value
 from carma_airflow.store.url import default_url
 
@@ -26,7 +27,6 @@ def _airflow_home() -> str:
 
 
 _ENV = "AIRFLOW__CARMA__"
-FLOORED_POLICIES = ("completion-time", "predictive")  # the policies ``min_gain`` sets the floor of
 
 
 def _expand(value: str) -> str:

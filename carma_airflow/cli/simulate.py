@@ -17,6 +17,7 @@ from carma_airflow.core.errors import ConfigError, WorkloadError
 from carma_airflow.core.estimators import DEFAULT_ESTIMATOR, make_estimator
 from carma_airflow.core.gpu import parse_gpu_list
 from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_names
+from carma_airflow.core.policies.floor import FLOORED_POLICIES
 from carma_airflow.core.queueing import DEFAULT_QUEUE, make_queue
 from carma_airflow.core.sharing import SharingModel
 from carma_airflow.sim.compare import DEFAULT_COMPARISON, compare
@@ -102,6 +103,14 @@ CapRuleOpt = Annotated[
         "default: the executor's",
     ),
 ]
+MinGainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--min-gain",
+        help="as the executor's min_gain setting: a collocation must raise its GPU's summed predicted speed "
+        "(solo = 1.0 per task) by this much (completion-time, predictive; default: the policy's own)",
+    ),
+]
 CheckpointOpt = Annotated[
     str,
     typer.Option(
@@ -150,6 +159,21 @@ def _truth_number(option: str, text: str | None, default: float) -> float:
     if not math.isfinite(value) or value < 0:
         fail(f"{option} must be a finite number >= 0, got {text!r}")
     return value
+
+
+def _with_floor(cfg: SimConfig, text: str | None) -> SimConfig:
+    """``--min-gain``: the floor of completion-time or predictive, a gain in summed speed in -1..1."""
+    if text is None:
+        return cfg
+    try:
+        value = float(text)
+    except ValueError:
+        fail(f"--min-gain must be a number between -1 and 1 (a gain in summed speed), got {text!r}")
+    if not -1.0 <= value <= 1.0:
+        fail(f"--min-gain must be a number between -1 and 1 (a gain in summed speed), got {text!r}")
+    if make_policy(cfg.policy).name not in FLOORED_POLICIES:
+        fail(f"--min-gain applies to the {' and '.join(FLOORED_POLICIES)} policies, not {cfg.policy!r}")
+    return replace(cfg, min_gain=value)
 
 
 def _with_warm_runs(cfg: SimConfig, text: str) -> SimConfig:
@@ -217,10 +241,12 @@ def simulate_cmd(
     isolation: IsolationOpt = "auto",
     cap_rule: CapRuleOpt = None,
     checkpoint_every: CheckpointOpt = "0",
+    min_gain: MinGainOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
     cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale, truth)
+    cfg = _with_floor(cfg, min_gain)
     cfg = _with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
     cfg = _with_warm_runs(cfg, warm_runs)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)

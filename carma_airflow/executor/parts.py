@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +17,7 @@ from carma_airflow.core.estimators import MemoryEstimator, make_estimator
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import Policy, make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.floor import set_floor
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import Backfill, QueueDiscipline, make_queue
@@ -135,8 +136,8 @@ def configured_policy(settings: CarmaSettings) -> Policy:
     if isinstance(policy, (InterferenceAware, CompletionTime, Predictive)):  # the policies that cap tenants
         policy.max_tenants = settings.max_tenants
     floor = settings.min_gain_value  # validated: set only for a policy with a floor
-    if floor is not None and isinstance(policy, (CompletionTime, Predictive)):
-        policy.settings = replace(policy.settings, min_gain=floor)  # each policy its own settings type
+    if floor is not None:
+        set_floor(policy, floor)
     return policy
 
 

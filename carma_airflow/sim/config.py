@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from carma_airflow.core.gpu import GpuSpec
-from carma_airflow.core.policies.predictive import PredictiveSettings
+from carma_airflow.core.policies import Policy, make_policy
+from carma_airflow.core.policies.floor import set_floor
+from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.recovery import RecoverySettings
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import SharingModel
@@ -29,6 +31,7 @@ class SimConfig:
     progress_reports: bool = True  # tries report their progress: interference seen within one try
     seed: int = 0  # of the telemetry noise
     predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
+    min_gain: float | None = None  # the floor of completion-time or predictive (None: the policy's own)
     # earlier replays of the same trace whose ended tries' peaks the store holds when this run
     # starts (a DAG that runs every day); only with a history estimator, memory only
     warm_runs: int = 0
@@ -43,6 +46,15 @@ class SimConfig:
     # a job's tries save a checkpoint every this many seconds of running (0: never): a try that
     # crashes resumes its job from the last one instead of from zero
     checkpoint_every_s: float = 0.0
+
+    def built_policy(self) -> Policy:
+        """The policy this run replays, with its knobs (the predictive policy's, the floor)."""
+        policy = make_policy(self.policy)
+        if isinstance(policy, Predictive) and self.predictive is not None:
+            policy = Predictive(settings=self.predictive)
+        if self.min_gain is not None:
+            set_floor(policy, self.min_gain)
+        return policy
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:

@@ -36,7 +36,6 @@ from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
-from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import make_queue
@@ -62,9 +61,7 @@ FULL_COLLECTIONS_EVERY = 1000
 class Simulation:
     def __init__(self, config: SimConfig, peaks: LearnedPeaks | None = None) -> None:
         self.cfg = config
-        policy = make_policy(config.policy)
-        if isinstance(policy, Predictive) and config.predictive is not None:
-            policy = Predictive(settings=config.predictive)
+        policy = config.built_policy()
         self.fence = sim_fence(config)  # the host's mechanism and cap rule, resolved as the executor does
         # each request carries what the run's fence promises it for life (FenceModel.kept_margin_mib)
         self.kept_margin_mib = self.fence.model.kept_margin_mib(config.settings.headroom_mib)
@@ -354,7 +351,8 @@ class Simulation:
         self.now = start + makespan
         self.board.advance(self.gpus, self.now)
         return build_result(
-            policy=self.placer.policy.name,
+            policy=self.placer.policy.name
+            + ("" if self.cfg.min_gain is None else f" (min_gain {self.cfg.min_gain:g})"),
             estimator=self.estimator.name,
             queue=self.queue.name,
             recovery=self.cfg.recovery_mode(),

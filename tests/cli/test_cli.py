@@ -124,6 +124,9 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["simulate", "--estimator", "history", "--warm-runs", "two"], "--warm-runs must be a whole number"),
         (["simulate", "--warm-runs", "1"], "--warm-runs needs an estimator that learns memory"),
         (["simulate", "--truth", "gaussian"], "--truth: truth 'gaussian': one of sharing"),
+        (["simulate", "--min-gain", "1.5"], "--min-gain must be a number between -1 and 1"),
+        (["simulate", "--min-gain", "some"], "--min-gain must be a number between -1 and 1"),
+        (["simulate", "--policy", "exclusive", "--min-gain", "0.3"], "--min-gain applies to the completion-time"),
         (["compare", "--truth", "types:x"], "--truth: truth 'types:x'"),
         (["simulate", "--truth", "pairs:/no/such/pairs.csv"], "--truth: "),
     ],
@@ -177,6 +180,18 @@ def test_warm_runs_fill_the_learned_memory_first() -> None:
 
     assert ooms() >= 1  # maskrcnn's first try: GPUMemNet's 8,000 MiB
     assert ooms("--warm-runs", "1") == 0  # its peak learned the day before
+
+
+def test_a_simulation_replays_the_floor_the_executor_would_set() -> None:
+    def summary(*extra: str) -> dict[str, object]:
+        code, out, err = run("simulate", "--trace", "t1", "--interference-beta", "0.5", "--json", *extra)
+        assert code == 0, err
+        return dict(json.loads(out))
+
+    plain, floored = summary(), summary("--min-gain", "0.3")
+    assert plain["policy"] == "completion-time" and floored["policy"] == "completion-time (min_gain 0.3)"
+    assert floored["completed"] == plain["completed"] == 60
+    assert floored["mean_jct_s"] != plain["mean_jct_s"]  # collocations refused: another schedule
 
 
 def test_malformed_and_inconsistent_files(tmp_path: Path) -> None:

@@ -11,15 +11,28 @@ model) and the floor stay.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.forecast import LearnedForecast, Occupant
 
 if TYPE_CHECKING:
     from carma_airflow.core.policies.completion_time import CompletionTime
 
 Refusal = tuple[float, float] | None  # (the gain, the floor) of a refused collocation; None: not refused
+FLOORED_POLICIES = ("completion-time", "predictive")  # the policies with a ``min_gain`` floor
+
+
+def set_floor(policy: Policy, floor: float) -> None:
+    """Set the ``min_gain`` of a policy with a floor (a deployment's ``[carma] min_gain``, a
+    simulation's ``--min-gain``); ValueError for a policy without one."""
+    settings = getattr(policy, "settings", None)
+    if policy.name not in FLOORED_POLICIES or settings is None:
+        raise ValueError(
+            f"min_gain applies to the {' and '.join(FLOORED_POLICIES)} policies; {policy.name} has no floor"
+        )
+    policy.settings = replace(settings, min_gain=floor)  # type: ignore[attr-defined]  # each policy's own settings
 
 
 class GainFloor:
@@ -63,4 +76,4 @@ def short(policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
     return None if gain >= floor else (gain, floor)
 
 
-__all__ = ["GainFloor", "Refusal", "short"]
+__all__ = ["FLOORED_POLICIES", "GainFloor", "Refusal", "set_floor", "short"]
