@@ -52,7 +52,7 @@ def settle(order: list[Drain], where: dict[str, Drain], k: int, chooser: Complet
     no earlier (``where`` follows): a walk then looks at ``k`` again."""
     _, place, f, made = order[k]
     assert made is not None, "settle a loose entry"
-    exact = (made + chooser.learned.longest_left(f, made), place, f, None)  # as the bound was then
+    exact = (made + chooser.settled_bound(f, made), place, f, None)
     del order[k]
     bisect.insort(order, exact, lo=k, key=_KEY)
     where[f.uuid] = exact

@@ -134,9 +134,7 @@ def test_settling_each_entry_met_walks_the_gpus_in_the_order_their_bounds_sort(s
     rng = random.Random(seed)
     bounds = {f"GPU-{i}": float(rng.choice((10, 20, 20, 35, 50))) for i in range(40)}  # ties, by place
     facts = {uuid: cast(GpuFacts, SimpleNamespace(uuid=uuid)) for uuid in bounds}
-    chooser = cast(
-        CompletionTime, SimpleNamespace(now=0.0, learned=SimpleNamespace(longest_left=lambda f, at: bounds[f.uuid]))
-    )
+    chooser = cast(CompletionTime, SimpleNamespace(now=0.0, settled_bound=lambda f, at: bounds[f.uuid]))
     order: list[Drain] = []
     for place, (uuid, b) in enumerate(bounds.items()):  # some exact, the others loose by up to 40
         loose = rng.random() < 0.7

@@ -278,6 +278,11 @@ class CompletionTime(Policy):
             return self.forecast.quick_left(f, self.now)
         return self.bound(f), True
 
+    def settled_bound(self, f: GpuFacts, at: float) -> float:
+        """The bound a loose one taken at ``at`` stands for: :meth:`bound` as it was then."""
+        assert isinstance(self.forecast, LearnedForecast)  # the only forecast with loose bounds
+        return self.forecast.longest_left(f, at)
+
     def forecast_version(self) -> object:
         """What the drain bounds kept from pass to pass rest on: the forecast and its version."""
         return (id(self.forecast), getattr(self.forecast, "version", 0))

@@ -303,13 +303,10 @@ class LearnedForecast:
         all of it, at least as much)."""
         if not self.timed() or self._kept_rows(facts) is not None:
             return self.longest_left(facts, now), True
-        least, work = 0.0, self._work  # :meth:`_bare_rows`' works, written out: a pass bounds every GPU
-        for t in facts.state.tenants:
-            w = work(task_type(t.label))
-            least = max(least, w - max(0.0, now - t.placed_at), MIN_LEFT * w)
-        for label in facts.joined or ():
-            least = max(least, work(task_type(label)))
-        return least, False
+        rows = self._bare_rows(facts)
+        return max(
+            (max(w - (0.0 if p is None else max(0.0, now - p)), MIN_LEFT * w) for _, _, w, p in rows), default=0.0
+        ), False
 
     def _left(self, kind: str, expected: float, done: float) -> float:
         """Solo seconds left of a try that did ``done`` of an expected ``expected``.  Past its own
