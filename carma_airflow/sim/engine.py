@@ -132,8 +132,6 @@ class Simulation:
             self.board.truth = make_truth(self.cfg.truth, self.cfg.sharing, [a.task.name for a in arrivals])
         if self.cfg.warm_runs:
             self.peaks = warm_peaks(self.cfg, arrivals)
-        if any(a.grows_to_mib is not None for a in arrivals):  # a hand-built trace's own growth
-            self.cycle.recovery = bounded_recovery(self.cfg, grows=True)
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
             self.jobs[a.job_id] = JobRecord(a)

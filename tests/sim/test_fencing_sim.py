@@ -15,7 +15,7 @@ from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import CapRule, IsolationMode
 from carma_airflow.sim import SimConfig, load_catalog, packaged, simulate, synthetic_trace
-from carma_airflow.sim.fencing import allocate, growth_of, next_allocator, sim_fence
+from carma_airflow.sim.fencing import allocate, bounded_recovery, growth_of, next_allocator, sim_fence
 
 _register()  # the commands load lazily
 
@@ -135,3 +135,20 @@ def test_the_default_is_the_executors_auto_on_a_framework_host_and_the_result_sa
     out = CliRunner().invoke(app, ["simulate", "--trace", "t1", "--host", "driver", "--cap-rule", "LIVE", "--json"])
     got = json.loads(out.output)
     assert (got["mechanism"], got["cap_rule"]) == ("driver", "live")
+
+
+def test_an_oom_retry_is_bounded_by_the_largest_gpu_as_the_executor_bounds_it() -> None:
+    # GPUMemNet puts maskrcnn at 8,000 MiB against a true 28,606: placed beside others on a
+    # V100-32GB it crashes where the GPU was full, and 1.25x that asks more than the GPU has.
+    # Unbounded, that retry never fit and the task was lost (two in this trace); bounded, as the
+    # executor bounds it, the retry asks the most a GPU offers with a GPU to itself.
+    config = SimConfig(gpus=tuple(parse_gpu_list("8xV100-32GB")), estimator="history+gpumemnet")
+    s = config.settings
+    bound = bounded_recovery(config).max_request_mib
+    assert bound is not None and bound <= 32768 - s.reserve_mib - s.headroom_mib
+    catalog = load_catalog(packaged("task_catalog.csv"))
+    result = simulate(config, synthetic_trace(catalog, 120, gpus=8, load=2.0, seed=103))
+    summary = result.summary()
+    assert summary["lost"] == 0 and summary["oom_crashes"] >= 2
+    retried = [t for t in result.tasks if t.task == "maskrcnn" and t.oom_crashes > 0]
+    assert retried and all(t.outcome == "success" for t in retried)
