@@ -117,6 +117,7 @@ def run(
     truth: str,
     arrivals: list[Arrival],
     min_observations: int = MIN_OBSERVATIONS,
+    gpus: str = GPUS,
 ) -> tuple[float, float, int, list[float]]:
     """(mean JCT, makespan, tasks lost, each try's wait).  ``policy``: a policy name, ``oracle``
     or ``oracle:VARIANT`` (bench/oracle.py: the default's rule on the truth, or one of its
@@ -125,10 +126,11 @@ def run(
     plain backfill order, as before the rank), ``completion-time+gain0.3`` / ``+gainoff`` (the
     collocation's floor on the gain in summed speed, ``CompletionSettings.min_gain``),
     ``completion-time+pooled`` (run times of task types
-    without their own pooled by family: ``CompletionSettings.pooled_runs``)."""
+    without their own pooled by family: ``CompletionSettings.pooled_runs``).  ``gpus``: the cluster
+    (bench/heldout.py runs others)."""
     name, _, variant = policy.partition("+")
     name, _, oracle_variant = name.partition(":")
-    cfg = SimConfig(gpus=tuple(parse_gpu_list(GPUS)), policy=BASELINE, estimator=ESTIMATOR, queue="backfill")
+    cfg = SimConfig(gpus=tuple(parse_gpu_list(gpus)), policy=BASELINE, estimator=ESTIMATOR, queue="backfill")
     cfg = replace(cfg, sharing=SharingModel(beta=beta), activity_scale=scale, truth=truth)
     if name == ORACLE:
         sim = oracle_simulation(cfg, oracle_variant or "ct")

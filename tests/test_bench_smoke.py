@@ -102,3 +102,21 @@ def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_pa
         "predictive + mem, warm",
     ]
     assert all(len(checks) == 6 * 7 + 3 for checks in by_row.values())
+
+
+def test_heldout_quick_checks_never_worse_per_cell(tmp_path: Path) -> None:
+    target = tmp_path / "heldout.json"
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "heldout.py"), "--quick", "--jobs", "1", "--json", str(target)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert "never worse, of 1 held-out cells" in out.stdout
+    data = json.loads(target.read_text())
+    cell = data["results"]["quick"]["b0.5 s1.0"]["completion-time"]["sweep"]
+    # the verdict is the ratios' (and can fail: a ratio over its bound is a miss)
+    within = cell["jct"] <= 1.0 and cell["makespan"] <= 1.02 and cell["lost"] <= cell["baseline_lost"]
+    assert cell["never_worse"] == within
+    assert data["never_worse"]["completion-time"] == int(cell["never_worse"]) and 0.0 < cell["jct"] < 2.0
