@@ -254,6 +254,14 @@ def _solve(
                 moved = max(moved, abs(new - old))
         if moved < 1e-7:
             break
+    # a term the sweeps left at exactly 0.0 is a fitted term all the same (a try that ran at solo
+    # speed beside one partner: its sensitivity clipped at -1 explains it, the partner's pressure
+    # stays 0.0); without its entry the fit that reads it back failed with a KeyError
+    for task in by_task:
+        u.setdefault(task, 0.0)
+    for name in by_partner:
+        if info_v[name] > 0.0:  # a partner only of a segment that took no time has no information
+            v.setdefault(name, 0.0)
     residuals = [r.target - f for r, f in zip(rows, fitted, strict=True)]
     return u, v, info_u, info_v, residuals
 
@@ -364,7 +372,8 @@ def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitt
             counts_v[name] = counts_v.get(name, 0) + 1
         own_var = var
         for name, w in r.weights:
-            var += (w / r.g) ** 2 * pres[name].variance if r.g > 0.0 else 0.0
+            if w != 0.0 and r.g > 0.0:  # a partner of weight 0 adds nothing (and may have no term)
+                var += (w / r.g) ** 2 * pres[name].variance
         var += r.unnamed * tau2_v
         loo.append(-res / (1.0 - min(h, 0.9)))  # log speed = -log stretch
         variances.append(var)

@@ -252,3 +252,22 @@ def test_every_type_the_fit_has_no_term_for_is_predicted_alike_to_the_bit() -> N
         assert a == b
     assert fit.predict(0.5, (0.5,), TYPES[0], (TYPES[1],)) != fit.predict(0.5, (0.5,), "new-one", (TYPES[1],))
     assert InterferenceFit.prior("x").known_types() == frozenset()
+
+
+def test_a_term_fitted_to_exactly_zero_is_kept_and_the_fit_does_not_fail() -> None:
+    # Found by bench/heldout.py: a try that ran at solo speed beside a partner seen nowhere else,
+    # its own sensitivity clipped at -1 by its other tries, leaves that partner's pressure at
+    # exactly 0.0 after every sweep; the fit then read a term it had not kept (KeyError), and the
+    # simulator's refit, or an executor's, failed.
+    from carma_airflow.core.task_terms import _fit_rows, _Row
+
+    g = 0.27
+    rows = [
+        _Row("X", -3.0 * g, g, (), 1.0),  # slower than any term may explain: u clipped at -1
+        _Row("X", -g, g, (("B", g),), 0.0),  # solo speed beside B: explained by u = -1 alone
+        _Row("Y", -0.1, 0.2, (("Z", 0.0), ("A", 0.2)), 0.0),  # Z took no time: no information
+    ]
+    (sens, pres, *_), _ = _fit_rows(rows, 0.25, 0.25)
+    assert sens["X"].value == -1.0
+    assert pres["B"].value == 0.0 and pres["B"].count == 1 and pres["B"].variance > 0.0
+    assert "Z" not in pres and "A" in pres
