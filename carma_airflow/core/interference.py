@@ -190,7 +190,10 @@ class InterferenceFit:
         multiplier, variance = self.terms.multiplier(task, co_tasks, co_tenants)
         point = math.exp(-log_saturation(own, contention, scale) - g * multiplier)
         lo, hi, confidence = self.terms.interval(g, multiplier, variance, s.interval_level, task, co_tasks, co_tenants)
-        return SpeedPrediction(point, point * math.exp(lo), point * math.exp(hi), confidence)  # of a try: noise too
+        # of a try: noise too.  The range holds the point: residuals all of one sign (a fit on alike
+        # tries that all ran faster than it says) would put it beside the point, and the caution
+        # rule, which pulls a speed toward the low end, would then make the speed faster
+        return SpeedPrediction(point, point * math.exp(min(lo, 0.0)), point * math.exp(max(hi, 0.0)), confidence)
 
     def task_terms(self) -> dict[str, dict[str, float | int]]:
         """Per task type: its sensitivity and pressure multipliers (1.0: the pooled fit) and how

@@ -372,8 +372,8 @@ def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitt
             counts_v[name] = counts_v.get(name, 0) + 1
         own_var = var
         for name, w in r.weights:
-            if w != 0.0 and r.g > 0.0:  # a partner of weight 0 adds nothing (and may have no term)
-                var += (w / r.g) ** 2 * pres[name].variance
+            if r.g > 0.0:  # a partner with no information (weight 0, or one that underflows) has no term
+                var += (w / r.g) ** 2 * (pres[name].variance if name in pres else tau2_v)
         var += r.unnamed * tau2_v
         loo.append(-res / (1.0 - min(h, 0.9)))  # log speed = -log stretch
         variances.append(var)
