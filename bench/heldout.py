@@ -17,10 +17,13 @@ most-free-memory's, no more tasks lost), on what none of that tuning saw:
 Synthetic traces are of seeds 100-107 (15 tasks per GPU; 60 on 4 GPUs, as the grid's), the paper's
 t1 and t2 where the cluster has 4 GPUs at the grid's load.  The estimator
 (``history+gpumemnet``) and the backfill queue are the grid's, for every policy.  Truths with seeds
-(``types``, ``pairs``) are the mean of each seed's ratio, as the grid's.  No oracle: this bench
-asks only whether a candidate loses.
+(``types``, ``pairs``) are the mean of each seed's ratio, as the grid's.  ``--oracle`` also runs
+the default's rule fed the simulator's truth (``bench/oracle.py``'s ``ct``) and prints its ratios
+beside each cell (``o``): a miss the oracle shares is the rule's objective (summed completion
+times), not what the policy learned.
 
-    .venv/bin/python bench/heldout.py [--candidates completion-time,...] [--jobs 2] [--quick] [--json out.json]
+    .venv/bin/python bench/heldout.py [--candidates completion-time,...] [--oracle] [--jobs 2] [--quick]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robustness import BASELINE, DEFAULT_PAIRS, Runs, run, seed_ratios
+from robustness import BASELINE, DEFAULT_PAIRS, ORACLE, Runs, run, seed_ratios
 
 from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.policies import DEFAULT_POLICY
@@ -121,18 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--candidates", default=DEFAULT_POLICY, help="comma-separated, as bench/robustness.py takes them")
     ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (processes)")
+    ap.add_argument("--oracle", action="store_true", help="also the default's rule fed the truth (its ratios as o)")
     ap.add_argument("--quick", action="store_true", help="one small scenario (a smoke run)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     candidates = list(dict.fromkeys(c.strip() for c in args.candidates.split(",") if c.strip()))
     seeds = TRACE_SEEDS[:2] if args.quick else TRACE_SEEDS
+    others = [f"{ORACLE}:ct"] if args.oracle else []
     plan = scenarios(args.quick)
     jobs: list[Job] = []
     for sc in plan:
         traces = list(workloads(sc.gpus, sc.load, seeds))
         for _, beta, scale, specs in sc.truths:
             for spec in specs:
-                for policy in (BASELINE, *candidates):
+                for policy in (BASELINE, *candidates, *others):
                     jobs += [(policy, sc.gpus, sc.load, beta, scale, spec, t, seeds) for t in traces]
     started = time.perf_counter()
     if args.jobs > 1:
@@ -150,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         traces = list(workloads(sc.gpus, sc.load, seeds))
         cells = [t for t in traces if not t.startswith("s")] + ["sweep"]
         print(f"\n{sc.name} ({sc.gpus}, load {sc.load:g})")
-        print(f"  {'truth':<12} {'policy':<22} " + " ".join(f"{c:>18}" for c in cells))
+        print(f"  {'truth':<12} {'policy':<22} " + " ".join(f"{c:>29}" for c in cells))
         for label, beta, scale, specs in sc.truths:
             per: list[dict[str, Runs]] = []
             for spec in specs:
                 per.append(
                     {
                         p: {t: done[(p, sc.gpus, sc.load, beta, scale, spec, t, seeds)] for t in traces}
-                        for p in (BASELINE, *candidates)
+                        for p in (BASELINE, *candidates, *others)
                     }
                 )
             for policy in candidates:
@@ -179,8 +184,13 @@ def main(argv: list[str] | None = None) -> int:
                         "never_worse": ok,
                     }
                     more = f" L+{lost - base_lost}" if lost > base_lost else ""
-                    texts.append(f"{jct:.2f}/{mksp:.2f}{more} {'W' if ok else '-'}")
-                print(f"  {label:<12} {policy:<22} " + " ".join(f"{t:>18}" for t in texts), flush=True)
+                    orc = ""
+                    if others:
+                        o_jct, o_mksp, _ = seed_ratios(per, others[0], keys)
+                        orc = f" o{o_jct:.2f}/{o_mksp:.2f}"
+                        results[sc.name][label][policy][cell].update(oracle_jct=o_jct, oracle_makespan=o_mksp)
+                    texts.append(f"{jct:.2f}/{mksp:.2f}{more} {'W' if ok else '-'}{orc}")
+                print(f"  {label:<12} {policy:<22} " + " ".join(f"{t:>29}" for t in texts), flush=True)
     print(f"\nnever worse, of {cells_total} held-out cells ({time.perf_counter() - started:.0f} s):")
     for policy in candidates:
         print(f"  {policy}: {met[policy]}" + "".join(f"\n    misses {m}" for m in misses[policy]))
