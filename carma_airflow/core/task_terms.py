@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -254,14 +255,9 @@ def _solve(
                 moved = max(moved, abs(new - old))
         if moved < 1e-7:
             break
-    # a term the sweeps left at exactly 0.0 is a fitted term all the same (a try that ran at solo
-    # speed beside one partner: its sensitivity clipped at -1 explains it, the partner's pressure
-    # stays 0.0); without its entry the fit that reads it back failed with a KeyError
-    for task in by_task:
-        u.setdefault(task, 0.0)
-    for name in by_partner:
-        if info_v[name] > 0.0:  # a partner only of a segment that took no time has no information
-            v.setdefault(name, 0.0)
+    # a term the sweeps left at exactly 0.0 is fitted all the same (docs/model.md, round 40)
+    u.update({task: u.get(task, 0.0) for task in by_task})
+    v.update({name: v.get(name, 0.0) for name in by_partner if info_v[name] > 0.0})  # 0.0: no information
     residuals = [r.target - f for r, f in zip(rows, fitted, strict=True)]
     return u, v, info_u, info_v, residuals
 
@@ -372,7 +368,7 @@ def _fit_rows(rows: Sequence[_Row], tau2_u: float, tau2_v: float) -> tuple[_Fitt
             counts_v[name] = counts_v.get(name, 0) + 1
         own_var = var
         for name, w in r.weights:
-            if r.g > 0.0:  # a partner with no information (weight 0, or one that underflows) has no term
+            if r.g > 0.0:  # a partner with no information (its weights 0.0 or underflowed) has no term
                 var += (w / r.g) ** 2 * (pres[name].variance if name in pres else tau2_v)
         var += r.unnamed * tau2_v
         loo.append(-res / (1.0 - min(h, 0.9)))  # log speed = -log stretch
@@ -396,12 +392,7 @@ def _spread(values: Mapping[str, float], info: Mapping[str, float], sigma2: floa
 
 
 def _median_abs(values: Sequence[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(abs(x) for x in values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+    return statistics.median(abs(x) for x in values) if values else 0.0
 
 
 __all__ = ["MAX_MULTIPLIER", "WITHIN", "TaskTerms", "Term", "fit_terms"]
