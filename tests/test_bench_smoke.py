@@ -10,15 +10,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def run_bench(script: str, *args: str) -> str:
+    """``bench/<script>`` with ``args``; its standard output (it must exit 0 within 5 minutes)."""
+    cmd = [sys.executable, str(ROOT / "bench" / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300).stdout
+
+
 def test_speed_quick_prints_every_figure_as_json() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "speed.py"), "--quick", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    data = json.loads(out.stdout.strip().splitlines()[-1])
+    data = json.loads(run_bench("speed.py", "--quick", "--json").strip().splitlines()[-1])
     text = json.dumps(data)
     for fragment in ("decide", "pass", "sim"):
         assert fragment in text
@@ -40,14 +39,7 @@ def test_speed_quick_prints_every_figure_as_json() -> None:
 
 def test_paper_table_runs_and_checks_targets(tmp_path: Path) -> None:
     target = tmp_path / "table.json"
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "paper_table.py"), "--seeds", "1", "--json", str(target)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    assert "== targets" in out.stdout
+    assert "== targets" in run_bench("paper_table.py", "--seeds", "1", "--json", str(target))
     rows = json.loads(target.read_text())
     assert {"trace_t1.csv", "trace_t2.csv", "sweep"} <= set(rows)
     policies = {r["policy"] for r in rows["trace_t1.csv"]}
@@ -106,14 +98,8 @@ def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_pa
 
 def test_heldout_quick_checks_never_worse_per_cell(tmp_path: Path) -> None:
     target = tmp_path / "heldout.json"
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "heldout.py"), "--quick", "--jobs", "1", "--json", str(target)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    assert "never worse, of 1 held-out cells" in out.stdout
+    out = run_bench("heldout.py", "--quick", "--jobs", "1", "--json", str(target))
+    assert "never worse, of 1 held-out cells" in out
     data = json.loads(target.read_text())
     cell = data["results"]["quick"]["b0.5 s1.0"]["completion-time"]["sweep"]
     # the verdict is the ratios' (and can fail: a ratio over its bound is a miss)
