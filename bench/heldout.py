@@ -29,6 +29,7 @@ times), not what the policy learned.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -53,7 +54,7 @@ Truth = tuple[str, float, float, tuple[str, ...]]  # label, beta, activity scale
 
 
 def _sharing(beta: float, scale: float) -> Truth:
-    return (f"b{beta:g} s{scale:.1f}", beta, scale, ("sharing",))
+    return (f"b{beta} s{scale}", beta, scale, ("sharing",))  # the grid's labels
 
 
 def _seeded(label: str, kind: str, seeds: range) -> Truth:
@@ -101,6 +102,7 @@ def scenarios(quick: bool = False) -> list[Scenario]:
     return out
 
 
+@functools.cache  # per process: each of a scenario's simulations reads its traces, built once
 def workloads(gpus: str, load: float, seeds: tuple[int, ...] = TRACE_SEEDS) -> dict[str, list[Arrival]]:
     catalog = load_catalog(packaged("task_catalog.csv"))
     n = len(parse_gpu_list(gpus))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.policies import Policy, make_policy
@@ -55,6 +55,22 @@ class SimConfig:
         if self.min_gain is not None:
             set_floor(policy, self.min_gain)
         return policy
+
+    def bounded_recovery(self) -> RecoverySettings:
+        """The recovery settings of the run, an OOM retry's request bounded by the largest GPU as the
+        executor bounds it (``executor/parts.py``: the largest GPU its monitor sees at start): a retry
+        asking more than any GPU offers would never fit and be lost; it gets a GPU to itself instead.
+
+        Decision: always, not only where memory grows.  A try crashed under an estimate far below its
+        peak (GPUMemNet's 8,000 MiB for maskrcnn's 28,606) stops at what the GPU had free, and 1.25x
+        that is past a V100-32GB or an L4: unbounded, the simulator lost tasks the executor runs
+        (8xV100-32GB, 8 traces: 2-8 tasks per truth, every policy)."""
+        rs = self.recovery_settings
+        if rs.max_request_mib is not None or not self.gpus:
+            return rs
+        s = self.settings
+        largest = max(g.memory_mib for g in self.gpus) - s.reserve_mib - s.headroom_mib
+        return replace(rs, max_request_mib=largest // rs.round_mib * rs.round_mib)
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:

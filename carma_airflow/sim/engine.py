@@ -43,7 +43,7 @@ from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
-from carma_airflow.sim.fencing import CrashTally, Refusal, bounded_recovery, crash_reason, sim_fence
+from carma_airflow.sim.fencing import CrashTally, Refusal, crash_reason, sim_fence
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge
@@ -73,7 +73,7 @@ class Simulation:
             self.placer,
             self.queue,
             reservations=Reservations(seen_after_s=None),
-            recovery=bounded_recovery(config),
+            recovery=config.bounded_recovery(),
             retry_mode=RetryMode(config.recovery_mode()),
         )
         self.estimator = memory_estimator(config)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from carma_airflow.core.errors import ConfigError
@@ -49,7 +49,6 @@ from carma_airflow.core.fencing import (
     IsolationMode,
     default_rule,
 )
-from carma_airflow.core.recovery import RecoverySettings
 
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
@@ -183,23 +182,6 @@ def allocate(
     return None
 
 
-def bounded_recovery(config: SimConfig) -> RecoverySettings:
-    """The recovery settings with an OOM retry's request bounded by the largest GPU, as the
-    executor bounds it (``executor/parts.py``: the largest GPU its monitor sees at start): a retry
-    asking more than any GPU offers would never fit and be lost; it gets a GPU to itself instead.
-
-    Decision: always, not only where memory grows.  A try crashed under an estimate far below its
-    peak (GPUMemNet's 8,000 MiB for maskrcnn's 28,606) stops at what the GPU had free, and 1.25x
-    that is past a V100-32GB or an L4: unbounded, the simulator lost tasks the executor runs
-    (8xV100-32GB, 8 traces: 2-8 tasks per truth, every policy)."""
-    rs = config.recovery_settings
-    if rs.max_request_mib is not None or not config.gpus:
-        return rs
-    s = config.settings
-    largest = max(g.memory_mib for g in config.gpus) - s.reserve_mib - s.headroom_mib
-    return replace(rs, max_request_mib=largest // rs.round_mib * rs.round_mib)
-
-
 def next_allocator(crowd: Sequence[T], job_id: int, now: float, seed: int = 0) -> T | None:
     """Unfenced, which process's allocation fails when a grower takes the last of a GPU: each of
     its co-tenants (``crowd``) allocates every step as the grower does, so each is as likely as
@@ -269,7 +251,6 @@ __all__ = [
     "Refusal",
     "SimFence",
     "allocate",
-    "bounded_recovery",
     "crash_reason",
     "default_cap_rule",
     "growth_of",

@@ -15,7 +15,7 @@ from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import CapRule, IsolationMode
 from carma_airflow.sim import SimConfig, load_catalog, packaged, simulate, synthetic_trace
-from carma_airflow.sim.fencing import allocate, bounded_recovery, growth_of, next_allocator, sim_fence
+from carma_airflow.sim.fencing import allocate, growth_of, next_allocator, sim_fence
 
 _register()  # the commands load lazily
 
@@ -144,7 +144,7 @@ def test_an_oom_retry_is_bounded_by_the_largest_gpu_as_the_executor_bounds_it() 
     # executor bounds it, the retry asks the most a GPU offers with a GPU to itself.
     config = SimConfig(gpus=tuple(parse_gpu_list("8xV100-32GB")), estimator="history+gpumemnet")
     s = config.settings
-    bound = bounded_recovery(config).max_request_mib
+    bound = config.bounded_recovery().max_request_mib
     assert bound is not None and bound <= 32768 - s.reserve_mib - s.headroom_mib
     catalog = load_catalog(packaged("task_catalog.csv"))
     result = simulate(config, synthetic_trace(catalog, 120, gpus=8, load=2.0, seed=103))
