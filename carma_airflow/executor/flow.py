@@ -355,7 +355,14 @@ class TryFlow:
         self.mps.after_end(attempt, end.result, self.active.values(), now)
         seen = self.telemetry.conclude(attempt.rkey)
         gpu_model = self.sight.spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
-        for write in end_writes(attempt, end, now) + remember_end(self.learned, attempt, end, seen, now, gpu_model):
+        writes = end_writes(attempt, end, now)
+        try:
+            writes += remember_end(self.learned, attempt, end, seen, now, gpu_model)
+        except Exception:
+            # the end is a fact, what it taught a lesson: a fault in learning (the fit raised here in
+            # round 40) must not lose the try's record or its report, nor the heartbeat: only the lesson
+            log.exception("Task %s: what its end taught was not learned (its end is recorded)", attempt.key)
+        for write in writes:
             self.write(write)
         if end.outcome is TryOutcome.OOM:
             log.warning("Task %s %s", attempt.request.label if attempt.request else attempt.rkey, end.summary)

@@ -332,3 +332,35 @@ def test_an_ended_try_leaves_nothing_keyed_by_its_request_key_in_the_flow(execut
     assert len(ex.flow.tries) == 0
     rkeys = {request_key(placed.key), request_key(withdrawn.key)}
     assert _kept_by_request_key(ex.flow, rkeys, "flow", set()) == []
+
+
+def test_a_fault_in_learning_from_an_end_loses_neither_the_end_nor_its_gpus(
+    executor_factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an end teaches is learned after the end is a fact: when learning it raises (the
+    interference fit did, twice, in round 40), the try's record, the scheduler's word of its end
+    and its GPUs' release are all still there, and the heartbeat goes on."""
+    import logging
+
+    from carma_airflow.executor import flow as flow_module
+    from carma_airflow.keys import request_key
+    from carma_airflow.store.records import TryOutcome
+
+    def broken(*args: Any, **kwargs: Any) -> list[Any]:
+        raise KeyError("injected: the interference fit read a term it did not keep")
+
+    monkeypatch.setattr(flow_module, "remember_end", broken)
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"a": {"seconds": 0.2}, "b": {"seconds": 0.2}})
+    first = make_workload("a", config={"exclusive": True})
+    second = make_workload("b", config={"exclusive": True})  # waits for the GPU the first holds
+    with caplog.at_level(logging.ERROR, logger="carma_airflow.executor"):
+        submit(ex, first, second)
+        assert second.key in ex.waiting
+        run_until(ex, lambda: first.key in ex.event_buffer and second.key in ex.event_buffer, timeout=60)
+    assert ex.event_buffer[first.key][0] == TaskInstanceState.SUCCESS
+    assert ex.event_buffer[second.key][0] == TaskInstanceState.SUCCESS
+    for w in (first, second):
+        rec = ex.store.placement(request_key(w.key))
+        assert rec is not None and rec.outcome is TryOutcome.SUCCESS
+    assert caplog.text.count("what its end taught was not learned") == 2
+    assert len(ex.flow.tries) == 0
