@@ -109,3 +109,30 @@ def test_pressure_splits_and_confidence_fifths_are_reported(tmp_path: Path) -> N
     assert b.quintile_hits([(0.1, False), (0.2, False), (0.3, True), (0.4, True), (0.5, True)]) == [0, 0, 1, 1, 1]
     with pytest.raises(SystemExit, match="unknown split"):
         b.evaluate(table, split="nope")
+
+
+def test_fifths_within_each_fold_rank_each_models_own_predictions() -> None:
+    # fold 0's model is sure of everything and misses, fold 1's unsure and hits: pooled, the sure
+    # fifths miss; ranked within each fold, the fifths pool one model's ranks at a time
+    b = bench()
+    hits = [(0.9, False), (0.8, False), (0.7, True), (0.6, True), (0.5, True)]
+    hits += [(0.3, True), (0.2, True), (0.1, False), (0.05, False), (0.01, False)]
+    folds = [0] * 5 + [1] * 5
+    assert b.quintile_hits(hits) == [0.0, 0.5, 1.0, 1.0, 0.0]
+    assert b.within_fold_hits(hits, folds) == [0.5, 0.5, 0.5, 0.5, 0.5]
+    assert b.within_fold_hits([(0.1, False), (0.9, True)], [3, 3])[0] == 0.0  # small folds: fifths left empty
+    assert math.isnan(b.within_fold_hits([(0.1, False), (0.9, True)], [3, 3])[1])
+
+
+def test_a_synthetic_table_of_the_models_form_is_scored_with_fifths_within_folds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    b = bench()
+    assert b.main(["--synthetic", "6", "--split", "config"]) == 0
+    out = capsys.readouterr().out
+    assert "synthetic table of 6 types (seed 0)" in out and "fifths within each fold's own model" in out
+    table = b.synthetic_pairs(8, seed=3)
+    assert len(table) == 64 and set(table["gpu"]) == {"synthetic"} and table["speed"].between(0.0, 1.0).all()
+    assert table.equals(b.synthetic_pairs(8, seed=3))  # seeded
+    config = b.evaluate(table, folds=4, seed=3, split="config")["synthetic"]
+    assert config["n"] == 64 and all(0.0 <= config[f"hit_fold_q{q}"] <= 1.0 for q in range(1, 6))
