@@ -23,7 +23,7 @@ beside each cell (``o``): a miss the oracle shares is the rule's objective (summ
 times), not what the policy learned.
 
     .venv/bin/python bench/heldout.py [--candidates completion-time,...] [--oracle] [--jobs 2] [--quick]
-        [--json out.json]
+        [--warm-runs N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -114,12 +114,13 @@ def workloads(gpus: str, load: float, seeds: tuple[int, ...] = TRACE_SEEDS) -> d
     return out
 
 
-Job = tuple[str, str, float, float, float, str, str, tuple[int, ...]]  # policy, gpus, load, beta, scale, spec, trace
+# policy, gpus, load, beta, scale, spec, trace, trace seeds, earlier days (robustness.run's warm_runs)
+Job = tuple[str, str, float, float, float, str, str, tuple[int, ...], int]
 
 
 def _one(job: Job) -> tuple[Job, tuple[float, float, int, list[float]]]:
-    policy, gpus, load, beta, scale, spec, trace, seeds = job
-    return job, run(policy, beta, scale, spec, workloads(gpus, load, seeds)[trace], gpus=gpus)
+    policy, gpus, load, beta, scale, spec, trace, seeds, warm = job
+    return job, run(policy, beta, scale, spec, workloads(gpus, load, seeds)[trace], gpus=gpus, warm_runs=warm)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (processes)")
     ap.add_argument("--oracle", action="store_true", help="also the default's rule fed the truth (its ratios as o)")
     ap.add_argument("--quick", action="store_true", help="one small scenario (a smoke run)")
+    ap.add_argument("--warm-runs", type=int, default=0, help="score day N+1 of each trace (bench/robustness.py)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     candidates = list(dict.fromkeys(c.strip() for c in args.candidates.split(",") if c.strip()))
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         for _, beta, scale, specs in sc.truths:
             for spec in specs:
                 for policy in (BASELINE, *candidates, *others):
-                    jobs += [(policy, sc.gpus, sc.load, beta, scale, spec, t, seeds) for t in traces]
+                    jobs += [(policy, sc.gpus, sc.load, beta, scale, spec, t, seeds, args.warm_runs) for t in traces]
     started = time.perf_counter()
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
@@ -148,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         done = dict(map(_one, jobs))
     print(f"held out: ratios to {BASELINE} (history+gpumemnet, backfill); W: never worse (JCT <= 1.00x,")
-    print("makespan <= 1.02x, no more lost); traces of seeds " + f"{seeds[0]}-{seeds[-1]}, {len(jobs)} simulations")
+    day = f", day {args.warm_runs + 1} of each (sim/days.py)" if args.warm_runs else ""
+    print(f"makespan <= 1.02x, no more lost); traces of seeds {seeds[0]}-{seeds[-1]}{day}, {len(jobs)} simulations")
     results: dict[str, dict[str, dict[str, dict[str, dict[str, float | bool]]]]] = {}
     met = dict.fromkeys(candidates, 0)
     misses: dict[str, list[str]] = {c: [] for c in candidates}
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             for spec in specs:
                 per.append(
                     {
-                        p: {t: done[(p, sc.gpus, sc.load, beta, scale, spec, t, seeds)] for t in traces}
+                        p: {t: done[(p, sc.gpus, sc.load, beta, scale, spec, t, seeds, args.warm_runs)] for t in traces}
                         for p in (BASELINE, *candidates, *others)
                     }
                 )

@@ -33,6 +33,12 @@ the means), the oracle's JCT ratio, the share of the oracle's gain the candidate
 * the gain: mean JCT <= (1 + r) / 2, r the better of the bench's oracle and the issue's
   figure for the cell (``G``).
 
+``--warm-runs N`` scores each trace's day N+1 instead of its first (``SimConfig.warm_runs``,
+:mod:`carma_airflow.sim.days`): a DAG run again after N runs of it, where every policy starts
+from the memory peaks those days learned and a learning policy also from their activities, solo
+run times and interference fit (the oracle, which knows the truth, takes the peaks only): the
+cells as a deployment meets them once it has seen its DAGs, against the cold start of day one.
+
 :data:`ISSUE_ORACLE` holds the middle figures of issue 23's table ("the best oracle found
 without knowledge of future arrivals", measured by the session that filed the issue with policies
 built outside the project): a reference for the target, not a result of this bench.
@@ -40,7 +46,7 @@ built outside the project): a reference for the target, not a result of this ben
     .venv/bin/python bench/robustness.py [--seeds 12] [--truth-seeds 5] [--pairs PATH]
         [--tasks 60] [--candidates completion-time,completion-time+fifo,completion-time+pooled,interference-aware]
         [--no-oracle] [--oracles ct,greedy,pred,...] [--seed-mean ratios|pooled]
-        [--json out.json]
+        [--warm-runs N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ from carma_airflow.core import parse_gpu_list  # noqa: E402
 from carma_airflow.core.interference import InterferenceModel, InterferenceSettings  # noqa: E402
 from carma_airflow.core.policies import DEFAULT_POLICY  # noqa: E402
 from carma_airflow.core.policies.completion_time import CompletionTime  # noqa: E402
+from carma_airflow.core.policies.floor import FLOORED_POLICIES  # noqa: E402
 from carma_airflow.core.policies.predictive import PredictiveSettings  # noqa: E402
 from carma_airflow.core.sharing import SharingModel  # noqa: E402
 from carma_airflow.sim import SimConfig, Simulation, load_catalog, load_trace, packaged, synthetic_trace  # noqa: E402
@@ -118,6 +125,7 @@ def run(
     arrivals: list[Arrival],
     min_observations: int = MIN_OBSERVATIONS,
     gpus: str = GPUS,
+    warm_runs: int = 0,
 ) -> tuple[float, float, int, list[float]]:
     """(mean JCT, makespan, tasks lost, each try's wait).  ``policy``: a policy name, ``oracle``
     or ``oracle:VARIANT`` (bench/oracle.py: the default's rule on the truth, or one of its
@@ -127,11 +135,19 @@ def run(
     collocation's floor on the gain in summed speed, ``CompletionSettings.min_gain``),
     ``completion-time+pooled`` (run times of task types
     without their own pooled by family: ``CompletionSettings.pooled_runs``).  ``gpus``: the cluster
-    (bench/heldout.py runs others)."""
+    (bench/heldout.py runs others).  ``warm_runs``: the run is the trace's day ``warm_runs + 1``
+    (``SimConfig.warm_runs``, sim/days.py): every policy starts from the memory peaks its earlier
+    days learned, a learning policy also from their activities, run times and interference fit
+    (``warm_learning``; the oracle knows the truth and takes the peaks only); the earlier days run
+    the candidate's floor (``+gainX``), its other knobs at their defaults."""
     name, _, variant = policy.partition("+")
     name, _, oracle_variant = name.partition(":")
     cfg = SimConfig(gpus=tuple(parse_gpu_list(gpus)), policy=BASELINE, estimator=ESTIMATOR, queue="backfill")
     cfg = replace(cfg, sharing=SharingModel(beta=beta), activity_scale=scale, truth=truth)
+    cfg = replace(cfg, warm_runs=warm_runs, warm_learning=warm_runs > 0 and name != ORACLE)
+    floors = [v[len("gain") :] for v in variant.split("+") if v.startswith("gain") and v != "gainoff"]
+    if floors and name in FLOORED_POLICIES:  # +gain0.3: the run's floor (its earlier days' too)
+        cfg = replace(cfg, min_gain=float(floors[-1]))
     if name == ORACLE:
         sim = oracle_simulation(cfg, oracle_variant or "ct")
     else:
@@ -152,9 +168,8 @@ def run(
             pol.settings = replace(pol.settings, overdue_runs=float(v[len("overdue") :]))
         elif v.startswith("queue"):
             pol.settings = replace(pol.settings, queue=float(v[len("queue") :]))
-        elif v.startswith("gain"):  # +gain0.3: CompletionSettings.min_gain; +gainoff: None
-            g = v[len("gain") :]
-            pol.settings = replace(pol.settings, min_gain=None if g == "off" else float(g))
+        elif v == "gainoff":  # +gain0.3 is the config's floor (above)
+            pol.settings = replace(pol.settings, min_gain=None)
         elif v == "pooled":  # run times of rare task types pooled by family (core/policies/durations.py)
             pol.settings = replace(pol.settings, pooled_runs=True)
             pol.learned.durations.pooled = True
@@ -240,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tasks", type=int, default=60, help="tasks per synthetic trace of the sweep")
     ap.add_argument("--min-observations", type=int, default=MIN_OBSERVATIONS, help="before a fit leaves its prior")
+    ap.add_argument(
+        "--warm-runs",
+        type=int,
+        default=0,
+        help="score each trace's day N+1: every policy starts from what N earlier replays taught (sim/days.py)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     candidates = list(dict.fromkeys(c.strip() for c in args.candidates.split(",") if c.strip()))
@@ -256,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     met = {c: {"never_worse": 0, "gain": 0, "both": 0} for c in candidates}
     total = 0
     started = time.perf_counter()
-    print(f"{GPUS}, {ESTIMATOR}, backfill for every policy; ratios to {BASELINE}")
+    day = f"; day {args.warm_runs + 1} of each trace (sim/days.py)" if args.warm_runs else ""
+    print(f"{GPUS}, {ESTIMATOR}, backfill for every policy; ratios to {BASELINE}{day}")
     print(
         f"queue order: {BASELINE} and every policy that does not rank keeps backfill's priority-then-arrival order;"
         f" completion-time and the oracle rank each priority's tries shortest predicted run first"
@@ -268,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         # per truth seed, per policy, per workload
         per = [
             {
-                p: {n: run(p, beta, scale, spec, arr, args.min_observations) for n, arr in loads.items()}
+                p: {
+                    n: run(p, beta, scale, spec, arr, args.min_observations, warm_runs=args.warm_runs)
+                    for n, arr in loads.items()
+                }
                 for p in policies
             }
             for spec in specs

@@ -43,7 +43,15 @@ WarmOpt = Annotated[
     typer.Option(
         "--warm-runs",
         help="with --estimator history: replay the trace this many times first; the learned peaks of their "
-        "ended tries fill the store (a DAG that runs every day; memory only)",
+        "ended tries fill the store (a DAG that runs every day; memory only, unless --warm-learning)",
+    ),
+]
+WarmLearningOpt = Annotated[
+    bool,
+    typer.Option(
+        "--warm-learning",
+        help="with --warm-runs: those replays also leave what the executor learns of speed (activities, "
+        "solo run times, the interference fit), as a deployment that ran the DAG before knows it",
     ),
 ]
 BetaOpt = Annotated[
@@ -176,17 +184,20 @@ def _with_floor(cfg: SimConfig, text: str | None) -> SimConfig:
     return replace(cfg, min_gain=value)
 
 
-def _with_warm_runs(cfg: SimConfig, text: str) -> SimConfig:
-    """``--warm-runs``: a whole number 0..MAX_WARM_RUNS, and only with an estimator that learns."""
+def _with_warm_runs(cfg: SimConfig, text: str, learning: bool = False) -> SimConfig:
+    """``--warm-runs``: a whole number 0..MAX_WARM_RUNS, and only with an estimator that learns
+    (or ``--warm-learning``, which needs some replays)."""
     try:
         runs = int(text)
     except ValueError:
         fail(f"--warm-runs must be a whole number between 0 and {MAX_WARM_RUNS}, got {text!r}")
     if not 0 <= runs <= MAX_WARM_RUNS:
         fail(f"--warm-runs must be a whole number between 0 and {MAX_WARM_RUNS}, got {text!r}")
-    if runs and not learns_memory(cfg.estimator):
+    if learning and not runs:
+        fail("--warm-learning needs --warm-runs 1 or more (the replays whose lessons it keeps)")
+    if runs and not learning and not learns_memory(cfg.estimator):
         fail(f"--warm-runs needs an estimator that learns memory (history or history+X), not {cfg.estimator!r}")
-    return replace(cfg, warm_runs=runs)
+    return replace(cfg, warm_runs=runs, warm_learning=learning)
 
 
 def _with_truth(cfg: SimConfig, beta: str | None, scale: str, form: str = "sharing") -> SimConfig:
@@ -236,6 +247,7 @@ def simulate_cmd(
     activity_scale: ScaleOpt = "1.0",
     truth: FormOpt = "sharing",
     warm_runs: WarmOpt = "0",
+    warm_learning: WarmLearningOpt = False,
     memory_growth: GrowthOpt = "0",
     host: HostOpt = "framework",
     isolation: IsolationOpt = "auto",
@@ -248,7 +260,7 @@ def simulate_cmd(
     cfg = _with_truth(_config(gpus, policy, estimator, queue), interference_beta, activity_scale, truth)
     cfg = _with_floor(cfg, min_gain)
     cfg = _with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
-    cfg = _with_warm_runs(cfg, warm_runs)
+    cfg = _with_warm_runs(cfg, warm_runs, warm_learning)
     arrivals = _workload(trace, catalog, len(cfg.gpus), seed)
     result = simulate(cfg, arrivals)
     _fail_on_impossible(result)

@@ -35,6 +35,9 @@ class SimConfig:
     # earlier replays of the same trace whose ended tries' peaks the store holds when this run
     # starts (a DAG that runs every day); only with a history estimator, memory only
     warm_runs: int = 0
+    # the earlier replays also leave what the executor learns of speed: activities, solo run times
+    # and the interference fit (sim/days.py); False: memory only, the rest starts afresh
+    warm_learning: bool = False
     # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
     memory_growth: float = 0.0
     # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),

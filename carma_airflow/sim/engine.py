@@ -28,8 +28,6 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-from collections.abc import Sequence
-from dataclasses import replace
 
 from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.cycle import SchedulingCycle
@@ -43,11 +41,12 @@ from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
+from carma_airflow.sim.days import start_after, warm_peaks, warm_start
 from carma_airflow.sim.fencing import CrashTally, Refusal, crash_reason, sim_fence
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge
-from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory, memory_estimator
+from carma_airflow.sim.memory import LearnedPeaks, memory_estimator
 from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
 from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival
@@ -104,6 +103,7 @@ class Simulation:
         self.predictive = policy if isinstance(policy, Predictive | CompletionTime) else None
         self.know = Knowledge.of(config, learn_interference=self.predictive is not None)
         self._tell = self.cycle.learn_activity
+        self.run_times: list[tuple[str, float]] = []  # (task type, solo seconds) learned, in order
 
     @property
     def activities(self) -> dict[str, ActivityEstimate]:
@@ -131,7 +131,7 @@ class Simulation:
         if self.cfg.truth not in ("", "sharing"):
             self.board.truth = make_truth(self.cfg.truth, self.cfg.sharing, [a.task.name for a in arrivals])
         if self.cfg.warm_runs:
-            self.peaks = warm_peaks(self.cfg, arrivals)
+            start_after(self, warm_start(self.cfg, arrivals))
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
             self.jobs[a.job_id] = JobRecord(a)
@@ -301,8 +301,10 @@ class Simulation:
         self._remove(run)
         self.cycle.release(run.request.key)
         alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
-        if alone_s is not None and isinstance(self.predictive, CompletionTime):
-            self.predictive.learn_duration(run.arrival.task.name, alone_s)
+        if alone_s is not None:
+            self.run_times.append((run.arrival.task.name, alone_s))  # what a later day starts from
+            if isinstance(self.predictive, CompletionTime):
+                self.predictive.learn_duration(run.arrival.task.name, alone_s)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"
@@ -368,22 +370,6 @@ class Simulation:
             passes=self.passes,
             never_fits=self.never_fits,
         )
-
-
-def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
-    """What ``config.warm_runs`` earlier replays of ``arrivals`` leave in the store (empty when
-    the estimator learns nothing; see :mod:`carma_airflow.sim.memory`)."""
-    if config.warm_runs < 0 or config.warm_runs > MAX_WARM_RUNS:
-        raise ValueError(f"warm_runs must be between 0 and {MAX_WARM_RUNS}, got {config.warm_runs}")
-    peaks = LearnedPeaks()
-    if not learns_memory(config.estimator):
-        return peaks
-    day = replace(config, warm_runs=0)
-    for _ in range(config.warm_runs):
-        sim = Simulation(day, peaks=peaks)
-        sim.run(list(arrivals))
-        peaks = sim.peaks
-    return peaks
 
 
 def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:

@@ -118,6 +118,16 @@ class Knowledge:
             sure=(config.predictive or PredictiveSettings()).min_confidence,
         )
 
+    def carry_from(self, earlier: Knowledge) -> None:
+        """Start from what an earlier run learned and an executor's store keeps between runs: the
+        activity samples (with the types' traits alike types borrow by), the solo run times and the
+        interference fit; nothing of that run's tries (sim/days.py)."""
+        self._samples = {n: list(v) for n, v in earlier._samples.items()}
+        self._traits = dict(earlier._traits)
+        self.activities = dict(earlier.activities)
+        self._solo_runs = {n: list(v) for n, v in earlier._solo_runs.items()}
+        self.interference, self.observations = earlier.interference, earlier.observations
+
     # -- activities ----------------------------------------------------------------------------
     def activity_of(self, task: TaskType) -> ActivityEstimate | None:
         """What is known of a task type's solo activity: learned, else borrowed from alike types."""

@@ -10,10 +10,10 @@ is what the simulated GPU held for it after its ramp, recorded when it ends succ
 catalogue's peak column is never read here.  A request's estimate is made when the try is
 submitted, as the executor's intake does, so tries already waiting keep theirs.
 
-``SimConfig.warm_runs`` (:func:`carma_airflow.sim.engine.warm_peaks`): the store is not empty
-when the run starts but holds what that many earlier replays of the same trace (same
-configuration) learned: the case of a DAG that runs every day.  Only memory carries over;
-activities and the interference fit start afresh.
+``SimConfig.warm_runs`` (:mod:`carma_airflow.sim.days`): the store is not empty when the run
+starts but holds what that many earlier replays of the same trace (same configuration) learned:
+the case of a DAG that runs every day.  Memory carries over; activities, run times and the
+interference fit too with ``SimConfig.warm_learning``, else they start afresh.
 """
 
 from __future__ import annotations

@@ -123,6 +123,7 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["simulate", "--estimator", "history", "--warm-runs", "-1"], "--warm-runs must be a whole number"),
         (["simulate", "--estimator", "history", "--warm-runs", "two"], "--warm-runs must be a whole number"),
         (["simulate", "--warm-runs", "1"], "--warm-runs needs an estimator that learns memory"),
+        (["simulate", "--warm-learning"], "--warm-learning needs --warm-runs 1 or more"),
         (["simulate", "--truth", "gaussian"], "--truth: truth 'gaussian': one of sharing"),
         (["simulate", "--min-gain", "1.5"], "--min-gain must be a number between -1 and 1"),
         (["simulate", "--min-gain", "some"], "--min-gain must be a number between -1 and 1"),
@@ -180,6 +181,19 @@ def test_warm_runs_fill_the_learned_memory_first() -> None:
 
     assert ooms() >= 1  # maskrcnn's first try: GPUMemNet's 8,000 MiB
     assert ooms("--warm-runs", "1") == 0  # its peak learned the day before
+
+
+def test_a_second_day_starts_from_what_the_first_taught_of_speed_too() -> None:
+    def summary(*extra: str) -> dict[str, object]:
+        code, out, err = run("simulate", "--trace", "t1", "--interference-beta", "0.5", "--json", *extra)
+        assert code == 0, err
+        return dict(json.loads(out))
+
+    memory_only = summary("--estimator", "history", "--warm-runs", "1")
+    learned = summary("--estimator", "history", "--warm-runs", "1", "--warm-learning")
+    assert learned != memory_only  # activities, run times and the fit change the decisions
+    # with an estimator that learns no memory, --warm-learning alone carries what was learned
+    assert summary("--warm-runs", "1", "--warm-learning") != summary()
 
 
 def test_a_simulation_replays_the_floor_the_executor_would_set() -> None:

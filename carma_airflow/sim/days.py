@@ -1,0 +1,81 @@
+"""A deployment's earlier days: what replays of the same trace leave for the run after them.
+
+``SimConfig.warm_runs`` earlier replays of the trace (same configuration) ran before this one: a
+DAG that runs every day.  What carries over is what the executor keeps between runs of the same
+Airflow tasks:
+
+* always, with an estimator that learns memory, the peaks their successful tries held
+  (:mod:`carma_airflow.sim.memory`): the store's learned peaks;
+* with ``SimConfig.warm_learning`` as well, what the executor learns of speed: each task type's
+  activity samples, its solo run times and the interference fit per GPU model (the store's
+  activity history and its ``model:interference`` document; solo run times as an executor that
+  ran the earlier days holds them).  Without it (the default, and the replays before round 41)
+  activities, run times and the fit start afresh, as after a new deployment.
+
+Nothing of the earlier runs' tries carries over: every task is new on the run's own day.
+Decision: the earlier days are replayed under the run's own configuration, so a policy's day
+one is the day one it would have had, not a stand-in's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory
+
+if TYPE_CHECKING:
+    from carma_airflow.sim.config import SimConfig
+    from carma_airflow.sim.engine import Simulation
+    from carma_airflow.sim.workload import Arrival
+
+
+def warm_start(config: SimConfig, arrivals: Sequence[Arrival]) -> Simulation | None:
+    """The last of ``config.warm_runs`` replays of ``arrivals``, each starting after the one
+    before (:func:`start_after`); None where nothing would carry over (no replay, or only memory
+    and an estimator that learns none)."""
+    if config.warm_runs < 0 or config.warm_runs > MAX_WARM_RUNS:
+        raise ValueError(f"warm_runs must be between 0 and {MAX_WARM_RUNS}, got {config.warm_runs}")
+    if not config.warm_learning and not learns_memory(config.estimator):
+        return None
+    from carma_airflow.sim.engine import Simulation  # the engine runs a day; it imports this module
+
+    day = replace(config, warm_runs=0)
+    last: Simulation | None = None
+    for _ in range(config.warm_runs):
+        sim = Simulation(day)
+        start_after(sim, last)
+        sim.run(list(arrivals))
+        last = sim
+    return last
+
+
+def start_after(sim: Simulation, earlier: Simulation | None) -> None:
+    """``sim`` starts from what ``earlier`` (a run of the same configuration) left: its peaks,
+    and with ``warm_learning`` its activities, solo run times and interference fit."""
+    if earlier is None:
+        return
+    if learns_memory(sim.cfg.estimator):
+        sim.peaks = earlier.peaks.copy()
+    if not sim.cfg.warm_learning:
+        return
+    sim.know.carry_from(earlier.know)
+    sim.run_times = list(earlier.run_times)
+    policy = sim.predictive
+    if policy is not None and sim.know.learn_interference:
+        policy.use_model(sim.know.interference)
+    if isinstance(policy, CompletionTime):
+        for kind, seconds in earlier.run_times:
+            policy.learn_duration(kind, seconds)
+
+
+def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
+    """What ``config.warm_runs`` earlier replays of ``arrivals`` leave in the store's learned
+    peaks (empty when the estimator learns nothing)."""
+    last = warm_start(replace(config, warm_learning=False), arrivals)
+    return last.peaks.copy() if last is not None else LearnedPeaks()
+
+
+__all__ = ["start_after", "warm_peaks", "warm_start"]
