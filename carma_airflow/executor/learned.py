@@ -9,8 +9,9 @@ start, the tries an earlier executor saw.
 The same holds for what issue 13 adds: each task's measured SM activity (per try), its solo run
 times (tries that never shared a GPU, the baseline of a collocated try's stretch) and the
 interference model fitted per GPU model from ended tries (persisted as the store document
-``model:interference``).  Solo run times are not persisted: they are learned again after a
-restart, while the fitted model, which took many tries to learn, is kept.
+``model:interference``).  A solo run time is kept with its try's activity (revision 0009), so a
+restarted executor prices with the run times its tasks had (before, it learned them again after
+every restart, and the completion-time policy priced nothing by time until it had).
 
 Decision: a second scheduler writing peaks for the same tasks (Airflow HA) is seen by this one
 at its next start, not at once; in exchange intake never waits for the database.  One exception:
@@ -81,12 +82,15 @@ class Learned:
         self._handed: tuple[InterferenceModel, float] | None = None  # the policy's model, and when
 
     def load(self, store: Store) -> None:
-        """What the store knows: learned peaks, and how the recent tries of each run ended."""
+        """What the store knows: learned peaks, activities, solo run times and the interference
+        model, and how the recent tries of each run ended."""
         self._store = store
         for dag_id, task_id, map_index, peak in store.recent_peaks():
             self.add_peak(dag_id, task_id, map_index, peak)
         for dag_id, task_id, value, source in store.recent_activities():
             self.add_activity(dag_id, task_id, ActivitySample(value, source))
+        for dag_id, task_id, seconds in store.recent_solo_runs():  # the policy's at the first hand-over
+            self.add_solo(dag_id, task_id, seconds)
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
         if doc is not None:
             self.model = InterferenceModel.from_dict(doc[1])

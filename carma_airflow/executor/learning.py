@@ -77,6 +77,9 @@ def learn_from_success(
 ) -> list[StoreWrite]:
     ti = attempt.ti
     writes: list[StoreWrite] = []
+    run_s = now - attempt.started_at
+    timed = run_s >= MIN_RUN_S and bool(seen.segments)
+    solo_s = run_s if timed and seen.alone else None  # a solo run time: kept with the activity
     if seen.activity is not None:
         learned.add_activity(ti.dag_id, ti.task_id, seen.activity)
         writes.append(
@@ -89,13 +92,13 @@ def learn_from_success(
                 ti.run_id,
                 ti.map_index,
                 seen.co_tasks,
+                solo_s,
             )
         )
-    run_s = now - attempt.started_at
-    if run_s < MIN_RUN_S or not seen.segments:
+    if not timed:
         return writes
-    if seen.alone:
-        learned.add_solo(ti.dag_id, ti.task_id, run_s)
+    if solo_s is not None:
+        learned.add_solo(ti.dag_id, ti.task_id, solo_s)
         return writes
     solo = learned.solo_seconds(ti.dag_id, ti.task_id)
     if solo is None or gpu_model is None:

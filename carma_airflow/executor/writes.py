@@ -90,6 +90,7 @@ class AddActivity:
     run_id: str | None = None
     map_index: int | None = None
     co_tasks: tuple[str, ...] | None = None  # the task types the try shared its GPUs with (issue 23)
+    solo_s: float | None = None  # its run time, where it ran alone throughout (a solo run time)
     name: str = "add_activity"
     best_effort: bool = False
 
@@ -103,6 +104,7 @@ class AddActivity:
             self.run_id,
             self.map_index,
             co_tasks=self.co_tasks,
+            solo_s=self.solo_s,
         )
 
 

@@ -1,8 +1,9 @@
 """What the estimators learn from: the memory peaks and the solo SM activity of ended tries
-(with the task types each try shared its GPUs with)."""
+(with the task types each try shared its GPUs with, and its run time where it ran alone)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -79,13 +80,14 @@ class HistoryStore(StoreBase):
         map_index: int | None = None,
         *,
         co_tasks: Sequence[str] | None = None,
+        solo_s: float | None = None,
     ) -> None:
         """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
 
         ``source``: ``"process"`` (per-process SM utilisation), ``"gpu-alone"`` (the GPU's SM
         activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
         ``co_tasks``: the task types the try shared its GPUs with (empty: alone throughout; None:
-        not known).
+        not known).  ``solo_s``: how long it ran, where it ran alone throughout (None: it shared).
         """
         if source not in ACTIVITY_SOURCE_VALUES:
             raise RecordError(
@@ -98,6 +100,10 @@ class HistoryStore(StoreBase):
                 "(divide a percentage by 100)"
             )
         names = _co_tasks(dag_id, task_id, co_tasks)
+        if solo_s is not None and (
+            isinstance(solo_s, bool) or not isinstance(solo_s, (int, float)) or not 0.0 < solo_s < math.inf
+        ):
+            raise RecordError(f"solo run time of {dag_id}.{task_id} must be positive seconds, got {solo_s!r}")
         row = ActivityHistoryRow(
             dag_id=dag_id,
             task_id=task_id,
@@ -107,6 +113,7 @@ class HistoryStore(StoreBase):
             run_id=run_id,
             map_index=map_index,
             co_tasks=names,
+            solo_s=None if solo_s is None else float(solo_s),
         )
         with self._session(write=True) as session:
             session.add(row)
@@ -140,6 +147,21 @@ class HistoryStore(StoreBase):
         )
         with self._session() as session:
             rows = [(str(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in session.execute(stmt)]
+        return list(reversed(rows))
+
+    def recent_solo_runs(self, limit: int = 100_000) -> list[tuple[str, str, float]]:
+        """The newest ``limit`` solo run times of every task, oldest first: (dag_id, task_id,
+        seconds), from the learned tries that ran alone.  Read once when an executor starts."""
+        check_limit(limit)
+        row = ActivityHistoryRow
+        stmt = (
+            select(row.dag_id, row.task_id, row.solo_s)
+            .where(row.solo_s.is_not(None))
+            .order_by(row.at.desc(), row.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(str(d), str(t), float(s)) for d, t, s in session.execute(stmt) if s is not None]
         return list(reversed(rows))
 
     def activity_records(self, dag_id: str, task_id: str, limit: int = 10) -> list[ActivityRecord]:

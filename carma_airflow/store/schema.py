@@ -181,7 +181,8 @@ class ActivityHistoryRow(Base):
     ``source``: ``process`` (per-process SM utilisation), ``gpu-alone`` (the GPU's SM activity
     while the try was its only tenant) or ``hint`` (the DAG author's declared value).
     ``co_tasks``: the task types the try shared its GPUs with (``[]``: alone throughout); NULL
-    where not recorded (rows before 0007, a hint).
+    where not recorded (rows before 0007, a hint).  ``solo_s``: its run time where it ran alone
+    throughout (its task's solo run time); NULL where it shared, or not recorded (before 0009).
     """
 
     __tablename__ = "carma_activity_history"
@@ -200,6 +201,7 @@ class ActivityHistoryRow(Base):
     at: Mapped[datetime]
     run_id: Mapped[str | None] = mapped_column(String(ID_LEN))
     co_tasks: Mapped[list[str] | None] = mapped_column(JSON)  # 0007
+    solo_s: Mapped[float | None] = mapped_column(Float)  # 0009
 
 
 class SnapshotRow(Base):

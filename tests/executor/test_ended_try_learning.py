@@ -139,3 +139,34 @@ def test_what_an_ended_try_taught_reaches_the_policy_at_a_pass_once_the_hand_ove
     submit(ex, make_workload("solo", config={"memory": "3GiB"}, run_id="third"))  # this pass hands over
     assert policy.learned.durations.expected("dag.solo") is not None
     run_until(ex, lambda: not ex.active and not ex.waiting, timeout=30)
+
+
+def test_a_try_that_ran_alone_keeps_its_run_time_with_its_activity_and_a_shared_one_does_not() -> None:
+    learned = _learned_with_baselines()
+    alone = Seen(ActivitySample(0.4, "process"), True, (Segment(1.0, ()),), ())
+    writes = learn_from_success(learned, _try("victim", 0.0), alone, 120.0, "A100-40GB")
+    (activity,) = [w for w in writes if isinstance(w, AddActivity)]
+    assert activity.solo_s == 120.0 and activity.co_tasks == ()
+    assert learned.solo_seconds("dag", "victim") == 110.0  # the median of 100 (before) and 120
+    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.heavy",)),), ("dag.heavy",))
+    writes = learn_from_success(learned, _try("victim", 0.0), shared, 150.0, "A100-40GB")
+    assert [w.solo_s for w in writes if isinstance(w, AddActivity)] == [None]
+    brief = learn_from_success(learned, _try("light", 10.0), alone, 10.5, "A100-40GB")  # too short to tell
+    assert [w.solo_s for w in brief if isinstance(w, AddActivity)] == [None]
+
+
+def test_a_restarted_executor_prices_with_the_run_times_its_tasks_had(executor_factory: Any) -> None:
+    # before revision 0009 a restart forgot every solo run time: the completion-time policy priced
+    # nothing by time until each task had run alone again
+    solo = {"peak_mib": 2000, "seconds": 1.2, "activity": 0.3, "ramp_s": 0.1}
+    first = executor_factory(gpus="1xA100-40GB", behaviour={"solo": {"train": solo}})
+    submit(first, make_workload("solo", config={"memory": "3GiB"}, run_id="first"))
+    run_until(first, lambda: not first.active and not first.waiting, timeout=30)
+    ran = first.flow.learned.solo_seconds("dag", "solo")
+    assert ran is not None and ran >= 1.0
+    first.end()  # SQLite: one executor places at a time
+    again = executor_factory(gpus="1xA100-40GB", behaviour={"solo": {"train": solo}})
+    policy = again.flow.placer.policy
+    assert isinstance(policy, CompletionTime)
+    assert again.flow.learned.solo_seconds("dag", "solo") == ran
+    assert policy.learned.durations.expected("dag.solo") == ran  # handed over at the start

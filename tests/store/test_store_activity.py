@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,19 @@ def test_co_tenant_types_must_be_a_list_of_names(store: Store, bad: object) -> N
     with pytest.raises(RecordError, match=r"co-tenant task types of d\.t must be a list of non-empty names"):
         store.add_activity("d", "t", 0.4, "process", at(1), co_tasks=bad)  # type: ignore[arg-type]
     assert store.activity_records("d", "t") == []
+
+
+def test_solo_run_times_are_the_tries_that_ran_alone_newest_limit_oldest_first(store: Store) -> None:
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=600.0)
+    store.add_activity("d", "t", 0.4, "process", 1_900_000_001.0, co_tasks=["d.u"])  # shared: no solo time
+    store.add_activity("d", "u", 0.6, "gpu-alone", 1_900_000_002.0, co_tasks=[], solo_s=90)
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_003.0, co_tasks=[], solo_s=630.5)
+    assert store.recent_solo_runs() == [("d", "t", 600.0), ("d", "u", 90.0), ("d", "t", 630.5)]
+    assert store.recent_solo_runs(limit=1) == [("d", "t", 630.5)]
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, math.inf, math.nan, True, "600"])
+def test_a_solo_run_time_must_be_positive_seconds(store: Store, bad: object) -> None:
+    with pytest.raises(RecordError, match=r"solo run time of d\.t must be positive seconds"):
+        store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=bad)  # type: ignore[arg-type]
+    assert store.recent_solo_runs() == []

@@ -203,7 +203,7 @@ def test_upgrade_to_0008_keeps_reservations_and_tries_without_a_fence(db_url: st
         )
     engine.dispose()
     store.migrate()
-    assert store.revision() == HEAD == "0008"
+    assert store.revision() == HEAD and HEAD >= "0008"
     (old,) = store.shared_reservations()
     assert (old.key, old.mib, old.fence) == ("k", 16384, None)  # not published: the reader's host's fence
     store.close()
@@ -225,6 +225,40 @@ def test_downgrade_from_0008_to_0007_drops_only_the_published_fences(store: Stor
     store.migrate()
     got = store.placement(rec.key)
     assert got is not None and (got.dag_id, got.fence) == ("train", None)  # the try stays, its fence unknown
+
+
+def test_upgrade_to_0009_keeps_learned_activities_without_solo_run_times(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0008")  # a database whose executors learned run times again after each restart
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_activity_history (dag_id, task_id, map_index, sm_activity, source, at, run_id,"
+                " co_tasks) VALUES ('d', 't', -1, 0.42, 'process', '2026-01-01 00:00:00+00:00', 'r1', '[]')"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD == "0009"
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=[], solo_s=612.5)
+    store.add_activity("d", "u", 0.3, "process", 1_900_000_002.0, "r2", -1, co_tasks=["d.t"])  # shared
+    assert store.recent_solo_runs() == [("d", "t", 612.5)]  # the old row's is not known, not 0
+    assert [a for _, _, a, _ in store.recent_activities()] == [0.42, 0.5, 0.3]
+    store.close()
+
+
+def test_downgrade_from_0009_to_0008_drops_only_the_solo_run_times(store: Store, any_url: str) -> None:
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=30.0)
+    _downgrade(any_url, "0008")
+    engine = create_engine(any_url)
+    try:
+        columns = {c["name"] for c in inspect(engine).get_columns("carma_activity_history")}
+    finally:
+        engine.dispose()
+    assert "solo_s" not in columns and "co_tasks" in columns and store.revision() == "0008"
+    store.migrate()
+    assert store.activities("d", "t") == [(0.5, "process")] and store.recent_solo_runs() == []
 
 
 def test_migrations_match_the_models(store: Store, any_url: str) -> None:
