@@ -41,6 +41,15 @@ def _downgrade(url: str, revision: str) -> None:
     engine.dispose()
 
 
+def _columns(url: str, table: str) -> set[str]:
+    """The column names ``table`` has now."""
+    engine = create_engine(url)
+    try:
+        return {c["name"] for c in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
 def _diff(url: str, target: MetaData) -> list[object]:
     engine = create_engine(url)
     try:
@@ -179,11 +188,7 @@ def test_upgrade_from_0006_keeps_learned_activities_without_co_tenant_types(db_u
 def test_downgrade_from_0007_to_0006_drops_only_the_co_tenant_types(store: Store, any_url: str) -> None:
     store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=["d.u"])
     _downgrade(any_url, "0006")
-    engine = create_engine(any_url)
-    try:
-        columns = {c["name"] for c in inspect(engine).get_columns("carma_activity_history")}
-    finally:
-        engine.dispose()
+    columns = _columns(any_url, "carma_activity_history")
     assert "co_tasks" not in columns and store.revision() == "0006"
     assert store.activities("d", "t") == [(0.5, "process")]  # the row itself stays
     store.migrate()
@@ -251,11 +256,7 @@ def test_upgrade_to_0009_keeps_learned_activities_without_solo_run_times(db_url:
 def test_downgrade_from_0009_to_0008_drops_only_the_solo_run_times(store: Store, any_url: str) -> None:
     store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=30.0)
     _downgrade(any_url, "0008")
-    engine = create_engine(any_url)
-    try:
-        columns = {c["name"] for c in inspect(engine).get_columns("carma_activity_history")}
-    finally:
-        engine.dispose()
+    columns = _columns(any_url, "carma_activity_history")
     assert "solo_s" not in columns and "co_tasks" in columns and store.revision() == "0008"
     store.migrate()
     assert store.activities("d", "t") == [(0.5, "process")] and store.recent_solo_runs() == []
