@@ -89,8 +89,10 @@ class Learned:
             self.add_peak(dag_id, task_id, map_index, peak)
         for dag_id, task_id, value, source in store.recent_activities():
             self.add_activity(dag_id, task_id, ActivitySample(value, source))
-        for dag_id, task_id, seconds in store.recent_solo_runs():  # the policy's at the first hand-over
-            self.add_solo(dag_id, task_id, seconds)
+        for dag_id, task_id, seconds in store.recent_solo_runs():
+            self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
+        # the policy's at the first hand-over: the kept ones only (each costs the policy a median)
+        self._new_solo += [(f"{d}.{t}", s) for (d, t), runs in self._solo.items() for s in runs]
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
         if doc is not None:
             self.model = InterferenceModel.from_dict(doc[1])

@@ -5,6 +5,7 @@ activity is stored with them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from executor_helpers import make_workload, run_until, submit
@@ -12,11 +13,12 @@ from executor_helpers import make_workload, run_until, submit
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
 from carma_airflow.core.policies.completion_time import CompletionTime
-from carma_airflow.executor.learned import HANDOVER_S, MODEL_DOC, Learned
+from carma_airflow.executor.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned
 from carma_airflow.executor.learning import learn_from_success
 from carma_airflow.executor.telemetry import Seen
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import AddActivity, SaveDocument
+from carma_airflow.store.store import Store
 
 
 @dataclass
@@ -170,3 +172,20 @@ def test_a_restarted_executor_prices_with_the_run_times_its_tasks_had(executor_f
     assert isinstance(policy, CompletionTime)
     assert again.flow.learned.solo_seconds("dag", "solo") == ran
     assert policy.learned.durations.expected("dag.solo") == ran  # handed over at the start
+
+
+def test_a_start_hands_the_policy_only_the_run_times_each_task_keeps(tmp_path: Path) -> None:
+    # a long-lived store holds every solo run a task had; the executor keeps the latest SOLO_KEPT
+    # and hands the policy those (each one costs the policy a median over the task types)
+    store = Store(f"sqlite:///{tmp_path / 'carma.db'}")
+    store.migrate()
+    for i in range(SOLO_KEPT + 5):
+        store.add_activity("dag", "t", 0.3, "process", 1_900_000_000.0 + i, co_tasks=[], solo_s=100.0 + i)
+    store.add_activity("dag", "u", 0.3, "process", 1_900_000_100.0, co_tasks=[], solo_s=40.0)
+    learned = Learned()
+    learned.load(store)
+    store.close()
+    handed = learned.take_new_solos()
+    assert sorted(s for k, s in handed if k == "dag.t") == [100.0 + i for i in range(5, SOLO_KEPT + 5)]
+    assert [s for k, s in handed if k == "dag.u"] == [40.0]
+    assert learned.solo_seconds("dag", "t") == 100.0 + (5 + SOLO_KEPT + 4) / 2
