@@ -20,7 +20,8 @@ Where things live: this module is the event loop (arrivals, ramps, finishes, wak
 scheduling pass) and the jobs' bookkeeping; :mod:`carma_airflow.sim.gpus` plays the GPUs
 (rates, telemetry, the memory a try allocates at its ramp and the CUDA OOM);
 :class:`~carma_airflow.sim.learning.Knowledge` cuts each run into co-tenancy segments and learns
-from them; :mod:`carma_airflow.sim.jobs` records jobs and builds the result.
+from them; :mod:`carma_airflow.sim.jobs` records jobs and builds the result;
+:mod:`carma_airflow.sim.days` replays the earlier days a run starts after (``warm_runs``).
 """
 
 from __future__ import annotations
