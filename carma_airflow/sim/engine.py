@@ -42,7 +42,7 @@ from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.config import SimConfig
-from carma_airflow.sim.days import start_after, warm_peaks, warm_start
+from carma_airflow.sim.days import start_after, warm_start
 from carma_airflow.sim.fencing import CrashTally, Refusal, crash_reason, sim_fence
 from carma_airflow.sim.gpus import SimGpu, SimGpus, SimRun, scaled
 from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
@@ -378,4 +378,4 @@ def simulate(config: SimConfig, arrivals: list[Arrival]) -> SimResult:
     return Simulation(config).run(arrivals)
 
 
-__all__ = ["SimConfig", "Simulation", "simulate", "warm_peaks"]
+__all__ = ["SimConfig", "Simulation", "simulate"]

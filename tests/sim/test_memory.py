@@ -11,7 +11,7 @@ from carma_airflow.core import GpuSpec
 from carma_airflow.core.recovery import RecoverySettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim import Arrival, SimConfig, Simulation, TaskType, load_trace, packaged, simulate
-from carma_airflow.sim.engine import warm_peaks
+from carma_airflow.sim.days import warm_peaks
 from carma_airflow.sim.memory import LearnedPeaks
 
 
