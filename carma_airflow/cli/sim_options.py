@@ -20,6 +20,7 @@ from carma_airflow.core.queueing import DEFAULT_QUEUE, make_queue
 from carma_airflow.core.sharing import SharingModel
 from carma_airflow.sim.config import SimConfig
 from carma_airflow.sim.memory import MAX_WARM_RUNS, learns_memory
+from carma_airflow.sim.speed import make_speed_truth
 from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival, load_catalog, load_trace, packaged, synthetic_trace
 
@@ -70,6 +71,15 @@ FormOpt = Annotated[
         "--truth",
         help="the simulated truth's form: sharing (the sharing model), types[:SEED] (per task type sensitivity "
         "and pressure, drawn), pairs:PATH[:GPU[:SEED]] (a measured pair table mapped onto the task types)",
+    ),
+]
+SpeedOpt = Annotated[
+    str,
+    typer.Option(
+        "--speed-truth",
+        help="the simulated truth's speed per GPU model, with any --truth: alike (every model at the trace's "
+        "solo speed), spec[:SEED] (from the spec sheets, a drawn compute/memory mix per task type) or "
+        "table:PATH[:SEED] (measured solo throughputs: gpu,job,solo rows or gavel_pairs.csv)",
     ),
 ]
 
@@ -203,6 +213,15 @@ def with_truth(cfg: SimConfig, beta: str | None, scale: str, form: str = "sharin
     except (ValueError, OSError) as exc:
         fail(f"--truth: {exc}")
     return replace(cfg, sharing=replace(cfg.sharing, beta=b), activity_scale=s, truth=form)
+
+
+def with_speed(cfg: SimConfig, form: str) -> SimConfig:
+    """The ``--speed-truth`` option, checked (and a table read once) against the run's GPUs."""
+    try:
+        make_speed_truth(form, [], cfg.gpus)
+    except (ValueError, OSError) as exc:
+        fail(f"--speed-truth: {exc}")
+    return replace(cfg, speed_truth=form.strip() or "alike")
 
 
 def workload(trace: str, catalog: str, gpus: int, seed: int) -> list[Arrival]:

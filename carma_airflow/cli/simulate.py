@@ -28,12 +28,14 @@ from carma_airflow.cli.sim_options import (
     QueueOpt,
     ScaleOpt,
     SeedOpt,
+    SpeedOpt,
     TraceOpt,
     WarmLearningOpt,
     WarmOpt,
     base_config,
     with_fencing,
     with_floor,
+    with_speed,
     with_truth,
     with_warm_runs,
     workload,
@@ -58,6 +60,7 @@ def simulate_cmd(
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
     truth: FormOpt = "sharing",
+    speed_truth: SpeedOpt = "alike",
     warm_runs: WarmOpt = "0",
     warm_learning: WarmLearningOpt = False,
     memory_growth: GrowthOpt = "0",
@@ -70,6 +73,7 @@ def simulate_cmd(
 ) -> None:
     """Replay a trace through one policy and print what it measured."""
     cfg = with_truth(base_config(gpus, policy, estimator, queue), interference_beta, activity_scale, truth)
+    cfg = with_speed(cfg, speed_truth)
     cfg = with_floor(cfg, min_gain)
     cfg = with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
     cfg = with_warm_runs(cfg, warm_runs, warm_learning)
@@ -103,6 +107,7 @@ def compare_cmd(
     interference_beta: BetaOpt = None,
     activity_scale: ScaleOpt = "1.0",
     truth: FormOpt = "sharing",
+    speed_truth: SpeedOpt = "alike",
     memory_growth: GrowthOpt = "0",
     host: HostOpt = "framework",
     isolation: IsolationOpt = "auto",
@@ -118,6 +123,7 @@ def compare_cmd(
     for name in names:
         make_policy(name)
     cfg = with_truth(base_config(gpus, DEFAULT_POLICY, estimator, queue), interference_beta, activity_scale, truth)
+    cfg = with_speed(cfg, speed_truth)
     cfg = with_fencing(cfg, memory_growth, isolation, host, cap_rule, checkpoint_every)
     if plot is not None:
         _check_plot_path(plot)

@@ -13,27 +13,38 @@ from carma_airflow.core.risk import MetricWindow
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """What a GPU model offers.  Memory is what NVML reports as total, in MiB."""
+    """What a GPU model offers.  Memory is what NVML reports as total, in MiB.
+
+    ``dense_tflops``: dense (no sparsity) BF16/FP16 tensor throughput in TFLOPS; ``memory_gbs``:
+    memory bandwidth in GB/s, both from the vendor's spec sheet (0: unknown, as for a GPU the
+    catalogue lacks).  They set how fast a task runs on the model relative to another
+    (:mod:`carma_airflow.core.speed`): a prior, until run times measured on the model say more.
+    """
 
     name: str
     memory_mib: int
     sm_count: int
     idle_power_w: float
     max_power_w: float
+    dense_tflops: float = 0.0
+    memory_gbs: float = 0.0
 
 
-# Memory is NVML's total for the model; power is idle draw as seen by nvidia-smi and board TDP.
+# Memory is NVML's total for the model; power is idle draw as seen by nvidia-smi and board TDP;
+# throughput (dense BF16/FP16 tensor TFLOPS, FP16 where the model has no BF16) and memory
+# bandwidth (GB/s) as the vendor's data sheets give them for the board whose TDP is listed
+# (SXM for A100, H100, H200 and V100).
 GPU_CATALOGUE: dict[str, GpuSpec] = {
     spec.name.lower(): spec
     for spec in (
-        GpuSpec("A100-40GB", 40960, 108, 55.0, 400.0),
-        GpuSpec("A100-80GB", 81920, 108, 60.0, 400.0),
-        GpuSpec("H100-80GB", 81559, 132, 70.0, 700.0),
-        GpuSpec("H200-141GB", 143771, 132, 75.0, 700.0),
-        GpuSpec("L4", 23034, 58, 16.0, 72.0),
-        GpuSpec("L40S", 46068, 142, 35.0, 350.0),
-        GpuSpec("V100-32GB", 32768, 80, 40.0, 300.0),
-        GpuSpec("T4", 15360, 40, 10.0, 70.0),
+        GpuSpec("A100-40GB", 40960, 108, 55.0, 400.0, 312.0, 1555.0),
+        GpuSpec("A100-80GB", 81920, 108, 60.0, 400.0, 312.0, 2039.0),
+        GpuSpec("H100-80GB", 81559, 132, 70.0, 700.0, 989.0, 3350.0),
+        GpuSpec("H200-141GB", 143771, 132, 75.0, 700.0, 989.0, 4800.0),
+        GpuSpec("L4", 23034, 58, 16.0, 72.0, 121.0, 300.0),
+        GpuSpec("L40S", 46068, 142, 35.0, 350.0, 362.0, 864.0),
+        GpuSpec("V100-32GB", 32768, 80, 40.0, 300.0, 125.0, 900.0),
+        GpuSpec("T4", 15360, 40, 10.0, 70.0, 65.0, 320.0),
     )
 }
 

@@ -27,6 +27,9 @@ class SimConfig:
     # the truth's form: "sharing" (the sharing model's rule), "types[:SEED]" (per task type
     # sensitivity and pressure, drawn) or "pairs:PATH[:GPU[:SEED]]" (a measured pair table); sim/truth.py
     truth: str = "sharing"
+    # the truth's speeds per GPU model, combinable with every form above: "alike" (every model at
+    # the trace's solo speed), "spec[:SEED]" or "table:PATH[:SEED]" (sim/speed.py)
+    speed_truth: str = "alike"
     telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
     progress_reports: bool = True  # tries report their progress: interference seen within one try
     seed: int = 0  # of the telemetry noise
@@ -38,6 +41,9 @@ class SimConfig:
     # the earlier replays also leave what the executor learns of speed: activities, solo run times
     # and the interference fit (sim/days.py); False: memory only, the rest starts afresh
     warm_learning: bool = False
+    # which of it carries over (bench/learning.py switches each on alone): the learned memory peaks,
+    # the activities, the solo run times, the interference fit (and the stretches kept for it)
+    warm_pieces: frozenset[str] = frozenset({"peaks", "activities", "runs", "fit"})
     # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
     memory_growth: float = 0.0
     # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),

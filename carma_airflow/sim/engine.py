@@ -49,6 +49,7 @@ from carma_airflow.sim.jobs import JobRecord, build_result, makespan_of
 from carma_airflow.sim.learning import Knowledge
 from carma_airflow.sim.memory import LearnedPeaks, memory_estimator
 from carma_airflow.sim.metrics import NeverFit, SimResult, TimelineEntry
+from carma_airflow.sim.speed import make_speed_truth
 from carma_airflow.sim.truth import make_truth
 from carma_airflow.sim.workload import Arrival
 
@@ -131,6 +132,8 @@ class Simulation:
     def _run(self, arrivals: list[Arrival]) -> SimResult:
         if self.cfg.truth not in ("", "sharing"):
             self.board.truth = make_truth(self.cfg.truth, self.cfg.sharing, [a.task.name for a in arrivals])
+        if self.cfg.speed_truth not in ("", "alike"):
+            self.board.speed = make_speed_truth(self.cfg.speed_truth, [a.task.name for a in arrivals], self.cfg.gpus)
         if self.cfg.warm_runs:
             start_after(self, warm_start(self.cfg, arrivals))
         for a in arrivals:

@@ -20,6 +20,7 @@ from carma_airflow.core.task import TaskRequest
 from carma_airflow.sim.fencing import Refusal, allocate, job_growth, next_allocator, worst
 from carma_airflow.sim.learning import TrySegment
 from carma_airflow.sim.metrics import GpuIntegrals
+from carma_airflow.sim.speed import ALIKE, SpeedTruth
 from carma_airflow.sim.truth import SharingTruth, Truth
 from carma_airflow.sim.windows import window_runs
 from carma_airflow.sim.workload import Arrival
@@ -55,6 +56,7 @@ class SimRun:
     saved_work: float = 0.0
     saved_at: float | None = None
     resumed_work: float = 0.0  # the job's work already done when this try started
+    speed: float = 1.0  # the truth: its speed on its GPUs alone (its slowest GPU's; sim/speed.py)
 
     @property
     def done_work(self) -> float:
@@ -104,6 +106,7 @@ class SimGpus:
     ) -> None:
         self.model = model
         self.truth: Truth = SharingTruth(model)  # what slows tenants down (sim/truth.py)
+        self.speed: SpeedTruth = ALIKE  # how fast each model runs each task alone (sim/speed.py)
         self.fence = fence or FenceModel(IsolationMode.NONE)  # who crashes when memory runs out (sim/fencing.py)
         self.reserve_mib = reserve_mib  # kept free on every GPU: a protective or live cap leaves it
         self.lock_s = lock_s  # the placer counts a try at its reservation this long (core/fencing.counted_mib)
@@ -197,7 +200,8 @@ class SimGpus:
 
     def rerate(self, changed: list[SimGpu], closure: list[SimGpu]) -> list[SimRun]:
         """Recompute the rates of the runs on changed GPUs (a run on several GPUs goes at its
-        slowest GPU's pace); returns the runs whose rate changed, in order."""
+        slowest GPU's pace): its speed on its GPUs over its slowdown; returns the runs whose rate
+        changed, in order."""
         worst: dict[int, float] = {}
         for g in closure:
             if not g.runs:
@@ -208,7 +212,7 @@ class SimGpus:
         moved = []
         for g in changed:
             for r in g.runs:
-                rate = 1.0 / worst.get(id(r), 1.0)
+                rate = r.speed / worst.get(id(r), 1.0)
                 if abs(rate - r.rate) > 1e-12:
                     r.rate = rate
                     r.version += 1
@@ -216,10 +220,11 @@ class SimGpus:
         return moved
 
     def mark(self, gpus: list[SimGpu], now: float) -> None:
-        """New telemetry for these GPUs (from the reported profiles and the runs' rates)."""
+        """New telemetry for these GPUs (from the reported profiles and the runs' rates less their
+        speed: a slow model keeps a task as busy as a fast one)."""
         for g in gpus:
             smact, smocc, drama = self.model.telemetry(
-                [r.reported or r.profile for r in g.runs], [r.rate for r in g.runs]
+                [r.reported or r.profile for r in g.runs], [r.rate / r.speed for r in g.runs]
             )
             g.smact, g.smocc, g.drama = smact, smocc, drama
             g.changed_at = now
@@ -237,6 +242,9 @@ class SimGpus:
         against its co-tenants from now on, and its cap is set (sim/fencing.py); returns its GPUs."""
         gpus = [self.gpus[i] for i in run.gpus]
         self.advance(self.closure(gpus), now)
+        speed = self.speed
+        if speed is not ALIKE:
+            run.speed = min(speed.speed(run.arrival.task.name, g.spec) for g in gpus)
         fence = self.fence
         run.promise = fence.promise_mib(  # under a live cap no margin (core/fencing.FenceModel.margin_mib)
             run.request.memory.mib, self.margin_mib, min(g.spec.memory_mib for g in gpus)
