@@ -34,8 +34,8 @@ from carma_airflow.distributed.agent import queue_for
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.errors import CeleryMissingError
 from carma_airflow.distributed.results import Chores, ResultFetcher
-from carma_airflow.executor.launch import Ended, Launcher, TaskHandle
 from carma_airflow.keys import request_key
+from carma_airflow.launching import Ended, Launcher, TaskHandle
 from carma_airflow.monitor.base import GpuSource
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import DispatchRecord

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from carma_airflow.executor.launch import Launcher, LauncherError, TaskHandle, confirm
+from carma_airflow.executor.launch import confirm
+from carma_airflow.launching import Launcher, LauncherError, TaskHandle
 
 log = logging.getLogger("carma_airflow.executor")
 

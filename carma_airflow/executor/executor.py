@@ -36,7 +36,7 @@ from carma_airflow.core.gpu import Tenant
 from carma_airflow.executor import metrics
 from carma_airflow.executor.callbacks import CallbackRunner
 from carma_airflow.executor.flow import TryFlow
-from carma_airflow.executor.launch import KILL_GRACE_S, Launcher, LauncherProcess
+from carma_airflow.executor.launch import KILL_GRACE_S, LauncherProcess
 from carma_airflow.executor.parts import Parts
 from carma_airflow.executor.restart import declined_keeping_retries
 from carma_airflow.executor.running import Running
@@ -44,6 +44,7 @@ from carma_airflow.executor.runtime import NotStartedError, Runtime, start_runti
 from carma_airflow.executor.standby import Standby
 from carma_airflow.executor.tries import WAIT_RECORD_S, Try
 from carma_airflow.keys import request_key
+from carma_airflow.launching import Launcher
 from carma_airflow.options import option_default
 from carma_airflow.settings import CarmaSettings
 

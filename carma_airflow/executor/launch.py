@@ -1,11 +1,10 @@
-"""How a placed try gets a process: the launcher seam of the executor.
+"""This host's launcher: how a try placed on the executor's own host gets a process.
 
-The executor decides *where* a try runs; a :class:`Launcher` makes it run there and a
-:class:`TaskHandle` tells when it has ended and how.  :class:`LauncherProcess` hands each try of
-this host to the launcher process (carma_airflow/taskrun/launcher.py: single-threaded, forks one
-child per try in its own session), so the scheduler process, which runs threads, never forks;
+It implements the launcher seam (carma_airflow/launching.py), beside the Celery launcher
+(carma_airflow/distributed/dispatch.py).  :class:`LauncherProcess` hands each try of this host to
+the launcher process (carma_airflow/taskrun/launcher.py: single-threaded, forks one child per try
+in its own session), so the scheduler process, which runs threads, never forks;
 :class:`PidHandle` follows a process started by an earlier executor (restart reconciliation).
-Remote launchers (Celery) implement the same two protocols.
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from carma_airflow.core.errors import CarmaError
-from carma_airflow.taskrun.outcome import TryResult, read_result
+from carma_airflow.launching import Ended, LauncherError, TaskHandle
+from carma_airflow.taskrun.outcome import read_result
 from carma_airflow.taskrun.procstat import process_start_ticks
 
 if TYPE_CHECKING:
@@ -32,49 +30,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
-
-
-class LauncherError(CarmaError):
-    """The launcher process could not start a try (it is started again at the next launch)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """How a try's process ended.  ``exitcode`` None: not known (a process this executor did not start)."""
-
-    exitcode: int | None
-    result: TryResult | None
-    lost: str | None = None  # the process ended without a word (killed while the executor was away, host lost)
-
-    @property
-    def ok(self) -> bool:
-        """What the scheduler is told: the process's exit code, or, unknown, what the try reported."""
-        if self.exitcode is not None:
-            return self.exitcode == 0
-        return self.result is not None and self.result.succeeded
-
-
-class TaskHandle(Protocol):
-    @property
-    def pid(self) -> int | None: ...
-
-    @property
-    def pid_start(self) -> int | None: ...
-
-    def poll(self) -> Ended | None:
-        """None while the try runs; how it ended once it has."""
-        ...
-
-    def kill(self) -> None:
-        """Start ending the try's process and everything it started; returns at once (the next
-        polls finish the job and report the end)."""
-        ...
-
-
-class Launcher(Protocol):
-    def launch(self, workload: ExecuteTask, env: dict[str, str], result_path: Path, host: str) -> TaskHandle:
-        """Start the try on ``host`` (the host of its GPUs) with ``env`` added to its environment."""
-        ...
 
 
 KILL_GRACE_S = 5.0  # SIGTERM first; what still runs this long after gets SIGKILL
@@ -388,10 +343,9 @@ class LauncherProcess:
 __all__ = [
     "KILL_GRACE_S",
     "MPS_KILL_GRACE_S",
-    "Ended",
+    "Ended",  # the seam's (carma_airflow/launching.py), used here too; flow.py and ending.py still import
     "LaunchedHandle",
-    "Launcher",
-    "LauncherError",
+    "LauncherError",  # these two from here (a later commit points them at launching.py)
     "LauncherProcess",
     "PidHandle",
     "TaskHandle",

@@ -23,8 +23,9 @@ from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import Backfill, QueueDiscipline, make_queue
 from carma_airflow.core.recovery import RecoverySettings
 from carma_airflow.core.settings import PlacementSettings
-from carma_airflow.executor.launch import Launcher, LauncherProcess
+from carma_airflow.executor.launch import LauncherProcess
 from carma_airflow.executor.writer import StoreWriter
+from carma_airflow.launching import Launcher
 from carma_airflow.settings import CarmaSettings
 
 if TYPE_CHECKING:

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor.launch import PidHandle, TaskHandle
+from carma_airflow.executor.launch import PidHandle
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import MarkEnded
 from carma_airflow.keys import request_key
+from carma_airflow.launching import TaskHandle
 from carma_airflow.store.records import PlacementRecord, TryOutcome, kept_margin_of
 
 if TYPE_CHECKING:

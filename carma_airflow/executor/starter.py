@@ -20,10 +20,10 @@ from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import author_retry_left
 from carma_airflow.dagparse.cluster_policy import author_retries_of
 from carma_airflow.executor.envcheck import check_task_env
-from carma_airflow.executor.launch import Launcher, TaskHandle
 from carma_airflow.executor.sim_driver import SimulatedDriverCaps
 from carma_airflow.executor.taskenv import gpu_task_env
 from carma_airflow.executor.tries import Try
+from carma_airflow.launching import Launcher, TaskHandle
 from carma_airflow.monitor.ledger import Ledger
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.driver_cap import (

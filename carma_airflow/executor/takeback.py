@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from carma_airflow.executor.launch import Ended
 from carma_airflow.executor.tries import Try, TryBook, TryState
+from carma_airflow.launching import Ended
 
 log = logging.getLogger("carma_airflow.executor")
 

@@ -32,7 +32,7 @@ from carma_airflow.core.errors import CarmaError
 
 if TYPE_CHECKING:
     from carma_airflow.core.task import TaskRequest
-    from carma_airflow.executor.launch import TaskHandle
+    from carma_airflow.launching import TaskHandle
     from carma_airflow.task_config import GpuTaskConfig
 
 
