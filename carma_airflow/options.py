@@ -146,6 +146,15 @@ OPTIONS: tuple[Option, ...] = (
         "whole DAG fail to import. False: only that task fails, with the message in its log.",
         "True",
     ),
+    Option(
+        "allow_unknown_keys",
+        "boolean",
+        "False",
+        "False: a key carma does not know in a GPU task's executor_config['carma'] (a typo such as memroy, "
+        "a gpu_task() keyword it does not take, a section named crama) fails that task, naming the nearest "
+        "valid key. True: such keys are kept and ignored (for DAGs written for a later carma).",
+        "True",
+    ),
     Option("host", "string", "", "Name of this GPU host in placements and the store. Empty: the hostname.", "gpu-01"),
     Option(
         "dispatch",

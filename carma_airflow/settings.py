@@ -83,6 +83,7 @@ class CarmaSettings:
     checkpoint_keep: bool = False
     telemetry_retention: str = "7d"
     min_gain: str = ""
+    allow_unknown_keys: bool = False
 
     @property
     def min_gain_value(self) -> float | None:

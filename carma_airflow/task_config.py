@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from carma_airflow.config_keys import section_problems, unknown_key_problems
 from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.units import parse_mib
@@ -62,7 +63,8 @@ def _size(value: Any) -> int | None:
 
 
 class GpuTaskConfig(BaseModel):
-    """What a GPU task asks of CarmaExecutor.  Extra keys are kept (forward compatible)."""
+    """What a GPU task asks of CarmaExecutor.  Unknown keys are refused by :func:`parse_task_config`
+    unless ``[carma] allow_unknown_keys`` is on; then the model keeps them (``model_extra``)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=False)
 
@@ -169,15 +171,20 @@ class GpuTaskConfig(BaseModel):
         return value.strip()
 
 
+FIELDS: tuple[str, ...] = tuple(GpuTaskConfig.model_fields)  # the keys of the 'carma' section
+
+
 def parse_task_config(
-    executor_config: Any, where: str = "executor_config", *, mapped: bool | None = None
+    executor_config: Any, where: str = "executor_config", *, mapped: bool | None = None, allow_unknown: bool = False
 ) -> GpuTaskConfig:
     """Validate an executor_config; raise ConfigError with one line per problem otherwise.
 
     ``mapped``: whether the task is mapped (its instances have a map index); False refuses
-    ``memory_by_index``, None (not known) does not check.
+    ``memory_by_index``, None (not known) does not check.  ``allow_unknown``: keep keys carma
+    does not know (``[carma] allow_unknown_keys``) instead of refusing each with the nearest
+    valid one (config_keys.py).
     """
-    config = _parse_block(executor_config, where)
+    config = _parse_block(executor_config, where, allow_unknown)
     if mapped is False and config.memory_by_index is not None:
         raise ConfigError(
             f"{where}['carma']['memory_by_index']: only a mapped task (.partial(...).expand(...)) has"
@@ -186,7 +193,7 @@ def parse_task_config(
     return config
 
 
-def _parse_block(executor_config: Any, where: str) -> GpuTaskConfig:
+def _parse_block(executor_config: Any, where: str, allow_unknown: bool) -> GpuTaskConfig:
     if executor_config is None:
         return GpuTaskConfig()
     if not isinstance(executor_config, dict):
@@ -200,10 +207,12 @@ def _parse_block(executor_config: Any, where: str) -> GpuTaskConfig:
         raise ConfigError(
             f"{where}['carma'] must be a dict, got {type(block).__name__}; write e.g. {{'gpus': 1, 'memory': '12GiB'}}"
         )
+    problems: list[str] = []
+    if not allow_unknown:  # a typo would otherwise run on the floor, in silence
+        problems += section_problems(executor_config, FIELDS, where) + unknown_key_problems(block, FIELDS, where)
     try:
-        return GpuTaskConfig.model_validate(block)
+        config = GpuTaskConfig.model_validate(block)
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             # every key as a short repr: ['gpus'], [1] for a non-string key; one line whatever the key
             field = "".join(f"[{brief(p, 40)}]" for p in err["loc"])
@@ -212,9 +221,12 @@ def _parse_block(executor_config: Any, where: str) -> GpuTaskConfig:
             msg = err["msg"].removeprefix("Value error, ")
             advice = "" if "write " in msg else f"; write {hint}"
             problems.append(f"{where}['carma']{field}: {msg} (got {brief(err.get('input'))}){advice}")
-        if len(problems) > _MAX_PROBLEMS:  # e.g. thousands of non-string keys: keep the message short
-            problems[_MAX_PROBLEMS:] = [f"and {len(problems) - _MAX_PROBLEMS} more problem(s)"]
-        raise ConfigError("; ".join(problems)) from None
+    else:
+        if not problems:
+            return config
+    if len(problems) > _MAX_PROBLEMS:  # e.g. thousands of non-string keys: keep the message short
+        problems[_MAX_PROBLEMS:] = [f"and {len(problems) - _MAX_PROBLEMS} more problem(s)"]
+    raise ConfigError("; ".join(problems)) from None
 
 
 def gpu_task(
@@ -237,7 +249,9 @@ def gpu_task(
     (``BashOperator.partial(task_id="ft", **gpu_task(memory_by_index=["4GiB", "12GiB"])).expand(...)``).
     ``memory_policy="declared"``: keep ``memory`` even once the task's runs peak above it (by
     default the next run's reservation then follows their peaks; docs/authoring.md).
-    Validates at once, so a mistake fails where the DAG is written.
+    Validates the values at once, so a bad value fails where the DAG is written.  An unknown
+    keyword (``memroy=``) is carried into the block, where the cluster policy refuses it with
+    the nearest valid one: that task fails, the rest of the DAG runs (docs/authoring.md).
     """
     block: dict[str, Any] = {"gpus": gpus, "exclusive": exclusive, "priority": priority, **extra}
     if memory is not None:
@@ -254,7 +268,7 @@ def gpu_task(
         block["isolation"] = isolation
     if memory_policy is not None:
         block["memory_policy"] = memory_policy
-    parse_task_config({CONFIG_KEY: block})
+    parse_task_config({CONFIG_KEY: block}, allow_unknown=True)
     return {"executor": EXECUTOR_NAME, "executor_config": {CONFIG_KEY: block}}
 
 
@@ -266,7 +280,7 @@ def is_mapped_task(task: Any) -> bool:
     return callable(closest) and closest() is not None
 
 
-def check_task(task: Any) -> GpuTaskConfig:
+def check_task(task: Any, *, allow_unknown: bool = False) -> GpuTaskConfig:
     """What the cluster policy checks of a CarmaExecutor task when its DAG is parsed.
 
     The executor_config (with ``memory_by_index`` only on a mapped task), and that no literal
@@ -287,4 +301,6 @@ def check_task(task: Any) -> GpuTaskConfig:
                     " .partial() instead: write **gpu_task(memory_by_index=['4GiB', '12GiB', ...]), entry i for"
                     " map index i"
                 )
-    return parse_task_config(getattr(task, "executor_config", None), where=where, mapped=is_mapped_task(task))
+    return parse_task_config(
+        getattr(task, "executor_config", None), where=where, mapped=is_mapped_task(task), allow_unknown=allow_unknown
+    )

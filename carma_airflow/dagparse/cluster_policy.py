@@ -1,7 +1,8 @@
 """Cluster policy (entry point ``airflow.policy``): validate GPU tasks and give them OOM retries.
 
 Runs wherever DAGs are parsed (dag-processor, and the worker before a task runs).  An invalid
-``executor_config`` fails *that task* with a message naming the field and what to write: the
+``executor_config`` (a key carma does not know included, named with the nearest valid one, unless
+``[carma] allow_unknown_keys``) fails *that task* with a message naming the field and what to write: the
 task's ``execute`` is replaced by one raising TaskRefusedError, so the rest of the DAG runs, the
 message is in the task's log, and the author's own ``retries`` apply.  With ``[carma]
 strict_validation = True`` the whole DAG fails to import instead (AirflowClusterPolicyViolation).
@@ -54,6 +55,13 @@ def _strict() -> bool:
     from airflow.configuration import conf
 
     return conf.getboolean("carma", "strict_validation", fallback=option_default("strict_validation"))
+
+
+@functools.lru_cache(maxsize=1)
+def _allow_unknown() -> bool:
+    from airflow.configuration import conf
+
+    return conf.getboolean("carma", "allow_unknown_keys", fallback=option_default("allow_unknown_keys"))
 
 
 def _fail_at_run(task: Any, message: str) -> None:
@@ -117,7 +125,7 @@ def task_policy(task: Any) -> None:
         return
     executor_config = getattr(task, "executor_config", None)
     try:
-        check_task(task)
+        check_task(task, allow_unknown=_allow_unknown())
     except ConfigError as exc:
         if _strict():
             raise AirflowClusterPolicyViolation(str(exc)) from None

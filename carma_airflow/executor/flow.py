@@ -174,9 +174,8 @@ class TryFlow:
         """A DEFERRED try whose previous try has ended: plan it (WAITING), or refuse it."""
         ti = attempt.ti
         try:
-            config = parse_task_config(
-                ti.executor_config, where=f"task {ti.task_id!r}: executor_config", mapped=ti.map_index >= 0
-            )
+            where, unknown = f"task {ti.task_id!r}: executor_config", self.settings.allow_unknown_keys
+            config = parse_task_config(ti.executor_config, where=where, mapped=ti.map_index >= 0, allow_unknown=unknown)
         except ConfigError as exc:
             # Run it without GPUs: in the task process the cluster policy makes it fail with
             # this message in its log; the rest of the DAG is untouched.

@@ -78,3 +78,34 @@ def test_executor_config_in_expand_kwargs_fails_each_instance_with_what_to_write
     assert all("executor_config" not in entry for entry in mapped.expand_input.value)
     with pytest.raises(TaskRefusedError, match=r"memory_by_index=\['4GiB', '12GiB', \.\.\.\]"):
         mapped.partial_kwargs["pre_execute"]({})
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"carma": {"memroy": "20GiB"}}, "unknown key 'memroy'; did you mean 'memory'?"),
+        ({"crama": {"memory": "20GiB"}}, "unknown section 'crama'; did you mean 'carma'?"),
+        (gpu_task(memroy="20GiB")["executor_config"], "unknown key 'memroy'; did you mean 'memory'?"),
+    ],
+)
+def test_a_typo_fails_that_task_with_the_nearest_key(config: dict[str, object], said: str) -> None:
+    task = _task(retries=1, executor="CarmaExecutor", executor_config=config)
+    task_policy(task)
+    assert task.retries == 1  # the author's retries only: no OOM tries for a task that cannot run
+    with pytest.raises(TaskRefusedError) as caught:
+        task.execute({})
+    assert said in str(caught.value) and "task 't'" in str(caught.value)
+
+
+def test_allow_unknown_keys_lets_a_team_keep_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from carma_airflow.dagparse import cluster_policy
+
+    monkeypatch.setenv("AIRFLOW__CARMA__ALLOW_UNKNOWN_KEYS", "True")
+    cluster_policy._allow_unknown.cache_clear()
+    try:
+        task = _task(executor="CarmaExecutor", executor_config={"carma": {"memroy": "20GiB", "memory": "2GiB"}})
+        task_policy(task)
+    finally:
+        cluster_policy._allow_unknown.cache_clear()
+    assert getattr(task.execute, "__func__", None) is BashOperator.execute  # untouched: it runs
+    assert isinstance(task.retry_policy, CudaOomRetryPolicy)

@@ -244,3 +244,20 @@ def test_the_flow_tells_its_starter_every_gpu_of_this_host(executor_factory) -> 
     run_until(ex, lambda: True)
     host_gpus = ex.flow.starter.host_gpus
     assert host_gpus is not None and sorted(host_gpus()) == sorted([sim_uuid(0), sim_uuid(1)])
+
+
+def test_an_unknown_key_is_refused_at_intake_with_the_nearest_one(executor_factory) -> None:
+    ex = executor_factory()
+    submit(ex, make_workload("typo", config={"memroy": "20GiB"}))
+    run_until(ex, lambda: not ex.bare)
+    env = seen_env("typo")
+    assert env["CUDA_VISIBLE_DEVICES"] == ""  # never placed on the floor
+    assert "unknown key 'memroy'; did you mean 'memory'?" in env["CARMA_CONFIG_ERROR"]
+
+
+def test_allow_unknown_keys_places_a_task_with_one(executor_factory) -> None:
+    ex = executor_factory(allow_unknown_keys="True")
+    submit(ex, make_workload("kept", config={"memroy": "20GiB", "memory": "2GiB"}))
+    run_until(ex, lambda: not ex.active and not ex.bare)
+    env = seen_env("kept")
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-SIM-0000" and not env.get("CARMA_CONFIG_ERROR")

@@ -13,10 +13,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.units import MAX_MIB
 from carma_airflow.executor.envcheck import check_task_env
 from carma_airflow.task_config import EXECUTOR_NAME, GpuTaskConfig, gpu_task, parse_task_config
+from carma_airflow.task_config import FIELDS as ALL_FIELDS
 
 FUZZ = settings.get_profile("carma-fuzz")
 FIELDS = ("gpus", "memory", "memory_by_index", "exclusive", "gpu_model", "priority")
@@ -73,7 +74,7 @@ def check_contract(cfg: GpuTaskConfig) -> None:
     assert cfg.gpu_model is None or (isinstance(cfg.gpu_model, str) and 0 < len(cfg.gpu_model) <= 64)
     assert type(cfg.priority) is int and -(2**31) <= cfg.priority < 2**31
     # what was accepted is accepted again unchanged (a DAG re-parsed, a retry re-read)
-    again = parse_task_config({"carma": cfg.model_dump()})
+    again = parse_task_config({"carma": cfg.model_dump()}, allow_unknown=True)
     assert [getattr(again, f) for f in FIELDS] == [getattr(cfg, f) for f in FIELDS]
 
 
@@ -95,7 +96,11 @@ def test_any_executor_config_parses_or_is_a_config_error(executor_config: Any) -
         cfg = parse_task_config(executor_config)
     except ConfigError as exc:
         block = executor_config.get("carma") if isinstance(executor_config, dict) else None
-        check_message(exc, "executor_config", block)
+        # each key of the block and each top-level key (a near miss of 'carma') may be a problem
+        keys = (len(block) if isinstance(block, dict) else 0) + (
+            len(executor_config) if isinstance(executor_config, dict) else 0
+        )
+        check_message(exc, "executor_config", dict.fromkeys(range(keys)))
     else:
         check_contract(cfg)
 
@@ -140,7 +145,7 @@ def test_floats_and_bools_are_whole_numbers_or_refused(x: float | bool) -> None:
         assert math.isfinite(x) and x.is_integer() and getattr(cfg, field) == int(x)
 
 
-gpu_task_extra = st.dictionaries(st.text(max_size=10).filter(lambda k: k not in FIELDS), json_like, max_size=3)
+gpu_task_extra = st.dictionaries(st.text(max_size=10).filter(lambda k: k not in ALL_FIELDS), json_like, max_size=3)
 
 
 @settings(FUZZ)
@@ -161,18 +166,36 @@ def test_gpu_task_validates_where_the_dag_is_written(
         check_message(exc, "executor_config", {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, **extra})
     else:
         assert kwargs["executor"] == EXECUTOR_NAME
-        check_contract(parse_task_config(kwargs["executor_config"]))
+        check_contract(parse_task_config(kwargs["executor_config"], allow_unknown=True))
+        if extra:  # an unknown keyword is carried to the cluster policy, which refuses it by name
+            try:
+                parse_task_config(kwargs["executor_config"])
+            except ConfigError as exc:
+                assert all(f"unknown key {brief(key, 40)}" in str(exc) for key in list(extra)[:5])
+            else:
+                raise AssertionError(f"unknown gpu_task() keywords {sorted(extra)} were accepted")
 
 
 @settings(FUZZ)
-@given(valid_blocks, st.dictionaries(st.text(max_size=10).filter(lambda k: k not in FIELDS), json_like, max_size=3))
-def test_valid_blocks_always_parse_and_keep_extra_keys(block: dict[str, Any], extra: dict[str, Any]) -> None:
-    cfg = parse_task_config({"carma": {**block, **extra}})
+@given(valid_blocks, gpu_task_extra)
+def test_valid_blocks_with_unknown_keys_are_refused_by_name_or_kept_when_allowed(
+    block: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    cfg = parse_task_config({"carma": {**block, **extra}}, allow_unknown=True)  # [carma] allow_unknown_keys
     check_contract(cfg)
     for key in ("gpus", "exclusive", "priority"):
         if key in block:
             assert getattr(cfg, key) == block[key]
     assert set(cfg.model_extra or {}) == set(extra)
+    if not extra:
+        return
+    try:
+        parse_task_config({"carma": {**block, **extra}}, where="task 't': executor_config")
+    except ConfigError as exc:
+        message = check_message(exc, "task 't': executor_config", extra)
+        assert all(f"unknown key {brief(key, 40)}" in message for key in list(extra)[:5])
+    else:
+        raise AssertionError(f"unknown keys {sorted(extra)} were accepted")
 
 
 @settings(FUZZ, max_examples=max(FUZZ.max_examples // 10, 5))
