@@ -44,6 +44,15 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("sample_period", "float", "1.0", "Seconds between two telemetry samples of every GPU.", "2.0"),
     Option(
+        "nvml_detail_every",
+        "integer",
+        "5",
+        "NVML backend: every Nth sample also reads what the placer and the risk window do not read every "
+        "period (process lists, power, energy, busy time beside GPM, GPU count and MIG layout); the others "
+        "read memory, GPM activity and each process's share of SM time only. 1: everything every sample.",
+        "1",
+    ),
+    Option(
         "policy",
         "string",
         "completion-time",

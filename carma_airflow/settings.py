@@ -84,6 +84,7 @@ class CarmaSettings:
     telemetry_retention: str = "7d"
     min_gain: str = ""
     allow_unknown_keys: bool = False
+    nvml_detail_every: int = 5
 
     @property
     def min_gain_value(self) -> float | None:
@@ -213,6 +214,10 @@ class CarmaSettings:
                 raise ConfigError(f"[carma] {name} must be >= 0")
         if self.max_tenants < 1:
             raise ConfigError("[carma] max_tenants must be >= 1")
+        if self.nvml_detail_every < 1:
+            raise ConfigError(
+                f"[carma] nvml_detail_every = {self.nvml_detail_every}: must be >= 1 (1 reads everything every sample)"
+            )
         from carma_airflow.core.fencing import CapRule, IsolationMode
 
         IsolationMode.parse(self.isolation)

@@ -66,7 +66,13 @@ def build_parts(
     (state / "results").mkdir(parents=True, exist_ok=True)
     ledger_path = state / "simulated-gpus.json"
     if monitor is None and settings.dispatch != "celery":
-        probe = make_probe(settings.gpu_backend, settings.simulated_gpus, ledger_path, host=settings.host)
+        probe = make_probe(
+            settings.gpu_backend,
+            settings.simulated_gpus,
+            ledger_path,
+            host=settings.host,
+            nvml_detail_every=settings.nvml_detail_every,
+        )
         stack.callback(probe.close)
         local = Monitor(probe, period_s=settings.sample_period)
         local.sample_once()  # fail fast with the probe's own message (no driver, bad spec)

@@ -19,6 +19,19 @@ binding and its choke point, never on their own: GPM's two-buffer activity readi
 (:mod:`~carma_airflow.monitor.nvml_gpm`) and each device's processes with their shares of SM
 time (:mod:`~carma_airflow.monitor.nvml_processes`).
 
+**What each sample reads.**  NVML calls are not free (6-7 ms of CPU per sample of one H200
+under gVisor, 2026-12-04), so a sample reads every period only what the placer and the risk
+window read every period: memory, and SM activity, occupancy and DRAM activity (GPM; busy time
+where the GPU has no GPM).  Every ``detail_every``-th sample (``[carma] nvml_detail_every``; the
+first sample always) also reads the rest: the GPU count, handles, UUIDs and MIG mode again, the
+process lists (compute and MPS: who holds how much memory), power, the energy counter and,
+beside GPM, busy time.  In between, a sample carries those readings from the last full one (at
+most ``detail_every`` periods old).  Each process's share of SM time stays a reading of every
+sample where the GPU has processes: it measures one interval, and reading it less often would
+count a busy interval for the idle ones after it (issue 24 item 8).  ``detail_every=1`` reads everything every
+time.  ``count_calls=True`` counts and times every NVML call by name (:meth:`NvmlProbe.call_costs`;
+:mod:`~carma_airflow.monitor.nvml_calls`).
+
 A GPU NVML cannot read (lost, fallen off the bus, Xid) becomes a sample with ``error`` set and
 the UUID it had; it never makes :meth:`NvmlProbe.sample` raise.  Without a driver,
 :meth:`NvmlProbe.sample` raises :class:`NoGpuDriverError` with one line saying what to do.
@@ -36,8 +49,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.errors import CarmaError, ConfigError
 from carma_airflow.monitor.base import GpuSample, NoGpuDriverError, percent_share
+from carma_airflow.monitor.nvml_calls import CallCost, CountedBinding
 from carma_airflow.monitor.nvml_gpm import GpmActivity, MigParent
 from carma_airflow.monitor.nvml_processes import ProcessAccounting
 
@@ -101,13 +115,49 @@ class _MemoryLimits(ctypes.Structure):  # nvmlSetMemoryLimits_v1_t as NVML docum
     _fields_ = [("nameSpace", ctypes.c_char_p), ("softLimit", ctypes.c_ulonglong), ("hardLimit", ctypes.c_ulonglong)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Detail:
+    """The readings of one device a full sample took, carried by the samples between two."""
+
+    busy: float | None
+    power_w: float | None
+    energy_j: float | None
+    held: dict[int, int]  # pid -> MiB: the process lists
+
+
+@dataclass(frozen=True, slots=True)
+class _MigInstance:
+    handle: Any
+    uuid: str
+    name: str
+    gpm_via: MigParent | None
+
+
+DEFAULT_DETAIL_EVERY = 5
+
+
 class NvmlProbe:
     """Samples every GPU (and MIG instance) NVML sees on this host."""
 
     backend: str = "nvml"
 
-    def __init__(self, host: str = "localhost") -> None:
+    def __init__(
+        self, host: str = "localhost", detail_every: int = DEFAULT_DETAIL_EVERY, count_calls: bool = False
+    ) -> None:
+        if detail_every < 1:
+            raise ConfigError(
+                f"[carma] nvml_detail_every must be >= 1 (1: every reading every sample), got {detail_every}"
+            )
         self.host = host
+        self.detail_every = int(detail_every)
+        self._count_calls = count_calls
+        self._counted: CountedBinding | None = None
+        self._round = 0  # samples taken; round 0, detail_every, 2*detail_every, ... are full
+        self._count = 0  # GPUs NVML counted at the last full sample
+        self._handle_by_index: dict[int, Any] = {}
+        self._mig_on: dict[int, bool] = {}
+        self._mig_instances: dict[int, list[_MigInstance]] = {}
+        self._detail: dict[str, _Detail] = {}
         self._lock = threading.Lock()
         self._nv: Any = None
         self._missing: tuple[type[BaseException], ...] = ()
@@ -124,15 +174,25 @@ class NvmlProbe:
         with self._lock:
             nv = self._ensure_init()
             now = time.time()
-            try:
-                count = int(nv.nvmlDeviceGetCount())
-            except nv.NVMLError as exc:
-                why = f"{type(exc).__name__}: {exc}"
-                raise CarmaError(f"NVML could not count the GPUs ({why}); check nvidia-smi") from None
+            full = self._round % self.detail_every == 0
+            self._round += 1
+            if full:
+                try:
+                    self._count = int(nv.nvmlDeviceGetCount())
+                except nv.NVMLError as exc:
+                    why = f"{type(exc).__name__}: {exc}"
+                    raise CarmaError(f"NVML could not count the GPUs ({why}); check nvidia-smi") from None
             samples: list[GpuSample] = []
-            for index in range(count):
-                samples.extend(self._read_gpu(nv, index, now))
+            for index in range(self._count):
+                samples.extend(self._read_gpu(nv, index, now, full))
             return samples
+
+    def call_costs(self) -> dict[str, CallCost]:
+        """Calls and time per NVML function so far (empty unless built with ``count_calls=True``)."""
+        with self._lock:
+            if self._counted is None:
+                return {}
+            return {name: CallCost(c.calls, c.cpu_s, c.wall_s) for name, c in self._counted.costs.items()}
 
     def close(self) -> None:
         with self._lock:
@@ -145,6 +205,11 @@ class NvmlProbe:
             except nv.NVMLError as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
             self._nv = None
+            self._round = 0
+            self._handle_by_index.clear()
+            self._mig_on.clear()
+            self._mig_instances.clear()
+            self._detail.clear()
 
     # -- driver caps (taskrun/driver_cap.py): NVML's one write, made here, under the lock ------
 
@@ -175,6 +240,9 @@ class NvmlProbe:
         except nv.NVMLError as exc:
             raise NoGpuDriverError(_init_message(nv, exc)) from None
         self._missing = tuple(cls for name in _MISSING_ERRORS if isinstance(cls := getattr(nv, name, None), type))
+        if self._count_calls:
+            self._counted = CountedBinding(nv)
+            nv = self._counted
         self._nv = nv
         return nv
 
@@ -196,43 +264,68 @@ class NvmlProbe:
 
     # -- one physical GPU ------------------------------------------------------------------
 
-    def _read_gpu(self, nv: Any, index: int, now: float) -> list[GpuSample]:
+    def _read_gpu(self, nv: Any, index: int, now: float, full: bool = True) -> list[GpuSample]:
+        # A sample between two full ones reuses the handle, UUID and MIG layout the last full
+        # one found (a GPU that was lost since fails its first reading and is looked up afresh).
+        handle = None if full else self._handle_by_index.get(index)
         try:
-            handle = nv.nvmlDeviceGetHandleByIndex(index)
-            uuid = _text(nv.nvmlDeviceGetUUID(handle))
-            self._uuid_by_index[index] = uuid
-            name = self._name(nv, handle, uuid)
-            mode = self._call(nv.nvmlDeviceGetMigMode, handle)
-            if mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE):
-                return self._read_mig(nv, handle, index, name, now)
+            if handle is None:
+                full = True  # nothing known of this GPU yet (or it failed): read all of it
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nv.nvmlDeviceGetUUID(handle))
+                self._uuid_by_index[index] = uuid
+                name = self._name(nv, handle, uuid)
+                mode = self._call(nv.nvmlDeviceGetMigMode, handle)
+                self._mig_on[index] = mode is not None and int(mode[0]) == int(nv.NVML_DEVICE_MIG_ENABLE)
+                self._handle_by_index[index] = handle
+            uuid = self._uuid_by_index[index]
+            name = self._name_by_uuid.get(uuid) or self._name(nv, handle, uuid)
+            if self._mig_on.get(index):
+                return self._read_mig(nv, handle, index, name, now, full)
             self._mig_by_index.pop(index, None)
-            return [self._read_device(nv, handle, uuid, index, name, now)]
+            self._mig_instances.pop(index, None)
+            return [self._read_device(nv, handle, uuid, index, name, now, full=full)]
         except nv.NVMLError as exc:
             # Report the failure under the UUIDs the placer knows: the MIG instances last
-            # seen, or the GPU itself.
+            # seen, or the GPU itself.  The next sample looks the GPU up afresh.
+            self._handle_by_index.pop(index, None)
+            self._mig_instances.pop(index, None)
             uuids = self._mig_by_index.get(index) or [self._uuid_by_index.get(index, f"GPU-UNKNOWN-{index}")]
             return [self._error_sample(nv, u, index, exc, now) for u in uuids]
 
-    def _read_mig(self, nv: Any, parent: Any, index: int, parent_name: str, now: float) -> list[GpuSample]:
-        slots = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, parent) or 0
+    def _read_mig(
+        self, nv: Any, parent: Any, index: int, parent_name: str, now: float, full: bool = True
+    ) -> list[GpuSample]:
+        instances = None if full else self._mig_instances.get(index)
+        if instances is None:
+            instances = self._mig_instances[index] = self._find_mig(nv, parent)
         samples: list[GpuSample] = []
+        for inst in instances:
+            try:
+                samples.append(
+                    self._read_device(nv, inst.handle, inst.uuid, index, inst.name, now, inst.gpm_via, full=full)
+                )
+            except nv.NVMLError as exc:
+                self._mig_instances.pop(index, None)  # the next sample enumerates the instances again
+                samples.append(self._error_sample(nv, inst.uuid, index, exc, now))
+        self._mig_by_index[index] = [s.uuid for s in samples]
+        if not samples:
+            log.info("GPU %d (%s) is in MIG mode with no instances: nothing to place on", index, parent_name)
+        return samples
+
+    def _find_mig(self, nv: Any, parent: Any) -> list[_MigInstance]:
+        slots = self._call(nv.nvmlDeviceGetMaxMigDeviceCount, parent) or 0
+        found: list[_MigInstance] = []
         for slot in range(int(slots)):
             try:
                 handle = nv.nvmlDeviceGetMigDeviceHandleByIndex(parent, slot)
             except (nv.NVMLError_NotFound, nv.NVMLError_InvalidArgument):
                 continue  # no instance in this slot
             uuid = _text(nv.nvmlDeviceGetUUID(handle))
-            try:
-                name = self._name(nv, handle, uuid)
-                instance = self._call(nv.nvmlDeviceGetGpuInstanceId, handle)
-                gpm_via = (parent, int(instance)) if instance is not None else None
-                samples.append(self._read_device(nv, handle, uuid, index, name, now, mig_parent=gpm_via))
-            except nv.NVMLError as exc:
-                samples.append(self._error_sample(nv, uuid, index, exc, now))
-        self._mig_by_index[index] = [s.uuid for s in samples]
-        if not samples:
-            log.info("GPU %d (%s) is in MIG mode with no instances: nothing to place on", index, parent_name)
-        return samples
+            name = self._name(nv, handle, uuid)
+            instance = self._call(nv.nvmlDeviceGetGpuInstanceId, handle)
+            found.append(_MigInstance(handle, uuid, name, (parent, int(instance)) if instance is not None else None))
+        return found
 
     def _read_device(
         self,
@@ -243,6 +336,7 @@ class NvmlProbe:
         name: str,
         now: float,
         mig_parent: MigParent | None = None,
+        full: bool = True,
     ) -> GpuSample:
         memory = self._memory(nv, handle)
         if memory is None:
@@ -250,9 +344,22 @@ class NvmlProbe:
                 uuid, index, name, self.host, 0, 0, 0, now, error="NVML reports no memory information for this GPU"
             )
         total, used, free = memory
-        util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
-        busy = percent_share(util.gpu) if util is not None else None
         gpm = self._gpm.read(nv, handle, uuid, mig_parent)
+        detail = None if full else self._detail.get(uuid)
+        if detail is None or gpm is None:  # busy time: the activity itself where GPM gives none
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, handle)
+            busy = percent_share(util.gpu) if util is not None else None
+        else:
+            busy = detail.busy
+        if detail is None:
+            power = self._call(nv.nvmlDeviceGetPowerUsage, handle)
+            energy = self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
+            detail = self._detail[uuid] = _Detail(
+                busy,
+                float(power) / 1000.0 if power is not None else None,
+                float(energy) / 1000.0 if energy is not None else None,
+                self._accounting.held(nv, handle),
+            )
         smocc = drama = None
         if gpm is not None:
             smact, smocc, drama = gpm
@@ -261,8 +368,6 @@ class NvmlProbe:
             smact, source = busy, "utilization"
         else:
             smact, source = None, "none"
-        power = self._call(nv.nvmlDeviceGetPowerUsage, handle)
-        energy = self._call(nv.nvmlDeviceGetTotalEnergyConsumption, handle)
         return GpuSample(
             uuid=uuid,
             index=index,
@@ -277,13 +382,15 @@ class NvmlProbe:
             smocc=smocc,
             drama=drama,
             activity_source=source,
-            power_w=float(power) / 1000.0 if power is not None else None,
-            energy_j=float(energy) / 1000.0 if energy is not None else None,
-            processes=self._accounting.processes(nv, handle, uuid),
+            power_w=detail.power_w,
+            energy_j=detail.energy_j,
+            # each process's share of SM time: every sample (an interval's reading, issue 24 item 8)
+            processes=self._accounting.processes(nv, handle, uuid, detail.held),
         )
 
     def _error_sample(self, nv: Any, uuid: str, index: int, exc: BaseException, now: float) -> GpuSample:
         self._gpm.forget(nv, uuid)
+        self._detail.pop(uuid, None)
         name = self._name_by_uuid.get(uuid, "unknown")
         return GpuSample(uuid, index, name, self.host, 0, 0, 0, now, error=f"{type(exc).__name__}: {exc}")
 

@@ -39,9 +39,24 @@ class ProcessAccounting:
         self._call = call  # the probe's choke point: call(fn, *args, name=...)
         self._seen: dict[str, int] = {}  # uuid -> newest per-process utilisation sample read (us)
 
-    def processes(self, nv: Any, handle: Any, uuid: str) -> tuple[ProcessUsage, ...]:
+    def processes(
+        self, nv: Any, handle: Any, uuid: str, held: dict[int, int] | None = None
+    ) -> tuple[ProcessUsage, ...]:
         """Every process holding memory on the device, by pid, with its share of SM time where
-        the device reports it."""
+        the device reports it.  ``held``: the processes and their MiB as :meth:`held` read them
+        earlier (the probe's samples between two full ones); None reads them now."""
+        if held is None:
+            held = self.held(nv, handle)
+        if not held:
+            return ()
+        util = self.sm_shares(nv, handle, uuid)
+        if util is None:
+            return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
+        # NVML lists only processes whose kernels ran since the last reading: the others had none
+        return tuple(ProcessUsage(pid, mib, util.get(pid, 0.0)) for pid, mib in sorted(held.items()))
+
+    def held(self, nv: Any, handle: Any) -> dict[int, int]:
+        """The processes holding memory on the device (compute and MPS lists): pid -> MiB."""
         held: dict[int, int] = {}
         for fn_names in _PROCESS_LISTS:
             procs = None
@@ -55,13 +70,7 @@ class ProcessAccounting:
                 used = getattr(proc, "usedGpuMemory", None)  # None where NVML cannot tell (WDDM)
                 pid = int(proc.pid)
                 held[pid] = max(held.get(pid, 0), int(used) // _MIB if used is not None else 0)
-        if not held:
-            return ()
-        util = self.sm_shares(nv, handle, uuid)
-        if util is None:
-            return tuple(ProcessUsage(pid, mib) for pid, mib in sorted(held.items()))
-        # NVML lists only processes whose kernels ran since the last reading: the others had none
-        return tuple(ProcessUsage(pid, mib, util.get(pid, 0.0)) for pid, mib in sorted(held.items()))
+        return held
 
     def sm_shares(self, nv: Any, handle: Any, uuid: str) -> dict[int, float] | None:
         """Each process's share of SM time since this device's last reading (0..1), or None.

@@ -178,16 +178,19 @@ class Monitor:
             return self._last_error
 
 
-def make_probe(backend: str, simulated_gpus: str, ledger_path: Path, host: str = "localhost") -> Probe:
+def make_probe(
+    backend: str, simulated_gpus: str, ledger_path: Path, host: str = "localhost", nvml_detail_every: int = 5
+) -> Probe:
     """The probe for ``[carma] gpu_backend``: ``nvml`` (real GPUs) or ``simulated``.
 
-    ``simulated_gpus`` (e.g. ``4xA100-40GB``) and ``ledger_path`` matter only for ``simulated``.
+    ``simulated_gpus`` (e.g. ``4xA100-40GB``) and ``ledger_path`` matter only for ``simulated``,
+    ``nvml_detail_every`` (``[carma] nvml_detail_every``) only for ``nvml``.
     """
     kind = backend.strip().lower()
     if kind == "nvml":
         from carma_airflow.monitor.nvml import NvmlProbe
 
-        return NvmlProbe(host)
+        return NvmlProbe(host, detail_every=nvml_detail_every)
     if kind == "simulated":
         from carma_airflow.monitor.ledger import Ledger
         from carma_airflow.monitor.simulated import SimulatedProbe

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.core.errors import ConfigError
 from carma_airflow.monitor import Monitor, NoGpuDriverError, NvmlProbe
 
 real: Any = importlib.import_module("pynvml")
@@ -331,7 +332,7 @@ def test_mig_instances_without_gpm_have_no_activity_on_the_first_sample(fake: Fa
 
 
 def test_a_lost_gpu_is_an_error_sample_not_an_exception(fake: FakeNvml) -> None:
-    probe = NvmlProbe()
+    probe = NvmlProbe(detail_every=1)  # every sample asks the MIG parent (lost below) for its instances
     lost = {s.uuid: s for s in probe.sample()}["GPU-dddd"]
     assert lost.error == "NVMLError_GpuIsLost: GPU is lost" and not lost.ok
     assert lost.index == 3 and lost.name == "NVIDIA A100-SXM4-40GB"
@@ -446,3 +447,97 @@ def test_idle_intervals_count_in_a_tries_measured_activity(fake: FakeNvml) -> No
     measured = seen.conclude("dag/t/r/-1/1").activity
     assert measured is not None and measured.source == "process"
     assert measured.sm_activity == pytest.approx(0.2)  # 0.8 once in four intervals
+
+
+# -- what each sample reads: the risk window's inputs every period, the rest every detail_every --
+
+EXPENSIVE = (
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+)
+PER_PERIOD = ("nvmlDeviceGetMemoryInfo", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet")
+
+
+def _sampled(fake: FakeNvml, detail_every: int, periods: int) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """Sample ``periods`` times, the H100's memory and GPM activity changing every period; the
+    calls per NVML function (counted at the binding) and what each sample said of the H100.
+    The lost A100 is left out: a GPU that fails is looked up afresh at every sample."""
+    del fake.gpus[3]
+    probe = NvmlProbe(detail_every=detail_every, count_calls=True)
+    seen: list[dict[str, Any]] = []
+    for i in range(periods):
+        fake.gpus[0].used_gib = 10 + i
+        fake.gpus[0].gpm = (float(i), 2.0 * i, 3.0 * i)
+        fake.gpus[0].power_mw = 100_000 + 1000 * i
+        h100 = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]
+        seen.append({"used": h100.memory_used_mib, "smact": h100.smact, "power": h100.power_w, "procs": h100.processes})
+    calls = {name: cost.calls for name, cost in probe.call_costs().items()}
+    return calls, seen
+
+
+def test_expensive_calls_are_made_every_detail_every_samples_and_memory_and_activity_every_period(
+    fake: FakeNvml,
+) -> None:
+    periods = 20
+    calls5, seen5 = _sampled(fake, 5, periods)
+    fake.gpus[:] = four_gpus()
+    calls1, seen1 = _sampled(fake, 1, periods)
+    for name in EXPENSIVE:
+        if calls1.get(name):
+            # 4 full samples of 20 (the 1st, 6th, 11th, 16th), so a fifth of the calls
+            assert calls5.get(name, 0) * 5 == calls1[name], (name, calls5.get(name), calls1[name])
+    for name in PER_PERIOD:
+        assert calls5.get(name) == calls1.get(name), name
+    # every device (2 GPUs, 2 MIG instances), every period (v2, and v1 where v2 is missing)
+    assert calls5["nvmlDeviceGetMemoryInfo"] >= periods * 4
+    # GPM where the GPU has it, busy time where it has not: the A100's utilisation every period
+    assert calls5["nvmlDeviceGetUtilizationRates"] >= periods
+    assert calls5["nvmlDeviceGetUtilizationRates"] < calls1["nvmlDeviceGetUtilizationRates"]
+    # per-process SM shares measure an interval: every period where a GPU has processes
+    assert calls5["nvmlDeviceGetProcessUtilization"] == calls1["nvmlDeviceGetProcessUtilization"]
+    assert sum(calls5.values()) < 0.6 * sum(calls1.values())
+    # the risk window's and the placer's inputs are exact every period, whatever detail_every
+    assert [s["used"] for s in seen5] == [s["used"] for s in seen1] == [(10 + i) * 1024 for i in range(periods)]
+    assert [s["smact"] for s in seen5] == [s["smact"] for s in seen1]
+    assert [s["smact"] for s in seen5][1:] == pytest.approx([i / 100 for i in range(1, periods)])
+    # power is carried between full samples: read at samples 0, 5, 10, 15
+    assert [s["power"] for s in seen5] == [100.0 + 5 * (i // 5) for i in range(periods)]
+    assert [s["power"] for s in seen1] == [100.0 + i for i in range(periods)]
+    # the process list is carried, each process's share of SM time is read every period
+    assert all([(p.pid, p.used_mib) for p in s["procs"]] == [(101, 12288), (102, 8192)] for s in seen5)
+
+
+def test_between_full_samples_a_lost_gpu_is_reported_at_once_and_looked_up_again(fake: FakeNvml) -> None:
+    probe = NvmlProbe(detail_every=10)
+    probe.sample()
+    fake.gpus[0].lost = "all"
+    assert {s.uuid: s for s in probe.sample()}["GPU-aaaa"].error == "NVMLError_GpuIsLost: GPU is lost"
+    fake.gpus[0].lost = None
+    back = {s.uuid: s for s in probe.sample()}["GPU-aaaa"]  # not a full sample: looked up afresh all the same
+    assert back.ok and back.power_w == pytest.approx(350.5)
+    assert [(p.pid, p.used_mib) for p in back.processes] == [(101, 12288), (102, 8192)]
+
+
+def test_detail_every_must_be_at_least_one() -> None:
+    with pytest.raises(ConfigError, match=r"nvml_detail_every must be >= 1"):
+        NvmlProbe(detail_every=0)
+
+
+def test_call_costs_are_empty_unless_counted(fake: FakeNvml) -> None:
+    probe = NvmlProbe()
+    probe.sample()
+    assert probe.call_costs() == {}
+    counted = NvmlProbe(count_calls=True)
+    counted.sample()
+    costs = counted.call_costs()
+    assert costs["nvmlDeviceGetCount"].calls == 1 and costs["nvmlDeviceGetHandleByIndex"].calls == 4
+    assert all(c.cpu_s >= 0 and c.wall_s >= 0 for c in costs.values())
