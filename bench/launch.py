@@ -29,8 +29,7 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "bench-secret-" + "x" * 6
 
 import noop_try
 
-from carma_airflow.testing import try_runner_env
-from carma_airflow.workloads import make_workload
+from carma_airflow.testing import make_workload, try_runner_env
 
 
 def launcher_design(tries: int, tmp: Path) -> tuple[list[float], list[float]]:

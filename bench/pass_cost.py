@@ -37,8 +37,7 @@ from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh da
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
-from carma_airflow.testing import try_runner_env
-from carma_airflow.workloads import make_workload
+from carma_airflow.testing import make_workload, try_runner_env
 
 
 def _workloads(n: int, seed: int) -> list[ExecuteTask]:

@@ -1,32 +1,39 @@
-"""Test helpers shipped with the package: a synthetic GPU workload for simulated GPUs, and
-Airflow workloads to hand an executor without a scheduler (:func:`make_workload`).
+"""Test helpers shipped with the package, for tests and for DAGs written against simulated GPUs.
 
-:func:`simulated_training` is what a task runs on ``[carma] gpu_backend = simulated``.  It
-behaves like a training script as the rest of carma-airflow sees it: it finds its GPUs in
-``CUDA_VISIBLE_DEVICES`` (simulated UUIDs such as ``GPU-SIM-0002``), ramps its memory up in the
-simulated GPU ledger (``CARMA_SIM_LEDGER``) where the monitor sees it, crashes with a
-PyTorch-style CUDA OOM when a GPU is full, and "trains" more slowly when it shares its GPUs, as
-the core's sharing model says.
+- :func:`make_workload`: the workload the scheduler would queue for one try, to hand an executor
+  directly (tests and benchmarks); imports Airflow when called, not at import.
+- :func:`try_runner_env`: run a function of the test's own in each try's process instead of
+  Airflow's supervisor (the boundary tests replace).
+- :func:`simulated_training`: what a task runs on ``[carma] gpu_backend = simulated``; it lives
+  with the simulated GPUs' task side (carma_airflow/taskrun/simulated_training.py) and is named
+  here too because DAGs and docs import it from here.
+
+Nothing in carma_airflow imports this module (tests/test_layering.py): production code takes
+what it needs from where it lives.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from uuid import uuid4
 
-from carma_airflow import checkpoint as _checkpoint
-from carma_airflow.core.sharing import ActivityProfile, SharingModel
-from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
-from carma_airflow.taskrun.fence_env import fence_from_env
-from carma_airflow.taskrun.live_cap import SimulatedCaps
+from carma_airflow.taskrun.simulated_training import SimulatedCudaOOM, simulated_training, training_slowdown
 
-__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown", "try_runner_env"]
+if TYPE_CHECKING:
+    from airflow.executors.workloads import ExecuteTask
+
+__all__ = [
+    "TRY_RUNNER_ENV",
+    "SimulatedCudaOOM",
+    "make_workload",
+    "simulated_training",
+    "training_slowdown",
+    "try_runner_env",
+]
 
 TRY_RUNNER_ENV = "CARMA_TRY_RUNNER"  # read by carma_airflow/taskrun/launcher.py
 
@@ -44,200 +51,37 @@ def try_runner_env(function: Callable[..., int]) -> dict[str, str]:
     return {TRY_RUNNER_ENV: f"{function.__module__}:{function.__qualname__}", "PYTHONPATH": path}
 
 
-log = logging.getLogger(__name__)
-
-LEDGER_ENV = "CARMA_SIM_LEDGER"
-_RAMP_STEPS = 4
-
-
-def training_slowdown(state: LedgerState, pid: int, uuids: list[str], model: SharingModel) -> float:
-    """How much slower than alone ``pid`` progresses: the sharing model's slowdown on its most
-    crowded GPU (1.0 where it is not a tenant)."""
-    worst = 1.0
-    for uuid in uuids:
-        tenants = state.on(uuid)
-        for i, slowdown in enumerate(model.slowdowns([t.profile for t in tenants])):
-            if tenants[i].pid == pid:
-                worst = max(worst, slowdown)
-    return worst
-
-
-def _label() -> str:
-    dag, task = os.environ.get("AIRFLOW_CTX_DAG_ID"), os.environ.get("AIRFLOW_CTX_TASK_ID")
-    return f"{dag}.{task}" if dag and task else f"simulated_training[{os.getpid()}]"
-
-
-def simulated_training(
-    peak_mib: int,
-    seconds: float,
+def make_workload(
+    task_id: str,
     *,
-    activity: float = 0.5,
-    ramp_s: float = 0.5,
-    ledger_path: str | None = None,
-    step_s: float = 0.1,
-    grow_to_mib: int | None = None,
-    grow_after_s: float = 0.0,
-    checkpoint_every_s: float | None = None,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    oom_after_s: float | None = None,
-) -> dict[str, Any]:
-    """Hold ``peak_mib`` on every visible simulated GPU and train for ``seconds`` of solo work.
+    dag_id: str = "dag",
+    run_id: str = "run1",
+    try_number: int = 1,
+    executor_config: dict[str, Any] | None = None,
+    dag_rel_path: str = "dag.py",
+    bundle: str = "dags",
+    token: str = "t",
+    priority_weight: int = 1,
+) -> ExecuteTask:
+    """The workload the scheduler would queue for one try of ``dag_id.task_id`` (an unmapped task
+    instance with fresh ids and nothing behind it in Airflow's database), to hand an executor
+    directly (``queue_workload``) in tests and benchmarks.  Imports Airflow when called."""
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.executors.workloads.base import BundleInfo
+    from airflow.executors.workloads.task import TaskInstanceDTO
 
-    Memory ramps up over ``ramp_s`` in a few steps (:class:`SimulatedCudaOOM` if a GPU is full);
-    training then progresses at ``1 / slowdown`` per wall second, the slowdown coming from the
-    co-tenants in the ledger, re-read every ``step_s``.  With ``grow_to_mib``, once
-    ``grow_after_s`` of that work is done the memory grows to ``grow_to_mib`` in one allocation,
-    as real training does at its first validation step.  A fenced try (its cap in the
-    environment, carma_airflow/taskrun/isolation.py) is held as its mechanism would hold it
-    (taskrun/live_cap.py ``SimulatedCaps``): a cap set at its start, or re-read from its cap file
-    once a second, or its driver leaf's hard limit in the ledger.  Memory is
-    released at the end, crash or not.
-
-    With ``checkpoint_every_s`` it checkpoints like a real training: every that many seconds of
-    solo work it saves its progress in the task instance's checkpoint folder (``checkpoint_dir``,
-    by default the one CarmaExecutor names, carma_airflow/checkpoint.py; its step is one second
-    of work) and records it; a later try of the same task instance resumes from the last
-    checkpoint (its log says where) instead of starting over.  ``oom_after_s``: a CUDA OOM once
-    that much work is done (an allocation the GPU cannot hold), for tests of recovery; give it
-    to the first try only, or every try crashes there.
-
-    Returns ``peak_mib`` (the most held), ``gpus``, ``wall_s`` (ramp included), ``train_s``,
-    ``slowdown`` (training wall time over solo work), ``resumed_from_s`` (the work a checkpoint
-    gave this try, None if it started from zero) and ``checkpoints`` (how many it saved).
-    """
-    if peak_mib < 0 or seconds < 0 or ramp_s < 0 or step_s <= 0 or grow_after_s < 0:
-        raise ValueError("peak_mib, seconds, ramp_s and grow_after_s must be >= 0 and step_s > 0")
-    if grow_to_mib is not None and grow_to_mib < peak_mib:
-        raise ValueError(f"grow_to_mib ({grow_to_mib}) must be at least peak_mib ({peak_mib})")
-    if not 0.0 <= activity <= 1.0:
-        raise ValueError(f"activity is a share of SM time, between 0 and 1; got {activity}")
-    if checkpoint_every_s is not None and checkpoint_every_s <= 0:
-        raise ValueError(f"checkpoint_every_s must be > 0 seconds of work, got {checkpoint_every_s}")
-    if oom_after_s is not None and oom_after_s < 0:
-        raise ValueError(f"oom_after_s must be >= 0, got {oom_after_s}")
-    folder = _checkpoint.checkpoint_dir(checkpoint_dir) if checkpoint_every_s is not None else None
-    visible = [u.strip() for u in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip()]
-    if not visible:
-        raise RuntimeError("CUDA error: no CUDA-capable device is detected")
-    path = ledger_path or os.environ.get(LEDGER_ENV)
-    if not path:
-        raise RuntimeError(
-            f"simulated_training needs the simulated GPU ledger: pass ledger_path= or set {LEDGER_ENV} "
-            "(the carma executor sets it when [carma] gpu_backend = simulated)"
-        )
-    ledger = Ledger(path)
-    known = {gpu.uuid for gpu in ledger.gpus()}
-    unknown = [u for u in visible if u not in known]
-    if unknown:
-        raise RuntimeError(
-            f"CUDA error: no CUDA-capable device is detected (CUDA_VISIBLE_DEVICES names {', '.join(unknown)}, "
-            f"which the simulated GPU ledger {path} does not have; it has {', '.join(sorted(known)) or 'none'})"
-        )
-
-    total_mib = {gpu.uuid: gpu.spec.memory_mib for gpu in ledger.gpus()}
-    fence = fence_from_env(os.environ, len(visible))
-    pid = os.getpid()
-    profile = ActivityProfile(activity, activity * 0.6, activity * 0.5)
-
-    # held as the try's real mechanism would hold it: a cap set at its start (or re-read from its
-    # cap file), or its driver leaf's hard limit in the ledger (taskrun/live_cap.py)
-    caps = SimulatedCaps(fence, os.environ) if fence is not None else None
-
-    def allocate(mib: int) -> None:
-        for ordinal, uuid in enumerate(visible):
-            if fence is None or caps is None:
-                ledger.allocate(pid, uuid, mib, profile, label, ordinal=ordinal)
-                continue
-            cap = caps.cap_mib(ordinal)
-            promise = fence.promise_mib[ordinal] if cap is not None else None
-            ledger.allocate(
-                pid, uuid, mib, profile, label, ordinal=ordinal, promise_mib=promise, cap_mib=cap,
-                leaf=caps.leaf, held_by=caps.held_by_on(ordinal),
-            )  # fmt: skip
-
-    model = SharingModel()
-    label = _label()
-    started = time.monotonic()
-    try:
-        steps = _RAMP_STEPS if peak_mib >= _RAMP_STEPS and ramp_s > 0 else 1
-        for step in range(steps):  # the peak is reached at ramp_s, as a real start-up would
-            time.sleep(ramp_s / steps)
-            allocate(peak_mib // steps + (peak_mib % steps if step == steps - 1 else 0))
-
-        train_start = last = time.monotonic()
-        resumed = _resume(folder, seconds) if folder is not None else None
-        done = begun = resumed or 0.0
-        saves = 0
-        every = checkpoint_every_s or float("inf")
-        next_save = begun + every
-        held = peak_mib
-        while done < seconds:
-            if grow_to_mib is not None and held < grow_to_mib and done >= grow_after_s:
-                allocate(grow_to_mib - held)
-                held = grow_to_mib
-            if folder is not None and done >= next_save:
-                _save(folder, done)
-                saves += 1
-                next_save = begun + every * (saves + 1)
-            if oom_after_s is not None and done >= oom_after_s:  # more than the whole GPU: a real ledger OOM
-                allocate(max(total_mib[u] for u in visible) + 1)
-            state = ledger.state()
-            failed = [u for u in visible if u in state.faults]
-            if failed:  # as CUDA reports a GPU lost under a running kernel (Xid 79 and the like)
-                why = state.faults[failed[0]]
-                raise RuntimeError(
-                    f"CUDA error: unspecified launch failure on {failed[0]} (simulated GPU fault: {why})"
-                )
-            slowdown = training_slowdown(state, pid, visible, model)
-            until = [seconds - done]
-            if oom_after_s is not None and oom_after_s > done:
-                until.append(oom_after_s - done)
-            if folder is not None:
-                until.append(next_save - done)
-            time.sleep(max(0.0, min(step_s, min(until) * slowdown)))
-            now = time.monotonic()
-            done += (now - last) / slowdown
-            last = now
-        train_s = last - train_start
-    finally:
-        if caps is not None:
-            caps.stop()
-        try:
-            ledger.release(pid)
-        except LedgerError as exc:  # the ledger vanished: nothing left to release
-            log.warning("could not release simulated GPU memory: %s", exc)
-    return {
-        "peak_mib": held,
-        "gpus": visible,
-        "wall_s": time.monotonic() - started,
-        "train_s": train_s,
-        "slowdown": train_s / (done - begun) if done > begun else 1.0,
-        "resumed_from_s": resumed,
-        "checkpoints": saves,
-    }
-
-
-SIMULATED_STATE = "simulated-training.json"  # the simulated training's own checkpoint
-
-
-def _save(folder: Path, done_s: float) -> None:
-    """A checkpoint of ``done_s`` seconds of work: the training's state (atomically), then the record."""
-    with _checkpoint.atomic_path(folder / SIMULATED_STATE) as tmp:
-        tmp.write_text(json.dumps({"done_s": done_s}))
-    _checkpoint.record_checkpoint(int(done_s), folder=folder)
-
-
-def _resume(folder: Path, seconds: float) -> float | None:
-    """The work an earlier try's checkpoint holds (said in the log), None if there is none."""
-    try:
-        done = float(json.loads((folder / SIMULATED_STATE).read_text())["done_s"])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("simulated training: unreadable checkpoint in %s (%s); starting from zero", folder, exc)
-        return None
-    if not 0.0 < done < float("inf"):
-        return None
-    done = min(done, seconds)
-    _checkpoint.record_resume(_checkpoint.last_checkpoint(folder) or None, step=int(done))
-    return done
+    ti = TaskInstanceDTO(
+        id=uuid4(),
+        task_id=task_id,
+        dag_id=dag_id,
+        run_id=run_id,
+        try_number=try_number,
+        dag_version_id=uuid4(),
+        map_index=-1,
+        pool_slots=1,
+        priority_weight=priority_weight,
+        executor_config=executor_config,
+    )
+    return ExecuteTask(
+        ti=ti, dag_rel_path=Path(dag_rel_path), token=token, log_path=None, bundle_info=BundleInfo(name=bundle)
+    )

@@ -35,7 +35,7 @@ CHECKPOINT_EVERY_S = 10 * SCALE_S_PER_MINUTE
 
 
 def _train(name: str) -> dict[str, object]:
-    from carma_airflow.testing import simulated_training
+    from carma_airflow.taskrun.simulated_training import simulated_training
 
     t = load_catalog(packaged("task_catalog.csv"))[name]
     small = "cifar" in t.script.lower()

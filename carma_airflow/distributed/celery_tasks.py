@@ -38,8 +38,7 @@ from carma_airflow.distributed.errors import WrongHostError
 from carma_airflow.distributed.simgpus import ledger_path
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
-from carma_airflow.taskrun.outcome import RESULT_ENV, read_result
-from carma_airflow.testing import LEDGER_ENV
+from carma_airflow.taskrun.outcome import RESULT_ENV, SIM_LEDGER_ENV, read_result
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +58,8 @@ def host_env(env: dict[str, str], result_name: str, settings: CarmaSettings) -> 
     out = dict(env)
     state = Path(settings.state_dir)
     out[RESULT_ENV] = str(state / "results" / result_name)
-    if LEDGER_ENV in out or settings.gpu_backend == "simulated":
-        out[LEDGER_ENV] = str(ledger_path(settings.state_dir))
+    if SIM_LEDGER_ENV in out or settings.gpu_backend == "simulated":
+        out[SIM_LEDGER_ENV] = str(ledger_path(settings.state_dir))
     return out
 
 

@@ -1,6 +1,6 @@
 """A cross-process ledger of simulated GPU memory: one JSON file guarded by ``fcntl.flock``.
 
-Simulated GPUs exist only here.  Task processes (:func:`carma_airflow.testing.simulated_training`)
+Simulated GPUs exist only here.  Task processes (taskrun/simulated_training.py)
 allocate and release memory in it; the :class:`~carma_airflow.monitor.simulated.SimulatedProbe`
 reads it once a second.  Each operation opens the lock file afresh, so forked processes and
 threads exclude each other too; the JSON file is replaced atomically, so a reader never sees

@@ -1,6 +1,6 @@
 """A fenced try's cap as its environment carries it: written by the executor, read in the try.
 
-Standard library and core only: the simulated training task (carma_airflow/testing.py), the
+Standard library and core only: the simulated training task (taskrun/simulated_training.py), the
 framework import hook and the GPU kit read it in processes that must not import Airflow.
 
 Per GPU lists follow the try's CUDA_VISIBLE_DEVICES order::

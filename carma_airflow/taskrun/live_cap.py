@@ -95,7 +95,7 @@ class CapFollower(threading.Thread):
 
 
 class SimulatedCaps:
-    """What holds a try on simulated GPUs, as its real mechanism would (carma_airflow/testing.py):
+    """What holds a try on simulated GPUs, as its real mechanism would (taskrun/simulated_training.py):
 
     * a framework or MPS cap set at the start (its environment), and under ``isolation_cap = live``
       re-set by the same :class:`CapFollower` thread a real PyTorch try runs, from the cap file

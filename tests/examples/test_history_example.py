@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from carma_airflow.testing import try_runner_env
-from carma_airflow.workloads import make_workload
+from carma_airflow.testing import make_workload, try_runner_env
 
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 

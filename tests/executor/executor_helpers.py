@@ -19,7 +19,7 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
 from airflow.executors.workloads import ExecuteTask
 
-from carma_airflow import workloads
+from carma_airflow import testing
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.taskrun.outcome import TryResult, write_result
 
@@ -36,7 +36,7 @@ def make_workload(
     author_retries: int | None = None,
     priority_weight: int = 1,
 ) -> ExecuteTask:
-    return workloads.make_workload(
+    return testing.make_workload(
         task_id,
         dag_id=dag_id,
         run_id=run_id,

@@ -132,7 +132,7 @@ def test_a_collocated_task_runs_longer(ledger: Ledger, sleepers: Callable[[], in
 
 
 def test_make_workload_is_one_unmapped_try_with_fresh_ids() -> None:
-    from carma_airflow.workloads import make_workload
+    from carma_airflow.testing import make_workload
 
     config = {"carma": {"memory": "4GiB"}}
     a = make_workload("fit", dag_id="train", run_id="r1", try_number=2, executor_config=config, bundle="d")
