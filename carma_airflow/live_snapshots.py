@@ -22,16 +22,23 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from carma_airflow.core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from carma_airflow.store.peers import ExecutorRecord
 
 PREFIX = "executor:"
 
 Snapshots = Mapping[str, tuple[datetime, dict[str, Any]]]
+
+
+class Beating(Protocol):
+    """What :func:`current` reads of an executor's row (``store.peers.ExecutorRecord``): the store
+    imports this module to name the documents it deletes, so this one does not import the store."""
+
+    @property
+    def id(self) -> str: ...
+
+    def alive(self, now: float, timeout_s: float) -> bool: ...
 
 
 def name_of(executor_id: str) -> str:
@@ -61,7 +68,7 @@ def written_at(at: datetime, body: Mapping[str, Any]) -> float:
 
 
 def current(
-    snapshots: Snapshots, executors: Iterable[ExecutorRecord], now: float, timeout_s: float
+    snapshots: Snapshots, executors: Iterable[Beating], now: float, timeout_s: float
 ) -> dict[str, tuple[datetime, dict[str, Any]]]:
     """The snapshots a reader should show, by name (see the module docstring)."""
     rows = {e.id: e for e in executors}
@@ -85,4 +92,4 @@ def current(
     return dict(sorted(kept.items()))
 
 
-__all__ = ["PREFIX", "Snapshots", "current", "executor_of", "host_of", "name_of", "written_at"]
+__all__ = ["PREFIX", "Beating", "Snapshots", "current", "executor_of", "host_of", "name_of", "written_at"]
