@@ -32,6 +32,11 @@ _TRIED = re.compile(rf"Tried to allocate {_SIZE}")
 _IN_USE = re.compile(rf"this process has {_SIZE} memory in use")
 _ALLOWED = re.compile(rf"\b{_SIZE} allowed;")
 _FREE = re.compile(rf"of which {_SIZE} is free")
+# PyTorch before 2.1: "(GPU 0; 39.59 GiB total capacity; 4.88 GiB already allocated; 1.20 GiB free;
+# 5.00 GiB reserved in total by PyTorch)"
+_ALREADY = re.compile(rf"{_SIZE} already allocated")
+_RESERVED_TOTAL = re.compile(rf"{_SIZE} reserved in total by PyTorch")
+_OLD_FREE = re.compile(rf"already allocated; {_SIZE} free")
 _BY_PYTORCH = re.compile(
     rf"Of the allocated memory {_SIZE} is allocated by PyTorch,.*?and {_SIZE} is reserved by PyTorch but unallocated",
     re.DOTALL,
@@ -58,7 +63,9 @@ class OomFigures:
 
     asked: float | None = None  # the allocation refused
     process: float | None = None  # what the process held as the GPU counts it (PyTorch via NVML: context in)
-    reserved: float | None = None  # what PyTorch's caching allocator held (allocated + reserved unallocated)
+    # what PyTorch's caching allocator held (allocated + reserved unallocated; before PyTorch 2.1, its
+    # "reserved in total", else its "already allocated")
+    reserved: float | None = None
     allowed: float | None = None  # PyTorch's limit then ("... allowed;"): a live cap's value at the OOM
     free: float | None = None  # what the GPU had free then
     gpu: int | None = None  # the GPU, as the process numbers its visible ones
@@ -75,13 +82,20 @@ def oom_figures(message: str | None) -> OomFigures:
         asked = math.prod(dims) * _TF_BYTES[shape.group(2)] * _BYTE_MIB
     pytorch = _BY_PYTORCH.search(text)
     reserved = None if pytorch is None else (_mib(pytorch) or 0.0) + (_mib(pytorch, 3) or 0.0)
+    if reserved is None:  # PyTorch before 2.1: what its caching allocator held, else what it had allocated
+        reserved = _mib(_RESERVED_TOTAL.search(text))
+        if reserved is None:
+            reserved = _mib(_ALREADY.search(text))
+    free = _mib(_FREE.search(text))
+    if free is None:
+        free = _mib(_OLD_FREE.search(text))
     ordinal = _ORDINAL.search(text)
     return OomFigures(
         asked=asked,
         process=_mib(_IN_USE.search(text)),
         reserved=reserved,
         allowed=_mib(_ALLOWED.search(text)),
-        free=_mib(_FREE.search(text)),
+        free=free,
         gpu=None if ordinal is None else int(next(g for g in ordinal.groups() if g)),
     )
 
@@ -162,4 +176,26 @@ def against_cap(
     return False, f"held {_n(held)} and asked {_n(asked)}, within {what} ({_n(limit)}): the GPU was full{free}"
 
 
-__all__ = ["KnownFence", "OomFigures", "against_cap", "oom_figures"]
+def held_of(figures: OomFigures, held_mib: float | None = None) -> float | None:
+    """What the crashed process held when its allocation was refused: as the GPU counts it (the
+    message's "this process has"), else as its framework's allocator counts it, else what the
+    caller measured (``held_mib``: the simulated ledger's or the framework's own peak)."""
+    for held in (figures.process, figures.reserved, held_mib):
+        if held is not None:
+            return held
+    return None
+
+
+def needed_mib(message: str | None, held_mib: float | None = None) -> int | None:
+    """What a try needed at the point its allocation was refused: what it held plus what it asked
+    for (None where the message does not say what it asked, or nothing says what it held).  A
+    crash on a full GPU that says so says the least the try's next reservation must be: what it
+    held alone would size the retry to crash the same way (issue 41)."""
+    figures = oom_figures(message)
+    held = held_of(figures, held_mib)
+    if figures.asked is None or held is None:
+        return None
+    return math.ceil(figures.asked + held)
+
+
+__all__ = ["KnownFence", "OomFigures", "against_cap", "held_of", "needed_mib", "oom_figures"]

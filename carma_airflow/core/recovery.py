@@ -12,7 +12,8 @@ not: PyTorch writes "allowed" in every OOM once a fraction is set, a full GPU's 
 MPS or driver limit refuses with the words of a full GPU.
 
 The planner bounds retries and asks each next try for a GPU whose free memory covers what the
-crashed try reached (times a growth factor) plus headroom, away from the GPU it crashed on; the
+crashed try needed (what it held plus what it asked for, where its message says; else what it
+reached), times a growth factor, plus headroom, away from the GPU it crashed on; the
 last allowed try gets an idle GPU to itself.
 """
 
@@ -24,7 +25,7 @@ import re
 from dataclasses import dataclass, replace
 
 from carma_airflow.core.fencing import PAST_CAP, IsolationMode
-from carma_airflow.core.oom_figures import KnownFence, against_cap, oom_figures
+from carma_airflow.core.oom_figures import KnownFence, against_cap, needed_mib, oom_figures
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.core.units import format_mib
 
@@ -112,13 +113,23 @@ _OUR_PAST_CAP = re.compile(PAST_CAP, re.IGNORECASE)
 _ALLOWED_WORDS = re.compile(r"\b[0-9.]+ [KMG]iB allowed;", re.IGNORECASE)
 
 
-def asked_mib(message: str | None) -> int | None:
-    """What an OOM'd process held plus what it asked for, from PyTorch's OOM message (None when
-    the message does not say): the memory a try needed at the point it crashed."""
-    figures = oom_figures(message)
-    if figures.asked is None or figures.process is None:
-        return None
-    return math.ceil(figures.asked + figures.process)
+def asked_mib(message: str | None, held_mib: float | None = None) -> int | None:
+    """What an OOM'd process held plus what it asked for, from its OOM message (None when the
+    message does not say; ``held_mib``: what the caller measured it to hold, where the message
+    does not say that): the memory a try needed at the point it crashed, on a full GPU as past
+    its cap (core/oom_figures.py ``needed_mib``)."""
+    return needed_mib(message, held_mib)
+
+
+def oom_reached(peak_mib: int | None, message: str | None) -> int | None:
+    """What a try that crashed with a CUDA OOM is known to have needed: the most it held (``peak_mib``,
+    measured), or what it held plus what it asked for where its message says so, whichever is
+    more.  What its next try is sized from (:func:`plan_recovery`): a try that held 5 GiB and asked
+    13 GiB more on a full GPU needed 18 GiB, and a retry sized from the 5 GiB crashes the same way."""
+    needed = needed_mib(message, peak_mib)
+    if needed is None:
+        return peak_mib
+    return max(needed, peak_mib or 0)
 
 
 def classify_failure(

@@ -5,7 +5,7 @@ store writes that follow (the OOM event, the learned peak).  No I/O: the executo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -17,6 +17,7 @@ from carma_airflow.core.recovery import (
     RecoverySettings,
     RetryPlan,
     oom_advice,
+    oom_reached,
     oom_retry_left,
     plan_recovery,
 )
@@ -36,9 +37,16 @@ class TryEnd:
 
 
 def result_of(ended: Ended) -> TryResult:
-    """What the try's process reported; a process that died first is a failure, never an OOM."""
+    """What the try's process reported; a process that died first is a failure, never an OOM.  After a
+    CUDA OOM its peak is what it needed: what it held plus what it asked for where the message says
+    (core/recovery.py ``oom_reached``; the listener writes it so, a result of older code may not)."""
     if ended.result is not None:
-        return ended.result
+        result = ended.result
+        if result.is_oom:
+            reached = oom_reached(result.peak_mib, result.message)
+            if reached != result.peak_mib:
+                result = replace(result, peak_mib=reached)
+        return result
     killed = ended.exitcode in (-9, 137)
     return TryResult(
         state=ResultState.FAILED,

@@ -153,7 +153,10 @@ def job_growth(arrival: Arrival, growth: float, seed: int, load_s: float) -> tup
 class Refusal:
     """An allocation that failed: a CUDA OOM in the try that asked."""
 
-    reached_mib: int  # what the try reached: held + free (full GPU) or held + asked (past its cap)
+    # what the try needed when refused: what it held plus what it asked for, as its OOM message says
+    # (PyTorch's "Tried to allocate ... this process has ..."), on a full GPU as past its cap; its
+    # next try is sized from it (core/recovery.py oom_reached, as the executor sizes it)
+    reached_mib: int
     past_cap: bool  # it hit its own cap while the GPU had room (or would have)
     victim: bool  # it asked for no more than the placer counts for it: someone else took its memory
     cap_mib: int | None = None  # the cap it hit (past_cap)
@@ -178,7 +181,7 @@ def allocate(
         return Refusal(held_mib + asked_mib, True, victim, cap_mib)
     free = total_mib - used_mib
     if asked_mib > free:
-        return Refusal(held_mib + max(0, free), False, victim)
+        return Refusal(held_mib + asked_mib, False, victim)
     return None
 
 
@@ -238,8 +241,8 @@ def crash_reason(run: SimRun, refused: Refusal) -> str:
         )
     why = "a co-tenant took memory promised to it" if refused.victim else "it grew past its reservation"
     return (
-        f"simulated CUDA out of memory: {run.request.label}'s GPU was full at {refused.reached_mib} MiB "
-        f"(placed with {placed} MiB; {why})"
+        f"simulated CUDA out of memory: {run.request.label}'s GPU was full; it needed {refused.reached_mib} MiB, "
+        f"held plus asked (placed with {placed} MiB; {why})"
     )
 
 

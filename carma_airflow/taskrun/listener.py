@@ -2,7 +2,8 @@
 
 * On start it writes the placement decision into the task's own log ("placed on GPU 2 ...").
 * On failure it classifies the real exception (CUDA OOM or not), measures the peak GPU memory the
-  try reached, and leaves both in the result file for the executor.
+  try reached (after a CUDA OOM: what it held plus what it asked for, where the message says), and
+  leaves both in the result file for the executor.
 * On success it leaves the peak, which feeds the history estimator.
 Outside CarmaExecutor (no result file requested) it does nothing.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.fencing import PAST_CAP
-from carma_airflow.core.recovery import asked_mib
+from carma_airflow.core.recovery import oom_reached
 from carma_airflow.taskrun.cap_oom import classify_here
 from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.outcome import (
@@ -78,9 +79,9 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     message = str(error) if error is not None else None
     # classified once: by the retry policy that decided on the retry, else here
     failure = remembered_failure(error) or classify_here(exc_type, message)
-    peak = peak_mib_of_this_process()
-    if failure.past_cap:  # what it asked for, not where its cap stopped it: the next cap grows to that
-        peak = max(peak or 0, asked_mib(message) or 0) or peak
+    held = peak = peak_mib_of_this_process()
+    if failure.is_oom:  # what it held plus what it asked for: its next try is sized from that (cap or full GPU)
+        peak = oom_reached(peak, message)
     state = getattr(getattr(task_instance, "state", None), "value", None) or "failed"
     write_result(
         TryResult(
@@ -93,5 +94,11 @@ def on_task_instance_failed(previous_state: Any, task_instance: Any, error: Any)
     )
     if failure.past_cap:
         print(f"[carma] CUDA out of memory {PAST_CAP} ({failure.evidence}); it asked for {peak} MiB", flush=True)
+    elif failure.is_oom and peak != held:
+        print(
+            f"[carma] CUDA out of memory recognised ({failure.evidence}); it needed at least {peak} MiB "
+            f"(held plus asked; its peak held {held} MiB)",
+            flush=True,
+        )
     elif failure.is_oom:
         print(f"[carma] CUDA out of memory recognised ({failure.evidence}); peak {peak} MiB", flush=True)
