@@ -6,26 +6,33 @@
 #   bench/gpu/run.sh --mode airflow   # Airflow 3.3 + CarmaExecutor (installs bench/gpu/wheels offline)
 #   bench/gpu/run.sh --dry-run        # simulated GPUs, carma's synthetic workload (CI runs this)
 #   bench/gpu/run.sh --out DIR        # figures.json, timeline.png, summary.txt (default out/gpu-kit)
+#   bench/gpu/run.sh --policies exclusive,most-free-memory,completion-time   # side by side (compare.txt)
+#   bench/gpu/run.sh --wheels DIR     # Airflow mode's offline wheelhouse (default bench/gpu/wheels)
 #   bench/gpu/run.sh fence [--dry-run]  # the CUDA context per GPU model, then fenced collocation: two
 #                                      # processes, one grows past its cap (framework, live, driver, none, mps)
+#   bench/gpu/run.sh nvml-cost [--dry-run] [--out DIR]  # NVML calls and CPU per call kind, per GPU-second
 #
-# Runs the kit's tasks with the exclusive policy, then with interference-aware, and prints the
-# figures.  Without an NVIDIA GPU (and without --dry-run) it says so in one line and exits 0.
+# Runs the kit's tasks with the exclusive policy, then with interference-aware (or --policies), and
+# prints the figures.  Without an NVIDIA GPU (and without --dry-run) it says so in one line and exits 0.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 mode=auto
 dry=0
+WHEELS="${CARMA_GPU_WHEELS:-$HERE/wheels}"
 cmd=run
 args=()
 while (($#)); do
   case "$1" in
     fence) cmd=fence; shift ;;
+    nvml-cost) cmd=nvml-cost; shift ;;
     --mode) mode="$2"; shift 2 ;;
     --mode=*) mode="${1#--mode=}"; shift ;;
     --dry-run) dry=1; args+=("$1"); shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --wheels) WHEELS="$2"; shift 2 ;;
+    --wheels=*) WHEELS="${1#--wheels=}"; shift ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -60,19 +67,43 @@ if [[ $dry == 0 ]]; then
   fi
 fi
 
-has_airflow() { "$PY" -c "import airflow.executors, carma_airflow.executor" >/dev/null 2>&1; }
+# Installed, not merely importable through PYTHONPATH: Airflow finds carma's executor, plugin,
+# provider and cluster policy through its distribution's entry points.
+has_airflow() {
+  env -u PYTHONPATH "$PY" -c "import airflow.executors, importlib.metadata as m; m.version('carma-airflow')" >/dev/null 2>&1
+}
+# Offline, from the wheelhouse alone (--isolated: no pip configuration or PIP_* variable adds an
+# index or another folder): carma-airflow's wheel (prepare_wheels.sh built it from this tree;
+# PYTHONPATH still puts the tree's code first) and what Airflow mode needs, the list
+# prepare_wheels.sh downloads for.
 install_airflow() {
-  local wheels="$HERE/wheels"
+  local wheels="$WHEELS" started=$SECONDS
   if ! ls "$wheels"/apache_airflow-3.3.2-*.whl >/dev/null 2>&1; then
     echo "[kit] no Airflow wheels in $wheels (run bench/gpu/prepare_wheels.sh where PyPI is reachable)"
     return 1
   fi
-  echo "[kit] installing Airflow 3.3.2 from $wheels ($(du -sm "$wheels" | cut -f1) MiB) and carma-airflow, offline"
-  "$PY" -m pip install -q --disable-pip-version-check --no-index --find-links "$wheels" \
-    "apache-airflow==3.3.2" "pydantic>=2.6" "sqlalchemy>=2.0" "alembic>=1.13" &&
-    "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation -e "$ROOT"
+  local project=("carma-airflow")
+  if ! ls "$wheels"/carma_airflow-*.whl >/dev/null 2>&1; then
+    echo "[kit] no carma-airflow wheel in $wheels: installing it from the tree (needs setuptools>=77 here)"
+    project=()
+  fi
+  echo "[kit] installing Airflow 3.3.2 and carma-airflow from $wheels ($(du -sm "$wheels" | cut -f1) MiB), offline, into $PY"
+  # without PYTHONPATH: the checkout's own carma_airflow.egg-info (where one was built) must not
+  # pass for an installed carma-airflow
+  env -u PYTHONPATH "$PY" -m pip --isolated install -q --disable-pip-version-check --no-index --find-links "$wheels" \
+    ${project[@]+"${project[@]}"} "apache-airflow==3.3.2" "pydantic>=2.6" "sqlalchemy>=2.0" "alembic>=1.13" \
+    "nvidia-ml-py>=12" || return 1
+  if ((${#project[@]} == 0)); then
+    env -u PYTHONPATH "$PY" -m pip --isolated install -q --disable-pip-version-check --no-index --no-deps \
+      --no-build-isolation -e "$ROOT" ||
+      return 1
+  fi
+  echo "[kit] installed offline in $((SECONDS - started)) s"
 }
 
+if [[ $cmd == nvml-cost ]]; then  # NVML's cost per call kind: gpukit/nvml_cost.py
+  exec "$PY" -m gpukit nvml-cost ${args[@]+"${args[@]}"}
+fi
 if [[ $cmd == fence ]]; then  # no Airflow, no figures: gpukit/fence_check.py
   set +e
   "$PY" -m gpukit fence $([[ $dry == 1 ]] && echo --dry-run)

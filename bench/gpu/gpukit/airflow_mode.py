@@ -5,7 +5,9 @@ For each policy a throwaway Airflow (api-server, scheduler, dag-processor; SQLit
 ``carma_gpu_kit`` (bench/gpu/dags) and stops.  The tries come from carma's store (where the
 executor put them, with GPUs, times, outcome and peak), each task's figures from its XCom, and
 GPU telemetry from the kit's own monitor sampling beside the executor's.  The figures are then
-the same as light mode's.
+the same as light mode's.  Each run's evidence (``carma why`` of every task, Airflow's try
+history, carma's reason in the crashed try's log) goes to ``work/<policy>/evidence.json``
+(:mod:`gpukit.evidence`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from carma_airflow.monitor.base import Probe
 from carma_airflow.monitor.sampler import Monitor, make_probe
 from gpukit.driver import GPUKIT_DIR, RunResult, SampleRow, TryRecord
+from gpukit.evidence import collect, evidence_lines
 from gpukit.train import BACKEND_ENV, SIM_SCALE_ENV
 from gpukit.workload import TaskSpec, kit_tasks, with_steps
 
@@ -109,6 +112,11 @@ def _one_run(
         state = stack.wait_run(DAG_ID, run_id, timeout=args.timeout)
         print(f"[kit] {policy}: DAG run {state}", flush=True)
         xcoms = {t.name: stack.xcom(DAG_ID, run_id, t.name) for t in tasks}
+        try:  # carma why, Airflow's try history, carma's reason in the crashed try's log
+            for line in evidence_lines(policy, collect(stack, DAG_ID, run_id, [t.name for t in tasks], run_dir)):
+                print(line, flush=True)
+        except Exception as exc:  # evidence is a report: the figures still come
+            print(f"[kit] {policy}: evidence not collected: {type(exc).__name__}: {exc}", flush=True)
     finally:
         sampler.stop()
         stack.stop()
@@ -187,7 +195,7 @@ def _fill_oom_details(tries: list[TryRecord], stack: Any) -> None:
 
 
 def run_airflow(args: argparse.Namespace, out: Path) -> int:
-    from gpukit.cli import OURS, _finish, _kit_info
+    from gpukit.cli import _finish, _kit_info, policies_of
     from gpukit.report import build_figures
 
     backend = "simulated" if args.dry_run else "nvml"
@@ -199,12 +207,12 @@ def run_airflow(args: argparse.Namespace, out: Path) -> int:
         total = min(s.memory_total_mib for s in probe.sample() if s.ok)
         tasks = kit_tasks(total, scale=args.scale)
         runs: list[RunResult] = []
-        for policy in ("exclusive", OURS):
+        for policy in policies_of(args):
             if runs:
                 steps = {r.task: int(r.metrics["steps"]) for r in runs[0].tries if r.metrics.get("steps")}
                 tasks = with_steps(tasks, steps)
             runs.append(_one_run(args, out, policy, tasks, probe, state_dir))
     finally:
         probe.close()
-    fig = build_figures(runs[0], runs[1], _kit_info(args, "airflow", backend, began, runs))
+    fig = build_figures(runs[0], runs[-1], _kit_info(args, "airflow", backend, began, runs))
     return _finish(fig, runs, out)

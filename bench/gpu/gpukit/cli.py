@@ -20,7 +20,7 @@ OURS = "interference-aware"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpukit", description="carma's real-GPU validation kit")
-    p.add_argument("command", nargs="?", default="run", choices=("run", "check", "fence"))
+    p.add_argument("command", nargs="?", default="run", choices=("run", "check", "fence", "nvml-cost"))
     p.add_argument("--dry-run", action="store_true", help="simulated GPUs and carma's synthetic workload")
     p.add_argument("--mode", choices=("light", "airflow"), default="light")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
@@ -28,7 +28,32 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="stretch every task's training time")
     p.add_argument("--sim-scale", type=float, default=0.15, help="simulated seconds per real second (--dry-run)")
     p.add_argument("--timeout", type=float, default=420.0, help="seconds each policy's run may take")
+    p.add_argument(
+        "--policies",
+        default=f"exclusive,{OURS}",
+        help=f"comma-separated policies, run in this order; the first is the baseline (default exclusive,{OURS}); "
+        "more than two adds a side-by-side table (compare.json, compare.txt)",
+    )
     return p
+
+
+def policies_of(args: argparse.Namespace) -> list[str]:
+    """``--policies`` as a list: at least two, none twice (the first is the baseline)."""
+    names = [n.strip() for n in str(args.policies).split(",") if n.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise WorkloadError(
+            f"--policies needs at least two different policies, the baseline first "
+            f"(e.g. exclusive,most-free-memory,completion-time), not {args.policies!r}"
+        )
+    from carma_airflow.core.errors import CarmaError
+    from carma_airflow.core.policies import make_policy
+
+    for name in names:
+        try:
+            make_policy(name)
+        except CarmaError as exc:
+            raise WorkloadError(f"--policies: {exc}") from None
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         from gpukit.fence_check import main as fence_main
 
         return fence_main(dry_run=True)
+    if args.command == "nvml-cost" and args.dry_run:  # NVML calls per kind (gpukit/nvml_cost.py)
+        from gpukit.nvml_cost import main as cost_main
+
+        return cost_main(dry_run=True, out=Path(args.out).resolve())
     if args.command == "check" or not args.dry_run:
         from gpukit.gpu_check import no_gpu_reason
 
@@ -51,11 +80,16 @@ def main(argv: list[str] | None = None) -> int:
             from gpukit.fence_check import main as fence_main
 
             return fence_main(dry_run=False)
+        if args.command == "nvml-cost":
+            from gpukit.nvml_cost import main as cost_main
+
+            return cost_main(dry_run=False, out=Path(args.out).resolve())
     out = Path(args.out).resolve()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     try:
+        policies_of(args)
         if args.mode == "airflow":
             from gpukit.airflow_mode import run_airflow
 
@@ -81,11 +115,15 @@ def run_light(args: argparse.Namespace, out: Path) -> int:
         total = min(s.memory_total_mib for s in first if s.ok)
         tasks = kit_tasks(total, scale=args.scale)
         runs: list[RunResult] = []
-        for policy in ("exclusive", OURS):
-            if runs:  # the second run trains the steps the first one trained
+        policies = policies_of(args)
+        for policy in policies:
+            if runs:  # every later run trains the steps the first one trained
                 steps = {r.task: int(r.metrics["steps"]) for r in runs[0].tries if r.metrics.get("steps")}
                 tasks = with_steps(tasks, steps)
-            print(f"[kit] run {len(runs) + 1}/2: policy {policy}, {len(tasks)} tasks, {backend} backend", flush=True)
+            print(
+                f"[kit] run {len(runs) + 1}/{len(policies)}: policy {policy}, {len(tasks)} tasks, {backend} backend",
+                flush=True,
+            )
             driver = LightDriver(
                 Monitor(probe, period_s=tick),
                 policy,
@@ -102,7 +140,7 @@ def run_light(args: argparse.Namespace, out: Path) -> int:
     finally:
         probe.close()
     kit = _kit_info(args, "light", backend, began, runs)
-    fig = build_figures(runs[0], runs[1], kit)
+    fig = build_figures(runs[0], runs[-1], kit)
     return _finish(fig, runs, out)
 
 
@@ -112,7 +150,7 @@ def _kit_info(args: argparse.Namespace, mode: str, backend: str, began: float, r
         "mode": mode,
         "backend": backend,
         "dry_run": bool(args.dry_run),
-        "policies": ["exclusive", OURS],
+        "policies": [run.policy for run in runs],
         "scale": args.scale,
         "sim_scale": args.sim_scale if args.dry_run else None,
         "sim_gpus": args.sim_gpus if args.dry_run else None,
@@ -125,6 +163,11 @@ def _kit_info(args: argparse.Namespace, mode: str, backend: str, began: float, r
 
 
 def _finish(fig: dict[str, Any], runs: list[Any], out: Path) -> int:
+    """Print and write the figures: the baseline against the last policy (figures.json,
+    summary.txt), every run's timeline, and with more than two policies all side by side
+    (compare.json, compare.txt).  0 when every run succeeded, the OOM's retry landed and no
+    truthfully declared task crashed."""
+    from gpukit.compare import compare_lines, side_by_side, write_compare
     from gpukit.report import summary_lines, write_figures, write_timeline
 
     path = write_figures(fig, out)
@@ -133,8 +176,16 @@ def _finish(fig: dict[str, Any], runs: list[Any], out: Path) -> int:
     )
     for line in summary_lines(fig):
         print(line)
-    print(f"figures: {path}" + (f"   timeline: {png}" if png else ""))
+    cmp = side_by_side(runs, fig["kit"])
+    compared = write_compare(cmp, out)
+    if len(runs) > 2:
+        for line in compare_lines(cmp):
+            print(line)
+    print(f"figures: {path}" + (f"   timeline: {png}" if png else "") + f"   side by side: {compared}")
     ok = all(not r.failed_tasks and not r.timed_out for r in runs)
+    if cmp["victims"]:
+        ok = False
+        print(f"[kit] victims: {json.dumps({p: c['victims'] for p, c in cmp['runs'].items() if c['victims']})}")
     oom = fig["oom"]
     if oom["provoked"] and not oom["landed_safely"]:
         ok = False
