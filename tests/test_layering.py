@@ -1,10 +1,25 @@
-"""One-way dependencies (design.md): core, sim, monitor and the task helpers load neither Airflow
-nor SQLAlchemy, and NVML is loaded only by monitor/nvml.py when a probe first samples."""
+"""One-way dependencies and what a module holds (docs/design.md, "Layers").
 
+- core, sim, monitor and the task helpers load neither Airflow nor SQLAlchemy, and NVML is loaded
+  only by monitor/nvml.py when a probe first samples;
+- no import climbs a layer (LAYERS below), at module or function level (``TYPE_CHECKING`` blocks
+  aside), and no two packages, nor two modules, import each other at any level;
+- a module's size is a prompt, not a rule: no module only re-exports, a small one-class module
+  split off its only user says what it holds on its own, and past 900 lines is a smell alarm.
+"""
+
+from __future__ import annotations
+
+import ast
 import subprocess
 import sys
+from collections import defaultdict
+from functools import cache
+from pathlib import Path
 
 import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "carma_airflow"
 
 FORBIDDEN = ("airflow", "pynvml", "sqlalchemy", "torch")
 
@@ -20,6 +35,8 @@ FORBIDDEN = ("airflow", "pynvml", "sqlalchemy", "torch")
         "carma_airflow.monitor.sampler",
         "carma_airflow.monitor.simulated",
         "carma_airflow.testing",
+        "carma_airflow.taskrun.simulated_training",
+        "carma_airflow.launching",
         "carma_airflow.store.records",
     ],
 )
@@ -57,6 +74,7 @@ STORE_LIGHT = ("carma_airflow.store.errors", "carma_airflow.store.records", "car
         "carma_airflow.taskrun.outcome",
         "carma_airflow.executor.taskenv",
         "carma_airflow.testing",
+        "carma_airflow.taskrun.simulated_training",
     ],
 )
 def test_code_that_runs_in_task_processes_cannot_reach_the_store(module: str) -> None:
@@ -72,60 +90,337 @@ def test_code_that_runs_in_task_processes_cannot_reach_the_store(module: str) ->
     assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
 
 
-def _module_imports() -> dict[str, set[str]]:
-    """Each carma_airflow module and the carma_airflow modules it imports at its top level
-    (imports inside functions and under TYPE_CHECKING are deferred: they make no circle at import)."""
-    import ast
-    from pathlib import Path
+# -- the import graph ---------------------------------------------------------------------------
+# A unit is a top-level package (core, executor, ...) or a loose top-level module (keys, settings,
+# ...); ``carma_airflow`` is the package's own __init__ (its public names).  Bottom layer first.
+# A unit imports only units of its own layer or of layers below, and no two units, packages or
+# modules import each other, directly or around a circle.  Derived from the tree of 2026-12-06;
+# docs/design.md says what each layer holds.  A new unit goes in the layer its imports put it in.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("model: standard library only", ("core",)),
+    (
+        "shared vocabulary over the model",
+        (
+            "carma_airflow",
+            "keys",
+            "options",
+            "config_keys",
+            "task_config",
+            "checkpoint",
+            "live_snapshots",
+            "learned_view",
+        ),
+    ),
+    ("backends: GPUs, the database, the simulator", ("monitor", "store", "sim")),
+    ("the task side, settings, store views", ("taskrun", "settings", "waiting_view")),
+    ("seams: the launcher interface, Airflow's DAG side, a local Airflow", ("launching", "dagparse", "devstack")),
+    ("several hosts, the demo", ("distributed", "demo")),
+    ("user surfaces", ("cli", "ui")),
+    ("Airflow's entry points", ("executor", "plugin", "provider")),
+    ("outside the product: test helpers, shipped DAGs and examples", ("testing", "demo_dags", "examples")),
+)
 
-    root = Path(__file__).resolve().parents[1] / "carma_airflow"
-    graph: dict[str, set[str]] = {}
-    for path in root.rglob("*.py"):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        tree = ast.parse(path.read_text())
-        deps: set[str] = set()
-        for node in tree.body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
-            for sub in ast.walk(node) if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try)) else ():
-                if isinstance(sub, ast.ImportFrom) and sub.module and sub.module.startswith("carma_airflow"):
-                    deps.add(sub.module)
-                elif isinstance(sub, ast.Import):
-                    deps.update(a.name for a in sub.names if a.name.startswith("carma_airflow"))
-        graph[name] = deps
+# Imports that climb a layer, each named, dated and with its reason (none on 2026-12-06).
+CLIMBS_ALLOWED: dict[tuple[str, str], str] = {}
+
+# Circles known on 2026-12-06, each with the work that ends it (issue 43).  Once a circle is gone
+# its entry must go too (the test says so), so the list only ever shrinks.
+PACKAGE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {
+    frozenset({"carma_airflow.core", "carma_airflow.core.policies"}): (
+        "2026-12-06: the placement engine (core/pools.py, placement_pass.py, placement_drains.py, placer.py, "
+        "reasons.py, facts.py, hold_order.py, drain_order.py) reads Policy flags and named subclasses while "
+        "the policies build on core's model; ends when placement checks are named filters a policy composes "
+        "(issue 43, item 3): the engine then knows the filter interface, not the policies"
+    ),
+}
+MODULE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {
+    frozenset({"carma_airflow.sim.days", "carma_airflow.sim.engine"}): (
+        "2026-12-06: sim/days.py replays a deployment's earlier days through the engine (imported in a "
+        "function) while the engine imports days.py for what they carried over"
+    ),
+    frozenset({"carma_airflow.executor.intake", "carma_airflow.executor.ending", "carma_airflow.executor.tries"}): (
+        "2026-12-06: the try book (tries.py) sizes a retry through intake.py (imported in a function); "
+        "ends with one owner for each retry (issue 43, item 2)"
+    ),
+}
+
+
+def _name_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_name_of(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_package(name: str) -> bool:
+    return _modules()[name].name == "__init__.py"
+
+
+class _Imports(ast.NodeVisitor):
+    """Every carma_airflow module one module imports, at module or function level (an import
+    under ``if TYPE_CHECKING:`` runs never and is left out): target -> the first line."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found: dict[str, int] = {}
+
+    def visit_If(self, node: ast.If) -> None:
+        if "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def _add(self, target: str, line: int) -> None:
+        if target.split(".", maxsplit=1)[0] == "carma_airflow" and target != self.name:
+            self.found.setdefault(target, line)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:  # relative: from the importer's package
+            base = self.name.split(".") if _is_package(self.name) else self.name.split(".")[:-1]
+            module = ".".join([*base[: len(base) - node.level + 1], *([node.module] if node.module else [])])
+        else:
+            module = node.module or ""
+        submodules = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in _modules()]
+        for target in submodules:
+            self._add(target, node.lineno)
+        if len(submodules) < len(node.names):  # names defined in ``module`` itself
+            self._add(module, node.lineno)
+
+
+@cache
+def _imports() -> dict[str, dict[str, int]]:
+    """Module -> the carma_airflow modules it imports (at any level but TYPE_CHECKING) -> line."""
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in _modules().items():
+        visitor = _Imports(name)
+        visitor.visit(ast.parse(path.read_text()))
+        graph[name] = {t: line for t, line in visitor.found.items() if t in _modules()}
     return graph
 
 
-def test_no_import_circles_between_modules() -> None:
-    graph = _module_imports()
-    seen: dict[str, int] = {}  # 1: on the current path, 2: done
-    circles: list[list[str]] = []
-
-    def visit(name: str, path: list[str]) -> None:
-        seen[name] = 1
-        for dep in sorted(d for d in graph.get(name, ()) if d in graph and d != name):
-            if seen.get(dep) == 1 and not name.startswith(dep + "."):  # a package's own __init__ is not a circle
-                circles.append([*path[path.index(dep) :], dep] if dep in path else [name, dep])
-            elif dep not in seen:
-                visit(dep, [*path, dep])
-        seen[name] = 2
-
-    for module in sorted(graph):
-        if module not in seen:
-            visit(module, [module])
-    assert not circles, f"import circles: {circles}"
+def _unit(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
-@pytest.mark.parametrize("package", ["executor", "store", "core", "core/policies", "sim"])
-def test_modules_stay_small(package: str) -> None:
-    from pathlib import Path
+def _package(name: str) -> str:
+    """The package a module is in; a loose top-level module counts as a package of its own."""
+    if _is_package(name) or name.count(".") == 1:
+        return name
+    return name.rsplit(".", 1)[0]
 
-    folder = Path(__file__).resolve().parents[1] / "carma_airflow" / package
-    sizes = {p.name: len(p.read_text().splitlines()) for p in folder.glob("*.py")}
-    # past 400 lines is a prompt to look for a module's second responsibility, and to move it out
-    over = {name: n for name, n in sizes.items() if n > 400}
-    assert not over, over
+
+def _layer_of() -> dict[str, int]:
+    return {unit: i for i, (_, units) in enumerate(LAYERS) for unit in units}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected parts of ``graph`` with more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = set()
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        part.add(top)
+                        if top == node:
+                            break
+                    if len(part) > 1:
+                        found.append(frozenset(part))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def _grouped(key: object) -> dict[str, set[str]]:
+    """The import graph at the grain ``key`` gives (unit, package or module); a module's import of
+    a package it is in (its own ``__init__``) is Python loading parents, not a dependency."""
+    assert callable(key)
+    graph: dict[str, set[str]] = defaultdict(set)
+    for source, targets in _imports().items():
+        for target in targets:
+            if source.startswith(target + "."):
+                continue
+            a, b = key(source), key(target)
+            if a != b:
+                graph[a].add(b)
+    return graph
+
+
+def _edges_between(members: frozenset[str], key: object) -> list[str]:
+    assert callable(key)
+    return sorted(
+        f"{s}:{line} -> {t}"
+        for s, targets in _imports().items()
+        for t, line in targets.items()
+        if key(s) in members and key(t) in members and key(s) != key(t) and not s.startswith(t + ".")
+    )
+
+
+def test_every_unit_has_a_layer() -> None:
+    placed = [unit for _, units in LAYERS for unit in units]
+    assert len(placed) == len(set(placed)), "a unit is in two layers"
+    missing = sorted({_unit(name) for name in _modules()} - set(placed))
+    assert not missing, f"place {missing} in LAYERS (tests/test_layering.py) and in docs/design.md's layer table"
+
+
+def test_no_import_climbs_a_layer() -> None:
+    layer = _layer_of()
+    climbs = {
+        (source, target): f"{source}:{line} -> {target}"
+        for source, targets in _imports().items()
+        for target, line in targets.items()
+        if layer.get(_unit(target), 0) > layer.get(_unit(source), 0)
+    }
+    unexpected = sorted(text for edge, text in climbs.items() if edge not in CLIMBS_ALLOWED)
+    assert not unexpected, (
+        "imports that climb a layer (docs/design.md, Layers): hand the lower side what it needs "
+        f"(a parameter, a Protocol of its own) or move the code down: {unexpected}"
+    )
+    gone = sorted(f"{a} -> {b}" for a, b in CLIMBS_ALLOWED if (a, b) not in climbs)
+    assert not gone, f"these climbs are gone: take them out of CLIMBS_ALLOWED: {gone}"
+
+
+@pytest.mark.parametrize(
+    ("grain", "key", "allowed"),
+    [
+        ("units", _unit, {}),
+        ("packages", _package, PACKAGE_CIRCLES_ALLOWED),
+        ("modules", lambda name: name, MODULE_CIRCLES_ALLOWED),
+    ],
+)
+def test_no_import_circles_at_any_level(grain: str, key: object, allowed: dict[frozenset[str], str]) -> None:
+    # imports inside functions count too: they defer a circle, they do not end it
+    circles = _circles(_grouped(key))
+    unexpected = {", ".join(sorted(c)): _edges_between(c, key) for c in circles if c not in allowed}
+    assert not unexpected, f"import circles between {grain}: {unexpected}"
+    gone = sorted(", ".join(sorted(c)) for c in allowed if c not in circles)
+    assert not gone, f"these circles are gone: take them out of the allowed list in tests/test_layering.py: {gone}"
+
+
+def test_production_code_does_not_import_the_test_helpers() -> None:
+    users = sorted(
+        f"{source}:{line}"
+        for source, targets in _imports().items()
+        for target, line in targets.items()
+        if target == "carma_airflow.testing" and source != target
+    )
+    assert not users, f"carma_airflow.testing is for tests and example DAGs; import from where it lives: {users}"
+
+
+# -- what a module holds ------------------------------------------------------------------------
+# Size is a prompt, not a rule (docs/design.md): a module is the right size when it has one reason
+# to change.  What is checked is what it holds.
+
+# Small one-class modules with a single user, kept apart because they hold a concern of their own.
+SMALL_PIECES_KEPT: dict[str, str] = {
+    "carma_airflow.executor.faults": "which running tries a GPU fault stops, and when (the flow asks it once a beat)",
+    "carma_airflow.executor.liveview": "when the flow writes its live snapshot and telemetry (a pacing of its own)",
+    "carma_airflow.executor.running": "Airflow's `running` set, a live view of the try book (BaseExecutor's contract)",
+    "carma_airflow.executor.sim_driver": "driver caps on simulated GPUs: NVML's three calls played by the ledger",
+    "carma_airflow.executor.standby": "the executor while its parts cannot start: tries held, the start tried again",
+    "carma_airflow.executor.takeback": "the tries the scheduler takes back (revoked, handed back, superseded)",
+    "carma_airflow.store.snapshots": "the carma_snapshot table's calls: one Store mixin per table, as the others",
+}
+
+SMELL_LINES = 900
+
+
+def _holds(path: Path) -> tuple[list[str], list[str], bool]:
+    """A module's public classes, its public functions, and whether it holds anything but imports."""
+    classes: list[str] = []
+    functions: list[str] = []
+    own = False
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # a docstring
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            continue
+        own = True
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            classes.append(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            functions.append(node.name)
+    return classes, functions, own
+
+
+def test_no_module_only_re_exports() -> None:
+    # a package's __init__ may name its public entry; any other module holds something of its own
+    shells = sorted(name for name, path in _modules().items() if path.name != "__init__.py" and not _holds(path)[2])
+    assert not shells, f"modules that only import and re-export: import from where the names live: {shells}"
+
+
+def _small_split_pieces() -> dict[str, str]:
+    """Modules under 100 lines holding one public class and nothing else public, used by one module
+    only, of their own package and not its __init__ (a registry, as core/policies' is): a piece
+    split off its user.  Module -> its user."""
+    users: dict[str, set[str]] = defaultdict(set)
+    for source, targets in _imports().items():
+        for target in targets:
+            users[target].add(source)
+    pieces = {}
+    for name, path in _modules().items():
+        if path.name == "__init__.py" or len(path.read_text().splitlines()) >= 100:
+            continue
+        classes, functions, _ = _holds(path)
+        who = users.get(name, set())
+        if len(classes) == 1 and not functions and len(who) == 1:
+            (user,) = who
+            if _package(user) == _package(name) and not _is_package(user):
+                pieces[name] = user
+    return pieces
+
+
+def test_a_small_one_class_module_split_off_its_only_user_says_why() -> None:
+    pieces = _small_split_pieces()
+    unexplained = {name: user for name, user in pieces.items() if name not in SMALL_PIECES_KEPT}
+    assert not unexplained, (
+        "one small class used by one module only (module: its user): merge it into its user, or, if it "
+        f"holds a concern of its own, say which in SMALL_PIECES_KEPT: {unexplained}"
+    )
+    gone = sorted(set(SMALL_PIECES_KEPT) - set(pieces))
+    assert not gone, f"no longer small one-class pieces: take them out of SMALL_PIECES_KEPT: {gone}"
+
+
+def test_no_module_past_the_smell_alarm() -> None:
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    over = {name: n for name, n in sizes.items() if n > SMELL_LINES}
+    assert not over, f"past {SMELL_LINES} lines: a smell, look for a second reason to change and move it out: {over}"
 
 
 def test_the_scheduler_side_does_not_import_task_process_internals_at_import() -> None:
