@@ -10,7 +10,12 @@ Where the numbers come from (the caller's part; this module only does arithmetic
 * **history**: one :class:`ActivitySample` per ended try of the same Airflow task (the key the
   memory history uses: dag_id, task_id), the SM activity attributed to that try: per-process SM
   utilisation where the monitor offers it, else the GPU's window while the task ran alone on it.
-  Samples taken while the task shared a GPU mix in its co-tenants' work: leave them out.
+  Samples taken while the task shared a GPU read low (its co-tenants slow it, and take SM time
+  from it): a try's own samples while it was alone are its activity where it had any; a try
+  that shared its GPUs throughout gives its shared reading, marked ``shared``.  Where a task has
+  tries measured without co-tenants in the window, its shared ones are left out (issue 41: the
+  same workload read 0.28 on a GPU it shared and 0.50 alone), so what it learns does not depend
+  on whom it ran beside; a task only ever seen shared learns from those, the best there is.
 * **hint**: ``executor_config["carma"]["activity"]``, what the author expects, before any history.
 * **prior**: neither; the placer's ``activity_prior`` (0.5), with confidence 0.
 
@@ -36,10 +41,14 @@ class ActivitySample:
 
     ``source``: ``"process"`` (per-process SM utilisation) or ``"gpu-alone"`` (the GPU's SM
     activity window while the try was its only tenant); kept for the reasons a user reads.
+    ``shared``: the try had co-tenants on its GPUs while it ran (the store's ``co_tasks`` not
+    empty); its value is from its samples alone where it had any, but a task's samples of tries
+    that never shared win over it (:func:`estimate_activity`).
     """
 
     sm_activity: float
     source: str = "gpu-alone"
+    shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +115,11 @@ def estimate_activity(
     Values outside 0..1 and non-finite ones are clipped or dropped: a monitor glitch must not
     make a task look heavier than a full GPU.
     """
+    recent = list(samples[-settings.window :]) if settings.window > 0 else []
+    solo = [s for s in recent if not (isinstance(s, ActivitySample) and s.shared)]
+    left_out = len(recent) - len(solo) if solo else 0  # shared tries count only where no solo one does
     values = []
-    for s in samples[-settings.window :] if settings.window > 0 else ():
+    for s in solo or recent:
         v = s.sm_activity if isinstance(s, ActivitySample) else float(s)
         if math.isfinite(v):
             values.append(_clip01(v))
@@ -120,7 +132,10 @@ def estimate_activity(
         median = _median(values)
         few = n < 3  # a deviation of one or two tries says nothing
         spread = settings.assumed_spread if few else _MAD_TO_SIGMA * _median([abs(v - median) for v in values])
-        parts.append(f"median of {n} tr{'y' if n == 1 else 'ies'}")
+        shared = " shared" if not solo else ""
+        parts.append(f"median of {n}{shared} tr{'y' if n == 1 else 'ies'}")
+        if left_out:
+            parts.append(f"{left_out} shared left out")
     else:
         median, spread = 0.0, settings.assumed_spread
     spread = max(settings.min_spread, spread)

@@ -87,8 +87,8 @@ class Learned:
         self._store = store
         for dag_id, task_id, map_index, peak in store.recent_peaks():
             self.add_peak(dag_id, task_id, map_index, peak)
-        for dag_id, task_id, value, source in store.recent_activities():
-            self.add_activity(dag_id, task_id, ActivitySample(value, source))
+        for dag_id, task_id, value, source, shared in store.recent_activity_samples():
+            self.add_activity(dag_id, task_id, ActivitySample(value, source, shared))
         for dag_id, task_id, seconds in store.recent_solo_runs():
             self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
         # the policy's at the first hand-over: the kept ones only (each costs the policy a median)

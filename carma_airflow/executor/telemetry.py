@@ -4,7 +4,10 @@ was, and whom it shared its GPUs with.
 Per process where the monitor offers it (NVML's per-process utilisation; the simulated GPUs'
 ledger): a process belongs to the try whose launcher session it runs in (the launcher starts
 each try with ``setsid``, so the session id is the try's pid).  Otherwise the GPU's SM activity
-counts for a try only while it is the GPU's one tenant.  Each new monitor sample is counted once.
+counts for a try only while it is the GPU's one tenant.  A try's own utilisation read while it
+shared its GPUs reads low (its co-tenants slow it and take SM time from it; issue 41: 0.28 shared,
+0.50 alone, the same workload), so it counts only for a try never seen alone, and is marked
+shared (core/activity.py).  Each new monitor sample is counted once.
 Each set of co-tenants is kept with their task types (their labels without a map index, as the
 interference terms are kept), so that an ended try's observation names whom it shared with and
 the pressure each type puts on others is learned (issue 23).
@@ -26,8 +29,10 @@ from carma_airflow.taskrun.procstat import session_of
 
 @dataclass(slots=True)
 class _Watch:
-    process_sum: float = 0.0
+    process_sum: float = 0.0  # its own processes' SM utilisation while it was alone on its GPUs
     process_n: int = 0
+    shared_sum: float = 0.0  # ... while it shared them (reads low: issue 41)
+    shared_process_n: int = 0
     alone_sum: float = 0.0
     alone_n: int = 0
     shared_n: int = 0
@@ -69,10 +74,13 @@ class Attribution:
             watch = self._watch.setdefault(attempt.rkey, _Watch())
             watch.samples_n += 1
             own = [p.sm_util for g in gpus for p in g.processes if p.sm_util is not None and self._in(p.pid, pid)]
-            if own:
+            others = {t.key: t for g in gpus for t in tenants_on(g.uuid) if t.key != attempt.rkey}
+            if own and others:  # its co-tenants slow it and take SM time from it: kept apart
+                watch.shared_sum += sum(own) / len(own)
+                watch.shared_process_n += 1
+            elif own:
                 watch.process_sum += sum(own) / len(own)
                 watch.process_n += 1
-            others = {t.key: t for g in gpus for t in tenants_on(g.uuid) if t.key != attempt.rkey}
             if not others:
                 smact = [g.smact for g in gpus if g.smact is not None]
                 if smact:
@@ -95,14 +103,18 @@ class Attribution:
 
     def so_far(self, rkey: str, min_samples: int) -> ActivitySample | None:
         """Try ``rkey``'s own SM activity while it still runs, once ``min_samples`` samples of its
-        own processes (or of its GPU while it was alone there) say it; None until then."""
+        own processes while it was alone (or of its GPU while it was alone there), else of its own
+        processes while it shared, say it; None until then.  Marked ``shared`` once it had co-tenants."""
         watch = self._watch.get(rkey)
         if watch is None:
             return None
+        shared = watch.shared_n > 0
         if watch.process_n >= min_samples:
-            return ActivitySample(watch.process_sum / watch.process_n, "process")
+            return ActivitySample(watch.process_sum / watch.process_n, "process", shared)
         if watch.alone_n >= min_samples and not watch.process_n:
-            return ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone")
+            return ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone", shared)
+        if watch.shared_process_n >= min_samples and not watch.process_n and not watch.alone_n:
+            return ActivitySample(watch.shared_sum / watch.shared_process_n, "process", True)
         return None
 
     def conclude(self, rkey: str) -> Seen:
@@ -111,10 +123,13 @@ class Attribution:
         if watch is None or watch.samples_n == 0:
             return Seen(None, False, ())
         activity = None
-        if watch.process_n:
-            activity = ActivitySample(watch.process_sum / watch.process_n, "process")
+        shared = watch.shared_n > 0
+        if watch.process_n:  # its own processes while it was alone: its solo activity
+            activity = ActivitySample(watch.process_sum / watch.process_n, "process", shared)
         elif watch.alone_n:
-            activity = ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone")
+            activity = ActivitySample(watch.alone_sum / watch.alone_n, "gpu-alone", shared)
+        elif watch.shared_process_n:  # never alone: what it read beside others (low; counted where nothing better)
+            activity = ActivitySample(watch.shared_sum / watch.shared_process_n, "process", True)
         alone_share = (watch.samples_n - watch.shared_n) / watch.samples_n
         segments = [Segment(alone_share, ())] if alone_share > 0 else []
         segments += [Segment(n / watch.samples_n, acts, names) for n, acts, names in watch.co_tenants.values()]

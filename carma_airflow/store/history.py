@@ -149,6 +149,21 @@ class HistoryStore(StoreBase):
             rows = [(str(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in session.execute(stmt)]
         return list(reversed(rows))
 
+    def recent_activity_samples(self, limit: int = 100_000) -> list[tuple[str, str, float, str, bool]]:
+        """As :meth:`recent_activities`, each with whether its try shared its GPUs (its
+        ``co_tasks`` not empty; rows before revision 0007 and hints: False): a task's activity
+        learns from its shared tries only where it has no solo one (core/activity.py)."""
+        check_limit(limit)
+        row = ActivityHistoryRow
+        stmt = (
+            select(row.dag_id, row.task_id, row.sm_activity, row.source, row.co_tasks)
+            .order_by(row.at.desc(), row.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(str(d), str(t), float(v), str(s), bool(c)) for d, t, v, s, c in session.execute(stmt)]
+        return list(reversed(rows))
+
     def recent_solo_runs(self, limit: int = 100_000) -> list[tuple[str, str, float]]:
         """The newest ``limit`` solo run times of every task, oldest first: (dag_id, task_id,
         seconds), from the learned tries that ran alone.  Read once when an executor starts."""
