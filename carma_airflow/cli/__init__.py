@@ -1,9 +1,14 @@
-"""The ``carma`` command line.  Every error is one line that says what to fix, exit code 2."""
+"""The ``carma`` command line.  Every error is one line that says what to fix, exit code 2.
+
+A reader that goes away (``carma why X | head -1``) ends the command quietly with exit code 0,
+as ``git log | head`` does (:func:`closed_pipe`).
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -35,6 +40,32 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines() if part.strip())
 
 
+def closed_pipe() -> NoReturn:
+    """Our reader closed the pipe: stop writing and exit 0, without a word.
+
+    Standard output is pointed at ``/dev/null`` first, so that the interpreter's last flush of
+    what is still buffered does not fail a second time (Python then prints "Exception ignored"
+    and exits 120).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout (a test's runner)
+        pass
+    raise SystemExit(0)
+
+
+def _flush_or_quiet() -> None:
+    """Flush what is buffered while the command still decides its exit; a closed pipe: exit 0."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        closed_pipe()
+    except (OSError, ValueError, AttributeError):  # stdout closed or replaced: nothing to flush
+        pass
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {one_line(message)}", err=True)
     raise typer.Exit(code)
@@ -45,6 +76,8 @@ def _usage_errors_on_one_line() -> Iterator[None]:
     """Click's usage errors (unknown option, bad value, no such command) as ``error: ...`` too."""
     try:
         yield
+    except BrokenPipeError:  # the help, or a command's output, to a reader that went away
+        closed_pipe()
     except _CLICK.ClickException as exc:
         no_args = getattr(_CLICK, "NoArgsIsHelpError", None)
         if no_args is not None and isinstance(exc, no_args):
@@ -54,10 +87,25 @@ def _usage_errors_on_one_line() -> Iterator[None]:
         fail(f"{exc.format_message()} (see {path} --help)", code=exc.exit_code)
 
 
+def _rich_pipes_exit_quietly() -> None:
+    """Rich (our tables, typer's help) meets a closed pipe with its own exit code 1; make it ours, 0.
+
+    ``Console.on_broken_pipe`` is rich's documented hook for this; set once, by the command line only."""
+    from rich.console import Console
+
+    def quietly(console: Console) -> None:
+        console.quiet = True  # nothing more from this console
+        closed_pipe()
+
+    if hasattr(Console, "on_broken_pipe"):
+        Console.on_broken_pipe = quietly  # type: ignore[method-assign, assignment]
+
+
 class OneLineErrorGroup(TyperGroup):
     """The ``carma`` group: errors from parsing the command line are one line on stderr, like ours."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _rich_pipes_exit_quietly()  # the first thing every invocation runs, `airflow carma ...` too
         with _usage_errors_on_one_line():
             return super().parse_args(ctx, args)
 
@@ -85,6 +133,8 @@ def one_line_errors(func: F) -> F:
             return func(*args, **kwargs)
         except typer.Exit:
             raise
+        except BrokenPipeError:  # `carma why X | head -1`: not an error of ours
+            closed_pipe()
         except CarmaError as exc:
             fail(str(exc))
         except Exception as exc:
@@ -106,7 +156,10 @@ def _register() -> None:
 
 def main() -> None:
     _register()
-    app(prog_name="carma")
+    try:
+        app(prog_name="carma")
+    finally:  # output still buffered meets a closed pipe here, not at the interpreter's exit
+        _flush_or_quiet()
 
 
 if __name__ == "__main__":  # pragma: no cover
