@@ -295,6 +295,15 @@ def test_every_unit_has_a_layer() -> None:
     assert not missing, f"place {missing} in LAYERS (tests/test_layering.py) and in docs/design.md's layer table"
 
 
+def test_the_design_guide_names_every_unit_in_its_layer() -> None:
+    text = (PACKAGE.parent / "docs" / "design.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    misplaced = [
+        unit for i, (_, units) in enumerate(LAYERS) for unit in units if f"`{unit}`" not in rows.get(str(i), "")
+    ]
+    assert not misplaced, f"docs/design.md's layer table does not name these in their layer's row: {misplaced}"
+
+
 def test_no_import_climbs_a_layer() -> None:
     layer = _layer_of()
     climbs = {
