@@ -34,8 +34,8 @@ mkdir -p "$dest" || { echo "error: cannot write to $dest" >&2; exit 2; }
 dest="$(cd "$dest" && pwd)"
 BUDGET="${DEVICE_BUDGET_S:-420}"
 POLICIES="${DEVICE_POLICIES:-exclusive,most-free-memory,completion-time}"
-SCALE="${DEVICE_SCALE:-0.25}"           # the tasks' training time; CUDA's start (~9 s a try) is not scaled
-POLICY_TIMEOUT="${DEVICE_POLICY_TIMEOUT_S:-150}"
+SCALE="${DEVICE_SCALE:-0.2}"            # the tasks' training time; CUDA's start (~9 s a try) is not scaled
+POLICY_TIMEOUT="${DEVICE_POLICY_TIMEOUT_S:-170}"
 work="$(mktemp -d "${TMPDIR:-/tmp}/carma-device.XXXXXX")"
 started=$SECONDS
 failed=0

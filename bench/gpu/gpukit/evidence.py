@@ -24,6 +24,27 @@ from typing import Any
 _REASON = re.compile(r"(carma|CarmaExecutor).*(OOM|out of memory|retry)", re.IGNORECASE)
 
 
+def _reasons(text: str) -> list[str]:
+    """carma's lines about the OOM in one try's log (Airflow writes JSON lines): the retry
+    policy's decision and reason, and the try's own ``[carma] CUDA out of memory ...`` line."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if not _REASON.search(line):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            found.append(line.strip()[-400:])
+            continue
+        if not isinstance(event, dict):
+            continue
+        if event.get("event") == "Retry policy decision":
+            found.append(f"Airflow's retry policy: {event.get('action')}: {event.get('reason')}")
+        elif "[carma]" in str(event.get("event", "")):
+            found.append(str(event["event"])[-400:])
+    return found
+
+
 def _carma_why(env: dict[str, str], dag_id: str, task: str) -> list[dict[str, Any]]:
     carma = Path(sys.executable).with_name("carma")
     cmd = [str(carma)] if carma.exists() else [sys.executable, "-c", "from carma_airflow.cli import main; main()"]
@@ -68,9 +89,9 @@ def collect(stack: Any, dag_id: str, run_id: str, tasks: list[str], run_dir: Pat
         reason = None
         if any(t["outcome"] == "oom" for t in tries):
             for path in stack.run_log(dag_id, run_id, task, 1):
-                lines = [ln for ln in path.read_text(errors="replace").splitlines() if _REASON.search(ln)]
+                lines = _reasons(path.read_text(errors="replace"))
                 if lines:
-                    reason = lines[-1][-400:]
+                    reason = " | ".join(lines)
                     break
         per_task[task] = {
             "carma_why": tries,
