@@ -25,7 +25,7 @@ from carma_airflow.executor.bookkeeping import placement_record
 from carma_airflow.executor.ending import close_checkpoint, conclude, count_end, end_writes
 from carma_airflow.executor.faults import FaultWatch
 from carma_airflow.executor.intake import first_request, recovered, refused_write
-from carma_airflow.executor.launch import Ended, LauncherError, confirm
+from carma_airflow.executor.launch import confirm
 from carma_airflow.executor.learned import Learned
 from carma_airflow.executor.learning import remember_end, tell_while_running
 from carma_airflow.executor.liveview import LiveView
@@ -40,6 +40,7 @@ from carma_airflow.executor.tries import STARTED, Try, TryBook, TryState
 from carma_airflow.executor.view import GpuSight
 from carma_airflow.executor.writes import StoreWrite
 from carma_airflow.keys import request_key
+from carma_airflow.launching import Ended, LauncherError
 from carma_airflow.monitor.base import Reading
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import TryOutcome

@@ -343,12 +343,9 @@ class LauncherProcess:
 __all__ = [
     "KILL_GRACE_S",
     "MPS_KILL_GRACE_S",
-    "Ended",  # the seam's (carma_airflow/launching.py), used here too; flow.py and ending.py still import
     "LaunchedHandle",
-    "LauncherError",  # these two from here (a later commit points them at launching.py)
     "LauncherProcess",
     "PidHandle",
-    "TaskHandle",
     "confirm",
     "kill_grace_s",
 ]

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from executor_helpers import fake_run_workload, make_workload, run_until, seen_env, submit
 
-from carma_airflow.executor.launch import LauncherError, LauncherProcess, confirm
+from carma_airflow.executor.launch import LauncherProcess, confirm
+from carma_airflow.launching import LauncherError
 from carma_airflow.testing import try_runner_env
 
 

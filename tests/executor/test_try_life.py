@@ -172,11 +172,12 @@ def test_failed_flow_starts_leak_nothing_and_stay_on_standby(tmp_path: Path, mon
 
 def test_a_launcher_that_does_not_come_up_leaves_no_process_or_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     from carma_airflow.executor import launch
+    from carma_airflow.launching import LauncherError
 
     monkeypatch.setattr(launch, "LAUNCHER_START_S", 0.01)  # far less than its interpreter needs to start
     _, children, fds = _resources()
     for _ in range(3):
-        with pytest.raises(launch.LauncherError, match="did not start within"):
+        with pytest.raises(LauncherError, match="did not start within"):
             launch.LauncherProcess()
     after = _settled(children, fds)
     assert after[1] <= children and after[2] <= fds, (after[1:], (children, fds))
