@@ -56,7 +56,13 @@ class Agent:
     @classmethod
     def from_settings(cls, settings: CarmaSettings, store: Store | None = None) -> Agent:
         """The agent of this host as ``[carma]`` describes it; the probe's own error if it cannot start."""
-        probe = host_probe(settings.gpu_backend, settings.simulated_gpus, settings.state_dir, settings.host)
+        probe = host_probe(
+            settings.gpu_backend,
+            settings.simulated_gpus,
+            settings.state_dir,
+            settings.host,
+            nvml_detail_every=settings.nvml_detail_every,
+        )
         if store is None:
             store = Store(settings.store_url)
             store.migrate()

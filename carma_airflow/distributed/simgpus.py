@@ -36,7 +36,7 @@ def ledger_path(state_dir: str) -> Path:
     return Path(state_dir) / "simulated-gpus.json"
 
 
-def host_probe(backend: str, simulated_gpus: str, state_dir: str, host: str) -> Probe:
+def host_probe(backend: str, simulated_gpus: str, state_dir: str, host: str, nvml_detail_every: int = 5) -> Probe:
     """The probe of one GPU host: NVML, or simulated GPUs with host-qualified UUIDs."""
     if backend.strip().lower() == "simulated":
         from carma_airflow.monitor.simulated import SimulatedProbe
@@ -44,4 +44,4 @@ def host_probe(backend: str, simulated_gpus: str, state_dir: str, host: str) -> 
         return SimulatedProbe(HostLedger(ledger_path(state_dir)), parse_gpu_list(simulated_gpus), host)
     from carma_airflow.monitor.sampler import make_probe
 
-    return make_probe(backend, simulated_gpus, ledger_path(state_dir), host=host)
+    return make_probe(backend, simulated_gpus, ledger_path(state_dir), host=host, nvml_detail_every=nvml_detail_every)
