@@ -76,6 +76,13 @@ def hosts_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")
     if as_json:
         typer.echo(json.dumps(rows))
         return
+    if not rows and settings.dispatch != "celery":  # one host, nothing to run on the others
+        typer.echo(
+            f"[carma] dispatch = {settings.dispatch}: every GPU try runs on the scheduler's own host, which needs no"
+            " agent; `carma gpus` shows its GPUs (`carma hosts` lists the GPU hosts of dispatch = celery:"
+            " docs/multihost.md)"
+        )
+        return
     if not rows:
         typer.echo(
             f"no GPU host has published to the store {store.masked_url}: run `carma agent` on each GPU host "

@@ -247,6 +247,7 @@ def why_cmd(
         fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
     learned = activity(store.activities(dag_id, task_id))
     owner_alive = {w.record.key: w.owner_alive for w in view.waiting}
+    places = _queue_places(records, store, settings)  # a waiting try's priority and place
     if as_json:
         typer.echo(
             json.dumps(
@@ -257,6 +258,8 @@ def why_cmd(
                         "resumed": _resumed(r),
                         "fence": fence_line(r.reasons),
                         "owner_running": owner_alive.get(r.key),
+                        "queue_place": None if (p := places.get(r.key)) is None else asdict(p),
+                        "ended_unrecorded": _ended_unrecorded(r, settings),
                     }
                     for r in records
                 ]
@@ -267,21 +270,58 @@ def why_cmd(
         typer.echo(f"note: {stopped}", err=True)
     typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
     for r in records[:3]:
-        typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {_plain(r.outcome)}")
-        typer.echo(f"  {r.summary}")
+        ended = _ended_unrecorded(r, settings)
+        state = "ended; CarmaExecutor records how at its next heartbeat" if ended else _plain(r.outcome)
+        typer.echo(f"{_task_name(r)} run {r.run_id} try {r.try_number}: {state}")
+        if (place := places.get(r.key)) is not None:  # priority, place, then what it waits for
+            typer.echo(f"  {place.line()}")
+            typer.echo(f"  waits for: {r.summary}")
+        else:
+            typer.echo(f"  {r.summary}")
         if owner_alive.get(r.key) is False and view.running:
             typer.echo(f"  its CarmaExecutor ({r.owner}) is not running: nothing places it until Airflow resets it")
         if (resumed := _resumed(r)) is not None:
             typer.echo(f"  {resumed}")
         if (fence := fence_line(r.reasons)) is not None:  # this try's own fence, per GPU
             typer.echo(f"  memory fence of this try: {fence}")
+        peak = _peak(r, ended)
         if outgrew_declaration(r.estimate_source):  # flagged: its runs outgrew the memory it declared
-            typer.echo(f"  memory estimate {r.estimate_mib} MiB: {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
+            typer.echo(f"  memory estimate {r.estimate_mib} MiB: {r.estimate_source}; {peak}")
         else:
-            typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; peak {r.peak_mib or '-'} MiB")
+            typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; {peak}")
         for line in [x for x in r.reasons if not x.startswith((RESUME_REASON, FENCE_REASON))][:10]:  # those: above
             typer.echo(f"  {line}")
     typer.echo(f"  memory fence on this host: {_isolation_line(settings)} (a task's executor_config isolation wins)")
+
+
+def _queue_places(records: list[Any], store: Any, settings: Any) -> dict[str, Any]:
+    """Placement key -> its QueuePlace, for each waiting one of ``records`` an executor lists."""
+    from carma_airflow.queue_place import place_of
+
+    if not any(r.outcome == "waiting" for r in records):
+        return {}
+    bodies = [body for _, body in _current_snapshots(store, settings).values()]
+    found = {r.key: place_of(r.key, bodies) for r in records if r.outcome == "waiting"}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _ended_unrecorded(rec: Any, settings: Any) -> bool:
+    """A running try on this host whose process is gone: Airflow may already show its end, the
+    store gets it at the executor's next heartbeat (it reads the result file then)."""
+    from carma_airflow.taskrun.procstat import process_start_ticks
+
+    if rec.outcome != "running" or rec.pid is None or (rec.host or settings.host) != settings.host:
+        return False
+    ticks = process_start_ticks(rec.pid)
+    return ticks is None or (rec.pid_start is not None and ticks != rec.pid_start)
+
+
+def _peak(rec: Any, ended: bool) -> str:
+    if rec.peak_mib:
+        return f"peak {rec.peak_mib} MiB"
+    if ended:
+        return "peak recorded with its end"
+    return "peak not measured yet" if rec.outcome in ("waiting", "running") else "peak not recorded"
 
 
 def _wait_view(store: Any, settings: Any) -> Any:

@@ -58,7 +58,7 @@ def _value(mib: int | None, source: str) -> MemoryNeed | None:
 OUTGROWN_RUNS = 2  # the latest successful runs that must all have peaked above the declaration
 OUTGROWN_TOLERANCE = 0.10  # ... by more than this share of it (a CUDA context, allocator jitter)
 OUTGREW = "outgrew its declaration"  # how an estimate's source starts when history outgrew it
-KEEP_HINT = "memory_policy='declared' keeps the declaration"
+KEEP_HINT = "to keep the declaration instead, write memory_policy='declared'"  # advice: this estimate did not keep it
 
 
 def outgrown_peaks(info: TaskMemoryInfo) -> tuple[int, ...]:

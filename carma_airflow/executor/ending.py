@@ -21,6 +21,7 @@ from carma_airflow.core.recovery import (
     oom_retry_left,
     plan_recovery,
 )
+from carma_airflow.core.shorten import whole_clauses
 from carma_airflow.executor.tries import Try
 from carma_airflow.executor.writes import AddPeak, MarkEnded, RecordOom, StoreWrite
 from carma_airflow.launching import Ended
@@ -77,7 +78,7 @@ def conclude(attempt: Try, ended: Ended, recovery: RecoverySettings) -> TryEnd:
             return TryEnd(TryOutcome.OOM, result, why, True)
         return TryEnd(TryOutcome.OOM, result, f"{advice} (on {where})", True)
     kind = result.failure.value if result.failure else "other"
-    return TryEnd(TryOutcome.FAILED, result, f"failed: {kind}: {(result.message or '')[:300]}")
+    return TryEnd(TryOutcome.FAILED, result, f"failed: {kind}: {whole_clauses(result.message or '', 300)}")
 
 
 # the cap an OOM'd try was held to, as the message words it: PyTorch's capped allocator and the

@@ -82,6 +82,8 @@ def build_snapshot(
                 "memory_mib": r.memory.mib,
                 "gpus": r.gpus,
                 "try_number": r.try_number,
+                "priority": r.priority,  # the queue's order (queue_place.py: `carma why`'s place)
+                "tie_break": r.tie_break,
                 "activity": round(r.activity.sm_activity, 3) if r.activity and r.activity.known else None,
                 "reason": reason or "waiting for the next scheduling pass",
             }

@@ -17,6 +17,7 @@ from carma_airflow import live_snapshots, waiting_view
 from carma_airflow.core.checkpoints import resume_line
 from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.core.fencing import fence_line
+from carma_airflow.core.shorten import whole_clauses
 from carma_airflow.learned_view import MODEL_PREFIX, interference
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
@@ -328,7 +329,7 @@ def _oom(ev: OomRecord, store: Store, gpu_names: Mapping[str, str]) -> dict[str,
         "gpus": [gpu_names.get(u, c.short_uuid(u)) for u in gpu_uuids],
         "estimate_mib": failed.estimate_mib if failed is not None else None,
         "peak_mib": ev.peak_mib,
-        "message": ev.message[:300],
+        "message": whole_clauses(ev.message, 300),  # by clause, never mid-sentence
         "recovery": None if recovery is None else _recovery(recovery, gpu_names),
     }
 

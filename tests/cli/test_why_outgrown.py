@@ -56,7 +56,8 @@ def test_why_says_the_declaration_was_outgrown_and_what_was_reserved(tmp_path: P
     assert out.returncode == 0, out.stderr
     assert (
         "  memory estimate 33024 MiB: outgrew its declaration: declared 8192 MiB; its last 2 runs peaked at"
-        " 30000, 30000 MiB: reserving 33024 MiB (30000 + 10 %); memory_policy='declared' keeps the declaration;"
+        " 30000, 30000 MiB: reserving 33024 MiB (30000 + 10 %); to keep the declaration instead, write"
+        " memory_policy='declared';"
         " peak 30000 MiB"
     ) in out.stdout
     rows = json.loads(

@@ -175,7 +175,7 @@ def test_a_task_that_outgrew_its_declaration_is_reserved_by_its_history() -> Non
     assert need.mib == math.ceil(30000 * 1.1 / 256) * 256 == 33024
     assert need.source == (
         "outgrew its declaration: declared 8192 MiB; its last 2 runs peaked at 30000, 30000 MiB: "
-        "reserving 33024 MiB (30000 + 10 %); memory_policy='declared' keeps the declaration"
+        "reserving 33024 MiB (30000 + 10 %); to keep the declaration instead, write memory_policy='declared'"
     )
     assert outgrew_declaration(need.source)
 

@@ -24,9 +24,10 @@ def _host(name: str, at: datetime, names: list[str], used: int) -> HostRecord:
     return HostRecord(host=name, queue=f"carma-{name}", heartbeat_at=at, started_at=at, backend="simulated", gpus=gpus)
 
 
-def _run(store: Store, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(store: Store, tmp_path: Path, *args: str, dispatch: str = "celery") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env |= {
+        "AIRFLOW__CARMA__DISPATCH": dispatch,
         "AIRFLOW_HOME": str(tmp_path),
         "AIRFLOW__CARMA__STORE_URL": store._url.render_as_string(hide_password=False),
         "AIRFLOW__CARMA__HOST_TIMEOUT_SECONDS": "30",
@@ -65,3 +66,10 @@ def test_hosts_with_no_agent_says_what_to_start(store: Store, tmp_path: Path) ->
     out = _run(store, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "no GPU host has published" in out.stdout and "carma agent" in out.stdout
+
+
+def test_hosts_with_local_dispatch_asks_for_no_agent(store: Store, tmp_path: Path) -> None:
+    out = _run(store, tmp_path, dispatch="local")  # the default: one host
+    assert out.returncode == 0, out.stderr
+    assert "carma agent" not in out.stdout and "no GPU host has published" not in out.stdout
+    assert "[carma] dispatch = local: every GPU try runs on the scheduler's own host" in out.stdout
