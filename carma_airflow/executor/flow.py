@@ -171,6 +171,12 @@ class TryFlow:
             if ended is not None:
                 self.end(attempt, ended)
 
+    def _vouched(self) -> bool:
+        """Whether the interference fit is learned for every GPU model this executor places on
+        (core/vouch.py: learned peaks below the estimate without them wait for it)."""
+        model = self.learned.model
+        return all(model.fit_for(name).learned for name in set(self.sight.spec_of.values()))
+
     def _take(self, attempt: Try) -> None:
         """A DEFERRED try whose previous try has ended: plan it (WAITING), or refuse it."""
         ti = attempt.ti
@@ -189,7 +195,9 @@ class TryFlow:
             now = time.time()
             # the placer keeps what the try's own fence promises it for its life (its mode, or the host's)
             kept = self.starter.kept_margin_mib(config.isolation)
-            request = first_request(ti, config, self.estimator, self.learned, now, kept_margin_mib=kept)
+            request = first_request(
+                ti, config, self.estimator, self.learned, now, kept_margin_mib=kept, vouched=self._vouched()
+            )
             request, attempt.prior_ooms, replanned = recovered(ti, request, self.learned, self.cycle.plan_retry, now)
         except Exception as exc:  # never the scheduler: this task fails, with the reason
             log.exception("Task %s could not be taken", attempt.key)

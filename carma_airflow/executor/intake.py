@@ -12,6 +12,7 @@ from typing import Any
 from carma_airflow.core.estimators import MemoryEstimator, TaskMemoryInfo
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryPlan
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.vouch import vouched_need
 from carma_airflow.executor.ending import utc
 from carma_airflow.executor.learned import Family, Learned
 from carma_airflow.executor.writes import UpsertPlacement
@@ -36,9 +37,12 @@ def first_request(
     learned: Learned,
     now: float,
     kept_margin_mib: int | None = None,
+    vouched: bool = True,
 ) -> TaskRequest:
     """The request of a try before recovery: declared memory, else learned, else the floor;
-    ``kept_margin_mib``: what the placer keeps above its reservation for its life (its fence's)."""
+    ``kept_margin_mib``: what the placer keeps above its reservation for its life (its fence's);
+    ``vouched``: whether the interference fit is learned for every GPU model here, without which
+    learned peaks below the estimate made without them wait (core/vouch.py)."""
     history: tuple[int, ...] = ()
     history_of = None
     if ti.map_index >= 0:  # a mapped instance learns from its own runs first
@@ -46,15 +50,16 @@ def first_request(
         history_of = f"map index {ti.map_index}" if history else None
     if not history:
         history = learned.peaks(ti.dag_id, ti.task_id)
-    need = estimator.estimate(
-        TaskMemoryInfo(
-            declared_mib=config.memory_for(ti.map_index),
-            history_mib=history,
-            history_of=history_of,
-            keep_declared=config.keeps_declared,
-        )
+    info = TaskMemoryInfo(
+        declared_mib=config.memory_for(ti.map_index),
+        history_mib=history,
+        history_of=history_of,
+        keep_declared=config.keeps_declared,
     )
+    need = estimator.estimate(info)
     assert need is not None  # the estimator chain ends with the floor
+    if history and not vouched:
+        need = vouched_need(need, estimator.estimate(replace(info, history_mib=(), history_of=None)), vouched)
     return TaskRequest(
         key=request_key(ti.key),
         label=label_of(ti),

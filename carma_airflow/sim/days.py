@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory
 
+WARM_PIECES = frozenset({"peaks", "activities", "runs", "fit"})
+
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
     from carma_airflow.sim.engine import Simulation
@@ -54,19 +56,25 @@ def warm_start(config: SimConfig, arrivals: Sequence[Arrival]) -> Simulation | N
 
 def start_after(sim: Simulation, earlier: Simulation | None) -> None:
     """``sim`` starts from what ``earlier`` (a run of the same configuration) left: its peaks,
-    and with ``warm_learning`` its activities, solo run times and interference fit."""
+    and with ``warm_learning`` its activities, solo run times and interference fit (those of
+    ``SimConfig.warm_pieces``)."""
     if earlier is None:
         return
-    if learns_memory(sim.cfg.estimator):
+    pieces = sim.cfg.warm_pieces
+    unknown = pieces - WARM_PIECES
+    if unknown:
+        raise ValueError(f"warm_pieces may hold {', '.join(sorted(WARM_PIECES))}; got {', '.join(sorted(unknown))}")
+    if learns_memory(sim.cfg.estimator) and "peaks" in pieces:
         sim.peaks = earlier.peaks.copy()
     if not sim.cfg.warm_learning:
         return
-    sim.know.carry_from(earlier.know)
-    sim.run_times = list(earlier.run_times)
+    sim.know.carry_from(earlier.know, activities="activities" in pieces, runs="runs" in pieces, fit="fit" in pieces)
     policy = sim.predictive
-    if policy is not None and sim.know.learn_interference:
+    if "runs" in pieces:
+        sim.run_times = list(earlier.run_times)
+    if policy is not None and sim.know.learn_interference and "fit" in pieces:
         policy.use_model(sim.know.interference)
-    if isinstance(policy, CompletionTime):
+    if isinstance(policy, CompletionTime) and "runs" in pieces:
         for kind, seconds in earlier.run_times:
             policy.learn_duration(kind, seconds)
 
@@ -78,4 +86,4 @@ def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
     return last.peaks.copy() if last is not None else LearnedPeaks()
 
 
-__all__ = ["start_after", "warm_peaks", "warm_start"]
+__all__ = ["WARM_PIECES", "start_after", "warm_peaks", "warm_start"]

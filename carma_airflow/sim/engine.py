@@ -41,6 +41,7 @@ from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.vouch import vouched_need
 from carma_airflow.sim.config import SimConfig
 from carma_airflow.sim.days import start_after, warm_start
 from carma_airflow.sim.fencing import CrashTally, Refusal, crash_reason, sim_fence
@@ -179,6 +180,9 @@ class Simulation:
         hist = self.peaks.of(arrival.task.name)
         need = self.estimator.estimate(arrival.task.memory_info(arrival.declared_mib, hist))
         assert need is not None  # the chain ends with the floor
+        if hist and self.cfg.vouch_peaks:
+            cold = self.estimator.estimate(arrival.task.memory_info(arrival.declared_mib, ()))
+            need = vouched_need(need, cold, self._vouched())
         return TaskRequest(
             key=f"job{arrival.job_id}#1",
             label=f"{arrival.task.name}[{arrival.job_id}]",
@@ -188,6 +192,11 @@ class Simulation:
             activity=self.know.activity_of(arrival.task),
             kept_margin_mib=self.kept_margin_mib,
         )
+
+    def _vouched(self) -> bool:
+        """Whether the interference fit is learned for every GPU model of the cluster (core/vouch.py)."""
+        model = self.know.interference
+        return all(model.fit_for(name).learned for name in {g.spec.name for g in self.gpus})
 
     def _submit(self, request: TaskRequest) -> None:
         self.cycle.submit(request, self.now)

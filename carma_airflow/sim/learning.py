@@ -77,6 +77,23 @@ class _Alone:
     since: float  # alone and past its ramp since
 
 
+@dataclass(frozen=True, slots=True)
+class _Unresolved:
+    """A shared stretch seen before the activities that describe it were known: a try of ``task``
+    ran ``stretch`` times slower than alone beside ``co_types`` (progress reports), or, without
+    them, a whole try (``segments`` over ``duration``) whose solo baseline may come later."""
+
+    gpu_model: str
+    task: str
+    co_types: tuple[str, ...] = ()
+    stretch: float = 0.0
+    duration: float = 0.0
+    segments: tuple[TrySegment, ...] = ()
+
+
+UNRESOLVED_KEPT = 512  # the fit's window: older unresolved stretches are let go
+
+
 @dataclass
 class Knowledge:
     """Activities and the interference model, as a driver learns them; see the module doc."""
@@ -97,6 +114,10 @@ class Knowledge:
     _traits: dict[str, TaskTraits] = field(default_factory=dict)
     _solo_runs: dict[str, list[float]] = field(default_factory=dict)
     _pending: dict[str, list[CollocationObservation]] = field(default_factory=dict)
+    # shared segments whose own or co-tenants' activities were not known yet when the try ended:
+    # kept and turned into observations once they are (:meth:`_resolve`), across days too
+    _unresolved: list[_Unresolved] = field(default_factory=list)
+    _grew: bool = False  # a task type's first activity or solo run time came in since the last resolve
     _alone: dict[str, _Alone] = field(default_factory=dict)  # try key -> alone since
     _sampled: set[str] = field(default_factory=set)  # try keys with a sample
     _live: dict[str, dict[str, TaskType]] = field(default_factory=dict)  # type -> keys waiting or running
@@ -118,15 +139,20 @@ class Knowledge:
             sure=(config.predictive or PredictiveSettings()).min_confidence,
         )
 
-    def carry_from(self, earlier: Knowledge) -> None:
+    def carry_from(self, earlier: Knowledge, activities: bool = True, runs: bool = True, fit: bool = True) -> None:
         """Start from what an earlier run learned and an executor's store keeps between runs: the
         activity samples (with the types' traits alike types borrow by), the solo run times and the
-        interference fit; nothing of that run's tries (sim/days.py)."""
-        self._samples = {n: list(v) for n, v in earlier._samples.items()}
-        self._traits = dict(earlier._traits)
-        self.activities = dict(earlier.activities)
-        self._solo_runs = {n: list(v) for n, v in earlier._solo_runs.items()}
-        self.interference, self.observations = earlier.interference, earlier.observations
+        interference fit with the stretches kept for it; nothing of that run's tries (sim/days.py).
+        ``activities``/``runs``/``fit`` False: that piece starts afresh (bench/learning.py)."""
+        if activities:
+            self._samples = {n: list(v) for n, v in earlier._samples.items()}
+            self._traits = dict(earlier._traits)
+            self.activities = dict(earlier.activities)
+        if runs:
+            self._solo_runs = {n: list(v) for n, v in earlier._solo_runs.items()}
+        if fit:
+            self.interference, self.observations = earlier.interference, earlier.observations
+            self._unresolved, self._grew = list(earlier._unresolved), True
 
     # -- activities ----------------------------------------------------------------------------
     def activity_of(self, task: TaskType) -> ActivityEstimate | None:
@@ -185,6 +211,8 @@ class Knowledge:
         self._samples.setdefault(name, []).append(ActivitySample(seen, "process"))
         self._traits[name] = traits_of(entry.task)
         est = estimate_activity(self._samples[name])
+        if name not in self.activities:
+            self._grew = True  # a kept stretch may now be described (:meth:`_resolve`)
         self.activities[name] = est
         # tell the tries of this type, and of the unlearned types that borrow from it, where what
         # they are told moves (not for every sample: thousands may wait)
@@ -235,32 +263,25 @@ class Knowledge:
 
     # -- interference ----------------------------------------------------------------------------
     def ended(self, key: str, task: TaskType, duration: float, segments: list[TrySegment], gpu_model: str) -> None:
-        """A try ended after ``duration`` seconds with these co-tenancy segments: its lessons."""
+        """A try ended after ``duration`` seconds with these co-tenancy segments: its lessons.
+
+        Decision (issue 41): a shared stretch whose own or co-tenants' activity is not known yet
+        is kept (:class:`_Unresolved`) and observed once they are, not dropped.  On day one of
+        t1 most were dropped (54 of 61 shared segments: a co-tenant's type had not run alone
+        yet), so a day of work left the fit at its prior and day two packed by it."""
         alone = sum(s.seconds for s in segments if not s.with_types)
         if alone >= duration - 1e-9:
+            self._grew = self._grew or task.name not in self._solo_runs
             self._solo_runs.setdefault(task.name, []).append(duration)
             return
         if not self.learn_interference or duration <= 0:
             return
-        own = self.activities.get(task.name)
-        if own is None:
-            return
         if self.progress:
-            self._from_progress(task.name, own.sm_activity, segments, gpu_model)
+            self._from_progress(task.name, segments, gpu_model)
             return
-        solo = self._solo_runs.get(task.name)
-        if not solo:
-            return
-        parts = []
-        for s in segments:
-            acts = self._learned(s.with_types)
-            if acts is None:
-                return  # a co-tenant nobody knows: the observation would be a guess
-            parts.append(Segment(s.seconds / duration, acts, s.with_types))
-        obs = CollocationObservation(duration / statistics.median(solo), own.sm_activity, tuple(parts), task.name)
-        self._pending.setdefault(gpu_model, []).append(obs)
+        self._keep(_Unresolved(gpu_model, task.name, duration=duration, segments=tuple(segments)))
 
-    def _from_progress(self, name: str, own: float, segments: list[TrySegment], gpu_model: str) -> None:
+    def _from_progress(self, name: str, segments: list[TrySegment], gpu_model: str) -> None:
         """Speed while alone against speed in each shared segment, from the try's own progress."""
         solo = [s for s in segments if not s.with_types and s.seconds >= self.sample_s]
         seconds = sum(s.seconds for s in solo)
@@ -270,12 +291,55 @@ class Knowledge:
         for s in segments:
             if not s.with_types or s.seconds < self.sample_s or s.work <= 0:
                 continue
-            acts = self._learned(s.with_types)
-            if acts is None:
-                continue
             stretch = solo_rate / (s.work / s.seconds)
-            obs = CollocationObservation.steady(stretch, own, acts, task=name, co_tasks=s.with_types)
-            self._pending.setdefault(gpu_model, []).append(obs)
+            self._keep(_Unresolved(gpu_model, name, s.with_types, stretch))
+
+    def _keep(self, raw: _Unresolved) -> None:
+        """Observe ``raw`` now if what describes it is known, else keep it for later."""
+        obs = self._observation(raw)
+        if obs is not None:
+            self._pending.setdefault(raw.gpu_model, []).append(obs)
+            return
+        self._unresolved.append(raw)
+        if len(self._unresolved) > UNRESOLVED_KEPT:
+            del self._unresolved[0]
+
+    def _observation(self, raw: _Unresolved) -> CollocationObservation | None:
+        """``raw`` as an observation, or None while an activity (or the solo baseline) it needs is unknown."""
+        own = self.activities.get(raw.task)
+        if own is None:
+            return None
+        if not raw.segments:
+            acts = self._learned(raw.co_types)
+            if acts is None:
+                return None
+            return CollocationObservation.steady(
+                raw.stretch, own.sm_activity, acts, task=raw.task, co_tasks=raw.co_types
+            )
+        solo = self._solo_runs.get(raw.task)
+        if not solo:
+            return None
+        parts = []
+        for seg in raw.segments:
+            acts = self._learned(seg.with_types)
+            if acts is None:
+                return None  # a co-tenant nobody knows yet: the observation would be a guess
+            parts.append(Segment(seg.seconds / raw.duration, acts, seg.with_types))
+        return CollocationObservation(raw.duration / statistics.median(solo), own.sm_activity, tuple(parts), raw.task)
+
+    def _resolve(self) -> None:
+        """Observe the kept stretches whose activities (and baselines) have become known."""
+        if not (self._unresolved and self._grew):
+            return
+        self._grew = False
+        left = []
+        for raw in self._unresolved:
+            obs = self._observation(raw)
+            if obs is None:
+                left.append(raw)
+            else:
+                self._pending.setdefault(raw.gpu_model, []).append(obs)
+        self._unresolved = left
 
     def _learned(self, types: tuple[str, ...]) -> tuple[float, ...] | None:
         out = []
@@ -289,6 +353,7 @@ class Knowledge:
     def refit(self) -> InterferenceModel | None:
         """The interference model with the observations since the last call, or None (nothing new,
         or fewer than a batch once the fit rests on many: a refit costs milliseconds)."""
+        self._resolve()
         waiting = sum(len(v) for v in self._pending.values())
         batch = max(REFIT_BATCH, self.observations // 8)
         if not waiting or (self.observations >= REFIT_BATCH_AFTER and waiting < batch):
