@@ -202,6 +202,23 @@ def seed_ratios(
     return statistics.fmean(r[0] for r in ratios), statistics.fmean(r[1] for r in ratios), sum(r[2] for r in ratios)
 
 
+def day_ratios(
+    later: list[dict[str, Runs]], first: list[dict[str, Runs]], policy: str, keys: list[str], against: str | None = None
+) -> tuple[float, float, int]:
+    """(JCT ratio, makespan ratio, lost more) of ``policy``'s later day (``later``: runs with
+    ``--warm-runs N``) over day one of ``against`` (default: the same policy; issue 41: learning
+    judged against itself), per truth seed the ratio of the means over ``keys``, then their mean."""
+    ratios = []
+    for now, before in zip(later, first, strict=True):
+        ratios.append(cell_ratios(now[policy], before[against or policy], keys))
+    lost_first = sum(cell_ratios(b[against or policy], b[against or policy], keys)[2] for b in first)
+    return (
+        statistics.fmean(r[0] for r in ratios),
+        statistics.fmean(r[1] for r in ratios),
+        sum(r[2] for r in ratios) - lost_first,
+    )
+
+
 def best_oracle(
     per: list[dict[str, Runs]], oracles: list[str], keys: list[str], how: str = "ratios"
 ) -> tuple[float, str]:
@@ -298,6 +315,18 @@ def main(argv: list[str] | None = None) -> int:
             }
             for spec in specs
         ]
+        # day one of the same policies, to judge a later day against its own day one (issue 41)
+        first = (
+            [
+                {
+                    p: {n: run(p, beta, scale, spec, arr, args.min_observations) for n, arr in loads.items()}
+                    for p in [BASELINE, *candidates]
+                }
+                for spec in specs
+            ]
+            if args.warm_runs
+            else []
+        )
         issue = ISSUE_ORACLE.get(label)
         results[label] = {}
         oracle_cells: dict[str, float | None] = {}
@@ -344,6 +373,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
             results[label][policy] = row
             print(f"{label:<11} {policy:<19} " + " ".join(f"{t:>34}" for t in texts), flush=True)
+            if first:  # the same policy's day one, and most-free-memory's
+                texts = []
+                for cell in CELLS:
+                    keys = sweep if cell == "sweep" else [cell]
+                    own = day_ratios(per, first, policy, keys)
+                    base = day_ratios(per, first, policy, keys, BASELINE)
+                    ok = own[0] <= 1.02 and own[1] <= 1.02 and own[2] <= 0
+                    met[policy]["day_two"] = met[policy].get("day_two", 0) + ok
+                    row[cell].update(own_day1_jct=own[0], own_day1_makespan=own[1], mfm_day1_jct=base[0])
+                    lost = "" if own[2] <= 0 else f" L+{own[2]}"
+                    texts.append(f"self {own[0]:.2f}/{own[1]:.2f}{lost} mfm1 {base[0]:.2f} {'D' if ok else '-'}")
+                print(f"{'':<11} {'  vs day one':<19} " + " ".join(f"{t:>34}" for t in texts), flush=True)
         if oracles:
             texts = [f"oracle {oracle_cells[c]:.2f} by {oracle_won[c]}" for c in CELLS]
             print(f"{'':<11} {'oracle (best of)':<19} " + " ".join(f"{t:>34}" for t in texts), flush=True)
@@ -363,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets met, of {total} cells (W: JCT <= 1.00x, makespan <= 1.02x, nothing lost; G: JCT <= (1 + r) / 2):")
     for policy in candidates:
         m = met[policy]
-        print(f"  {policy}: never worse {m['never_worse']}, gain {m['gain']}, both {m['both']}")
+        own = f", day {args.warm_runs + 1} <= 1.02x its own day 1 {m.get('day_two', 0)}" if args.warm_runs else ""
+        print(f"  {policy}: never worse {m['never_worse']}, gain {m['gain']}, both {m['both']}{own}")
     print(
         f"oracle: bench/oracle.py, per cell the best of {', '.join(variants) or 'none'};"
         f" r = min(oracle, issue 23's figure); truth seeds: {how}; {time.perf_counter() - started:.0f} s"
