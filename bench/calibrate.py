@@ -32,7 +32,9 @@ TARGETS = {"makespan": (0.60, 0.70), "energy": (0.80, 0.90), "sm_activity": (1.4
 def figures(model: SharingModel) -> dict[str, float]:
     catalog = load_catalog(packaged("task_catalog.csv"))
     arrivals = load_trace(packaged("trace_t1.csv"), catalog)
-    base = SimConfig(gpus=tuple(parse_gpu_list("4xA100-40GB")), estimator="oracle", queue="fifo", sharing=model)
+    base = SimConfig(
+        gpus=tuple(parse_gpu_list("4xA100-40GB")), estimator="oracle", queue="fifo", sharing=model, isolation="none"
+    )  # the paper's setting: no memory fence
     excl = simulate(replace(base, policy="exclusive"), arrivals).summary()
     magm = simulate(replace(base, policy="most-free-memory"), arrivals).summary()
     return {

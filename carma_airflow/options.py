@@ -66,7 +66,7 @@ OPTIONS: tuple[Option, ...] = (
         "string",
         "history",
         "Memory estimate of a task that declares none: history (peak of its "
-        "earlier successful runs, else the floor) or floor.",
+        "earlier successful runs, else the floor) or floor. carma simulate with no --estimator decides alike.",
         "floor",
     ),
     Option(

@@ -30,7 +30,13 @@ TraceOpt = Annotated[
 ]
 CatalogOpt = Annotated[str, typer.Option(help="task catalogue CSV (default: the paper's, shipped)")]
 GpusOpt = Annotated[str, typer.Option(help="GPUs as NxSPEC, or a comma list: 4xA100-40GB,2xH100-80GB")]
-EstimatorOpt = Annotated[str, typer.Option(help="oracle, gpumemnet, faketensor, horus, floor, history, declared")]
+EstimatorOpt = Annotated[
+    str,
+    typer.Option(
+        help="history+floor (default: the executor's: the trace's declared memory_mib, else learned peaks, else "
+        "the floor), oracle, gpumemnet, faketensor, horus, floor, history (history+gpumemnet), declared, a+b"
+    ),
+]
 QueueOpt = Annotated[str | None, typer.Option(help="fifo (the paper's) or backfill (default)")]
 SeedOpt = Annotated[int, typer.Option(help="seed for synthetic traces")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
@@ -38,8 +44,9 @@ WarmOpt = Annotated[
     str,
     typer.Option(
         "--warm-runs",
-        help="with --estimator history: replay the trace this many times first; the learned peaks of their "
-        "ended tries fill the store (a DAG that runs every day; memory only, unless --warm-learning)",
+        help="with a history estimator (the default is one): replay the trace this many times first; the "
+        "learned peaks of their ended tries fill the store (a DAG that runs every day; memory only, unless "
+        "--warm-learning)",
     ),
 ]
 WarmLearningOpt = Annotated[

@@ -198,6 +198,14 @@ class RecoverySettings:
     max_request_mib: int | None = None
 
 
+def max_retry_request_mib(largest_total_mib: int, reserve_mib: int, headroom_mib: int, round_mib: int = 256) -> int:
+    """What an OOM retry may ask at most (:attr:`RecoverySettings.max_request_mib`): the largest GPU
+    less the reserve and the headroom, rounded down to ``round_mib``; a larger request would never
+    fit.  The executor (its monitor's largest GPU at start) and the simulator (its cluster's) bound
+    alike."""
+    return (largest_total_mib - reserve_mib - headroom_mib) // round_mib * round_mib
+
+
 @dataclass(frozen=True, slots=True)
 class RetryPlan:
     request: TaskRequest

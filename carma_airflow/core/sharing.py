@@ -30,7 +30,8 @@ raised clocks whatever its load (``busy_fraction``, calibrated), the rest follow
 
 Memory.  A task holds nothing during its first ``ramp_s`` seconds (start-up, data loading),
 then its measured solo peak until it ends.  If at that moment the GPU has less free memory than
-the peak, the task crashes with a CUDA OOM having reached what was free.
+the peak, the task crashes with a CUDA OOM; what it held plus what it asked for is what its
+retry is sized from (sim/fencing.py ``Refusal``).
 """
 
 from __future__ import annotations

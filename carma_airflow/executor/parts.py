@@ -21,7 +21,7 @@ from carma_airflow.core.policies.floor import set_floor
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import Backfill, QueueDiscipline, make_queue
-from carma_airflow.core.recovery import RecoverySettings
+from carma_airflow.core.recovery import RecoverySettings, max_retry_request_mib
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.executor.launch import LauncherProcess
 from carma_airflow.executor.writer import StoreWriter
@@ -107,18 +107,7 @@ def build_parts(
             monitor = cluster_monitor
             stack.callback(monitor.stop)
     assert monitor is not None  # this host's, the cluster's, or the caller's
-    placer = Placer(
-        configured_policy(settings),
-        PlacementSettings(
-            reserve_mib=settings.reserve_mib,
-            headroom_mib=settings.headroom_mib,
-            floor_mib=settings.floor_mib,
-            lock_s=settings.lock_seconds,
-        ),
-    )
-    queue = make_queue(settings.queue)
-    if isinstance(queue, Backfill):
-        queue.starvation_s = settings.starvation_seconds
+    placer, queue, estimator = placement_parts(settings)
     return Parts(
         store=store,
         writer=writer,
@@ -127,13 +116,38 @@ def build_parts(
         monitor=monitor,
         placer=placer,
         queue=queue,
-        estimator=make_estimator(settings.estimator, settings.floor_mib),
-        recovery=RecoverySettings(
-            max_oom_retries=settings.oom_retries,
-            headroom_mib=settings.headroom_mib,
-            max_request_mib=_largest_request_mib(monitor, settings),
-        ),
+        estimator=estimator,
+        recovery=recovery_settings(settings, _largest_request_mib(monitor, settings)),
         ledger_path=ledger_path,
+    )
+
+
+def placement_settings(settings: CarmaSettings) -> PlacementSettings:
+    """The placer's constants from ``[carma]`` (the rest: core/settings.py's defaults)."""
+    return PlacementSettings(
+        reserve_mib=settings.reserve_mib,
+        headroom_mib=settings.headroom_mib,
+        floor_mib=settings.floor_mib,
+        lock_s=settings.lock_seconds,
+    )
+
+
+def placement_parts(settings: CarmaSettings) -> tuple[Placer, QueueDiscipline, MemoryEstimator]:
+    """The placer (its policy with the tenant cap and the floor), the queue and the memory
+    estimator that ``[carma]`` configures: what the simulator's defaults must decide alike
+    (tests/sim/test_executor_defaults.py)."""
+    placer = Placer(configured_policy(settings), placement_settings(settings))
+    queue = make_queue(settings.queue)
+    if isinstance(queue, Backfill):
+        queue.starvation_s = settings.starvation_seconds
+    return placer, queue, make_estimator(settings.estimator, settings.floor_mib)
+
+
+def recovery_settings(settings: CarmaSettings, max_request_mib: int | None) -> RecoverySettings:
+    """How OOM retries are planned: ``[carma] oom_retries``, the headroom, and what a retry may ask
+    at most (``max_request_mib``: the largest GPU less the reserve and the headroom)."""
+    return RecoverySettings(
+        max_oom_retries=settings.oom_retries, headroom_mib=settings.headroom_mib, max_request_mib=max_request_mib
     )
 
 
@@ -150,11 +164,12 @@ def configured_policy(settings: CarmaSettings) -> Policy:
 
 def _largest_request_mib(monitor: GpuSource, settings: CarmaSettings) -> int | None:
     """What an OOM retry may ask at most: the largest GPU seen at start less the reserve and the
-    headroom (a larger request would never fit); None when no GPU is known yet (remote hosts)."""
+    headroom, as the simulator bounds it (core/recovery.max_retry_request_mib; a larger request
+    would never fit); None when no GPU is known yet (remote hosts)."""
     totals = [s.memory_total_mib for s in monitor.latest().values() if s.memory_total_mib]
     if not totals:
         return None
-    return max(totals) - settings.reserve_mib - settings.headroom_mib
+    return max_retry_request_mib(max(totals), settings.reserve_mib, settings.headroom_mib)
 
 
-__all__ = ["Parts", "build_parts"]
+__all__ = ["Parts", "build_parts", "placement_parts", "placement_settings", "recovery_settings"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from carma_airflow.core.estimators import DEFAULT_ESTIMATOR
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.policies import Policy, make_policy
 from carma_airflow.core.policies.floor import set_floor
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
-from carma_airflow.core.recovery import RecoverySettings
+from carma_airflow.core.recovery import RecoverySettings, max_retry_request_mib
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.sharing import SharingModel
 
@@ -17,7 +18,10 @@ from carma_airflow.core.sharing import SharingModel
 class SimConfig:
     gpus: tuple[GpuSpec, ...]
     policy: str = "completion-time"
-    estimator: str = "gpumemnet"  # "history" (or "history+X"): learned memory ahead of X (sim/memory.py)
+    # the executor's default (core/estimators.py EXECUTOR_ESTIMATOR): the trace's declared memory
+    # (memory_mib) until outgrown, else the learned peaks, else the floor; "history" (or "history+X"):
+    # learned memory ahead of X (sim/memory.py); gpumemnet, horus, ...: the catalogue's estimates
+    estimator: str = DEFAULT_ESTIMATOR
     queue: str = "backfill"
     recovery: str | None = None  # paper | planned | blind; None: paper for fifo, blind for static-K
     settings: PlacementSettings = DEFAULT_SETTINGS
@@ -51,9 +55,10 @@ class SimConfig:
     memory_growth: float = 0.0
     # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),
     # the mechanism asked for (auto | framework | mps | driver | none: auto resolves on the host as
-    # the executor's does) and the cap rule (promise | protective | live; None: the executor's default)
+    # the executor's does) and the cap rule (promise | protective | live; None: the executor's default);
+    # by default the executor's ([carma] isolation = auto: framework caps on the common host, issue 41)
     host: str = "framework"
-    isolation: str = "none"
+    isolation: str = "auto"
     cap_rule: str | None = None
     # a job's tries save a checkpoint every this many seconds of running (0: never): a try that
     # crashes resumes its job from the last one instead of from zero
@@ -81,8 +86,8 @@ class SimConfig:
         if rs.max_request_mib is not None or not self.gpus:
             return rs
         s = self.settings
-        largest = max(g.memory_mib for g in self.gpus) - s.reserve_mib - s.headroom_mib
-        return replace(rs, max_request_mib=largest // rs.round_mib * rs.round_mib)
+        largest = max(g.memory_mib for g in self.gpus)
+        return replace(rs, max_request_mib=max_retry_request_mib(largest, s.reserve_mib, s.headroom_mib, rs.round_mib))
 
     def recovery_mode(self) -> str:
         if self.recovery is not None:

@@ -51,7 +51,7 @@ def test_simulate_json_has_the_contract_keys_and_defaults() -> None:
     data = json.loads(out)
     assert set(data) >= REQUIRED
     assert data["policy"] == "completion-time"
-    assert data["estimator"] == "gpumemnet"
+    assert data["estimator"] == "history+floor"  # the executor's default (issue 41)
     assert data["queue"] == "backfill"
     assert data["tasks"] == 60 and data["completed"] + data["lost"] == 60
     for key in ("sm_activity_mean", "sm_occupancy_mean", "memory_used_mean"):
@@ -122,7 +122,7 @@ def test_compare_json_ratios_and_plot(tmp_path: Path) -> None:
         (["simulate", "--activity-scale", "half"], "--activity-scale must be a number >= 0"),
         (["simulate", "--estimator", "history", "--warm-runs", "-1"], "--warm-runs must be a whole number"),
         (["simulate", "--estimator", "history", "--warm-runs", "two"], "--warm-runs must be a whole number"),
-        (["simulate", "--warm-runs", "1"], "--warm-runs needs an estimator that learns memory"),
+        (["simulate", "--estimator", "gpumemnet", "--warm-runs", "1"], "--warm-runs needs an estimator that learns"),
         (["simulate", "--warm-learning"], "--warm-learning needs --warm-runs 1 or more"),
         (["simulate", "--truth", "gaussian"], "--truth: truth 'gaussian': one of sharing"),
         (["simulate", "--min-gain", "1.5"], "--min-gain must be a number between -1 and 1"),
