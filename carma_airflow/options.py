@@ -209,7 +209,9 @@ OPTIONS: tuple[Option, ...] = (
         "isolation",
         "string",
         "auto",
-        "How each GPU try is held to the memory it was placed with: auto (the strongest the host has), "
+        "How each GPU try is fenced (with the default isolation_cap = live: kept out of the memory its "
+        "co-tenants were promised, so a try alone on its GPU may grow past its declaration): auto (the "
+        "strongest the host has), "
         "framework (PyTorch/TensorFlow/JAX allocator caps), mps (an MPS daemon's per-client limit), driver "
         "(NVML per-cgroup limits), none (unfenced). A task's executor_config isolation overrides it. "
         "See docs/isolation.md.",

@@ -87,3 +87,30 @@ def test_every_option_default_a_doc_states_is_the_options(page: str, name: str, 
     assert name in {o.name for o in OPTIONS}, f"{page} names [carma] {name}, which is no option"
     default = next(o for o in OPTIONS if o.name == name).default
     assert _base(name, default) == value, f"{page}: [carma] {name} stated as {value}, the default is {default!r}"
+
+
+def test_isolation_first_screen_says_what_the_default_holds_and_lets_through() -> None:
+    from carma_airflow.core.fencing import DEFAULT_CAP_RULE
+    from carma_airflow.core.grown import grown_line
+
+    first_screen = " ".join((DOCS / "isolation.md").read_text().splitlines()[:12])
+    assert f"by default (`isolation_cap = {DEFAULT_CAP_RULE.value}`)" in first_screen
+    assert "without being stopped" in first_screen
+    said = grown_line("success", 30720, 8192, declared=True)
+    assert said is not None and f"`{said.split(': ')[0]}: ...`" in first_screen  # the words `carma why` uses
+
+
+def test_the_tasks_test_warning_is_airflows_behaviour() -> None:
+    import inspect
+
+    from airflow.cli.commands import task_command
+    from airflow.models import dagrun
+
+    # docs/troubleshooting.md: without a date, `airflow tasks test` replaces a run whose logical date is
+    # empty (it deletes it) and deletes its own temporary run afterwards; a later Airflow may change this
+    replaced = inspect.getsource(dagrun.get_or_create_dagrun)
+    assert "DagRun.logical_date == logical_date" in replaced and "session.delete(dr)" in replaced
+    assert 'create_if_necessary="db"' in inspect.getsource(task_command.task_test)
+    text = _text("troubleshooting.md")
+    assert "## Testing a GPU task locally" in (DOCS / "troubleshooting.md").read_text()
+    assert "checkpoint_dir(default=" in text and "airflow tasks test my_dag train 2026-01-01" in text

@@ -230,6 +230,7 @@ def why_cmd(
     from carma_airflow.core.checkpoints import RESUME_REASON
     from carma_airflow.core.estimators import outgrew_declaration
     from carma_airflow.core.fencing import FENCE_REASON, fence_line
+    from carma_airflow.core.grown import grown_line
     from carma_airflow.learned_view import activity, activity_line
 
     dag_id, task_id = task.split(".", 1)
@@ -285,10 +286,14 @@ def why_cmd(
         if (fence := fence_line(r.reasons)) is not None:  # this try's own fence, per GPU
             typer.echo(f"  memory fence of this try: {fence}")
         peak = _peak(r, ended)
+        rule = "none" if settings.isolation == "none" else settings.isolation_cap
+        grown = grown_line(str(r.outcome), r.peak_mib, r.estimate_mib, r.estimate_source == "declared", rule)
         if outgrew_declaration(r.estimate_source):  # flagged: its runs outgrew the memory it declared
             typer.echo(f"  memory estimate {r.estimate_mib} MiB: {r.estimate_source}; {peak}")
         else:
             typer.echo(f"  memory estimate {r.estimate_mib} MiB from {r.estimate_source}; {peak}")
+        if grown is not None:  # past its declaration, let through by the fence: said, not hidden
+            typer.echo(f"  {grown}")
         for line in [x for x in r.reasons if not x.startswith((RESUME_REASON, FENCE_REASON))][:10]:  # those: above
             typer.echo(f"  {line}")
     typer.echo(f"  memory fence on this host: {_isolation_line(settings)} (a task's executor_config isolation wins)")

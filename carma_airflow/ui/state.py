@@ -17,8 +17,10 @@ from carma_airflow import live_snapshots, waiting_view
 from carma_airflow.core.checkpoints import resume_line
 from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.core.fencing import fence_line
+from carma_airflow.core.grown import grown_line
 from carma_airflow.core.shorten import whole_clauses
 from carma_airflow.learned_view import MODEL_PREFIX, interference
+from carma_airflow.queue_place import place_of
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
 from carma_airflow.ui import coerce as c
@@ -115,6 +117,8 @@ def _live(
                 _add_tenants(seen, gpu["tenants"])
         for raw in c.as_dicts(body.get("waiting")):
             waiting.append(_waiting(raw, host, now))
+            place = place_of(c.as_str(raw.get("key")) or "", [body])  # its priority and place, as `carma why`
+            waiting[-1]["place"] = None if place is None else place.line()
     executors.sort(key=lambda e: e["name"])
     gpus.sort(key=lambda g: (g["host"], g["index"], g["uuid"]))
     waiting.sort(key=lambda w: -w["waiting_s"])
@@ -241,6 +245,8 @@ def _placement(p: PlacementRecord, gpu_names: Mapping[str, str]) -> dict[str, An
         "estimate_mib": p.estimate_mib,
         "estimate_source": p.estimate_source,
         "outgrew_declaration": outgrew_declaration(p.estimate_source),  # flagged: its runs outgrew its memory
+        # flagged: this try grew past what it was placed with and the fence let it through
+        "grown": grown_line(str(p.outcome), p.peak_mib, p.estimate_mib, p.estimate_source == "declared"),
         "peak_mib": p.peak_mib,
         "summary": p.summary,
         "policy": p.policy,

@@ -62,3 +62,11 @@ def test_a_running_try_whose_process_ended_is_not_shown_running(tmp_path: Path) 
     assert out.returncode == 0, out.stderr
     assert "nightly.train run r1 try 1: ended; CarmaExecutor records how at its next heartbeat" in out.stdout
     assert "peak recorded with its end" in out.stdout and "peak - MiB" not in out.stdout
+
+
+def test_a_try_that_grew_past_its_declaration_unstopped_is_said_so(tmp_path: Path) -> None:
+    rec = replace(nightly_try(1, TryOutcome.SUCCESS, (), decided_at=NOW), peak_mib=30720)
+    env = home_with(tmp_path, [rec])
+    out = carma(env, "why", "nightly.train")
+    assert out.returncode == 0, out.stderr
+    assert "  grew to 30.0 GiB past its declared 8.0 GiB and was not stopped: the live cap" in out.stdout

@@ -188,3 +188,26 @@ def test_tenants_and_waiting_tasks_carry_their_activity_where_the_snapshot_has_i
     assert [t["activity"] for t in state["gpus"][0]["tenants"]] == [0.42, None]
     assert state["gpus"][1]["tenants"][0]["activity"] is None  # an executor from before issue 13
     assert state["waiting"][0]["activity"] == 0.8
+
+
+def test_a_waiting_try_shows_its_priority_and_place(store: Store, now: datetime) -> None:
+    body = snapshot_body(now)
+    body["waiting"] = [
+        {**body["waiting"][0], "priority": 3, "tie_break": 0},
+        {"label": "carma_demo.urgent", "key": "u", "since": now.timestamp(), "priority": 9, "tie_break": 0},
+    ]
+    store.put_snapshot(f"executor:{HOST}", now, body)
+    waiting = {w["label"]: w for w in build_state(store, now=now)["waiting"]}
+    assert waiting["carma_demo.urgent"]["place"].startswith("priority 9; first by priority")
+    assert waiting["carma_demo.vgg3"]["place"].startswith(
+        "priority 3; 1 waiting try of a higher priority goes first: carma_demo.urgent (9)"
+    )
+
+
+def test_a_try_that_grew_past_its_placement_unstopped_is_marked(store: Store, now: datetime) -> None:
+    store.upsert_placement(
+        placement("grower", 1, TryOutcome.SUCCESS, [0], now - timedelta(seconds=60), ran=30, estimate=8192, peak=30720)
+    )
+    rows = build_state(store, now=now)["timeline"]["placements"]
+    grown = next(p for p in rows if p["task_id"] == "grower")["grown"]
+    assert grown is not None and grown.startswith("grew to 30.0 GiB past its declared 8.0 GiB and was not stopped")
