@@ -4,7 +4,8 @@
 * On failure it classifies the real exception (CUDA OOM or not), measures the peak GPU memory the
   try reached (after a CUDA OOM: what it held plus what it asked for, where the message says), and
   leaves both in the result file for the executor.
-* On success it leaves the peak, which feeds the history estimator.
+* On success it leaves the peak, which feeds the history estimator, and says in the log when the
+  try grew past the memory it was placed with and its fence let it through (core/grown.py).
 Outside CarmaExecutor (no result file requested) it does nothing.
 """
 
@@ -13,13 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.listeners import hookimpl
 
 from carma_airflow.core.fencing import PAST_CAP
+from carma_airflow.core.grown import grown_line
 from carma_airflow.core.recovery import oom_reached
 from carma_airflow.taskrun.cap_oom import classify_here
+from carma_airflow.taskrun.fence_env import fence_from_env
 from carma_airflow.taskrun.framework_hook import install_framework_caps
 from carma_airflow.taskrun.outcome import (
     PLACEMENT_ENV,
@@ -65,10 +69,22 @@ def on_task_instance_running(previous_state: Any, task_instance: Any) -> None:
         print(f"[carma] {install_framework_caps()}", flush=True)
 
 
+def grown_in_this_try(peak_mib: int | None, environ: Mapping[str, str]) -> str | None:
+    """The log's line for a try that grew past its fence's promise and was not stopped; None otherwise."""
+    fence = fence_from_env(environ)
+    if fence is None or not fence.promise_mib:
+        return None
+    rule = fence.rule or ("live" if fence.live else "promise")
+    return grown_line("success", peak_mib, max(fence.promise_mib), declared=False, cap_rule=rule)
+
+
 @hookimpl
 def on_task_instance_success(previous_state: Any, task_instance: Any) -> None:
     if os.environ.get(RESULT_ENV):
-        write_result(TryResult(state=ResultState.SUCCESS, peak_mib=peak_mib_of_this_process()))
+        peak = peak_mib_of_this_process()
+        write_result(TryResult(state=ResultState.SUCCESS, peak_mib=peak))
+        if (grown := grown_in_this_try(peak, os.environ)) is not None:  # said where the user looks
+            print(f"[carma] this try {grown}", flush=True)
 
 
 @hookimpl
