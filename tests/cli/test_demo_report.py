@@ -52,3 +52,27 @@ def test_a_cpu_task_that_failed_in_airflow_is_listed() -> None:
 
 def test_a_clean_run_lists_nothing() -> None:
     assert _failures([_record("train_unet", 1, TryOutcome.SUCCESS)], {"train_unet": ("success", 1)}) == []
+
+
+def test_a_long_reason_is_cut_between_clauses_never_mid_sentence() -> None:
+    clauses = [f"clause {i} says what happened to this try on its GPU in some detail" for i in range(6)]
+    summary = "; ".join(clauses)  # 6 clauses, about 380 characters
+    lines = _failures([_record("train_bert", 1, TryOutcome.FAILED, summary)], {"train_bert": ("success", 2)})
+    why = lines[0].removeprefix("bert try 1: failed (ran): ")
+    assert len(why) <= 200 and why.endswith(" more clauses)")
+    kept = why.rsplit(" (+", 1)[0]
+    assert kept.split("; ") == clauses[: len(kept.split("; "))]  # whole clauses, in order
+
+
+def test_the_makespan_table_names_the_policy_the_demo_runs(monkeypatch) -> None:
+    from rich.console import Console
+
+    from carma_airflow import demo
+    from carma_airflow.options import option_default
+
+    monkeypatch.setattr(demo, "_simulated_makespans", lambda startup_s=0.0: (100.0, 80.0))
+    console = Console(record=True, width=200)
+    demo._makespans(console, 4, 90.0, [])
+    text = console.export_text()
+    assert f"{option_default('policy')} / exclusive" in text  # the executor's default, completion-time
+    assert "interference-aware" not in text
