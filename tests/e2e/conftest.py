@@ -48,6 +48,10 @@ TEARDOWN_GRACE_S = 1.0
 # rounded); a file not listed counts as a short one.  Only the order depends on these figures,
 # and only in a run of the end-to-end tests alone (`-m e2e`).
 FILE_SECONDS = {
+    # tests/gpu: the offline install rehearsal (about 420 s once its wheelhouses are kept under
+    # out/gpu-wheels, 720 s making them on a loaded machine) and device.sh's dry run, 2026-12-06
+    "test_offline_install.py": 480,
+    "test_device_script.py": 420,
     "test_schedulers.py": 450,
     "test_citizen.py": 360,
     "test_fenced_collocation.py": 355,

@@ -64,8 +64,10 @@ def test_the_dry_run_writes_every_figure_in_at_most_eight_files(tmp_path: Path) 
     assert cmp["policies"] == POLICIES and cmp["kit"]["mode"] == "airflow"
     for policy in POLICIES:
         run = cmp["runs"][policy]
-        assert run["tasks_succeeded"] == 8 and not run["failed_tasks"] and not run["victims"], run
-    assert cmp["victims"] == 0
+        assert run["tasks_succeeded"] == 8 and not run["failed_tasks"], run
+    # the default crashes no truthfully declared task; memory-only most-free-memory may (a figure)
+    assert not cmp["runs"]["completion-time"]["victims"] and not cmp["runs"]["exclusive"]["victims"]
+    assert cmp["victims"] == len(cmp["runs"]["most-free-memory"]["victims"])
     against = cmp["against"]["completion-time"]
     assert set(against) == {"exclusive", "most-free-memory"}
     assert against["exclusive"]["makespan_ratio"] == pytest.approx(

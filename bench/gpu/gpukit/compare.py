@@ -117,7 +117,10 @@ def compare_lines(cmp: dict[str, Any]) -> list[str]:
     lines.append(f"{'train s (same steps)':26}" + "".join(f"{n:>{width}}" for n in names))
     for task in tasks:
         row(f"  {task}", [_f(per[n]["train_s"].get(task), ".1f") for n in names])
-    lines.append(f"victims (tries of truthfully declared tasks that crashed): {cmp['victims']}")
+    lines.append(
+        f"victims (tries of truthfully declared tasks that crashed): {cmp['victims']} "
+        + json.dumps({n: per[n]["victims"] for n in names if per[n]["victims"]})
+    )
     return lines
 
 
