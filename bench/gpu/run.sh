@@ -32,7 +32,7 @@ while (($#)); do
     --dry-run) dry=1; args+=("$1"); shift ;;
     --wheels) WHEELS="$2"; shift 2 ;;
     --wheels=*) WHEELS="${1#--wheels=}"; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) args+=("$1"); shift ;;
   esac
 done
