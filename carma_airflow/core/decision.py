@@ -26,6 +26,7 @@ class Reason(enum.Enum):
     TENANT_CAP = "tenant-cap"
     MODEL = "gpu-model"
     RESERVED = "reserved"
+    KEPT = "kept-for-larger"  # an idle GPU kept for waiting tries only its size holds (core/scarce.py)
 
     # A member is its own singleton and Enum compares by identity: the identity hash is the
     # same contract, in C.  Enum's own hashes the name in Python, and a pass counts reasons by

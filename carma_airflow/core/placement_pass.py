@@ -22,6 +22,7 @@ from carma_airflow.core.reasons import (
     waiting_by_choice,
 )
 from carma_airflow.core.risk import is_high_risk
+from carma_airflow.core.scarce import ScarceKeep
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
 
@@ -69,6 +70,9 @@ class PlacementPass(DrainPass):
         # the verdicts of this pass's scans by what their texts say (:meth:`_verdicts`): a pass's
         # decisions pass over the same full GPUs at the head of the order, request after request
         self._said: dict[tuple[object, ...], tuple[GpuFacts, GpuVerdict]] = {}
+        # on a cluster of several GPU sizes, for a policy that keeps scarce GPUs: the waiting tries
+        # the larger idle GPUs are kept for (the placer sets it; core/scarce.py)
+        self.keep: ScarceKeep | None = None
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -106,6 +110,7 @@ class PlacementPass(DrainPass):
         feasible: list[GpuFacts] = []  # a chooser's collocation candidates, to be priced
         limit = 0 if chooser is None else max(1, chooser.settings.candidates) * n
         choice: Choice | None = None
+        scarce = self.keep if check_idle_memory else None  # a whole-GPU try's need is a sentinel
 
         def take(f: GpuFacts) -> list[GpuFacts] | None:
             group = groups.setdefault(f.state.host, [])
@@ -121,6 +126,9 @@ class PlacementPass(DrainPass):
                 scanned.append((f, Reason.MEMORY, False))
             elif avoid and f.state.uuid in avoid:
                 avoided.append(f)
+            elif scarce is not None and (why := scarce.kept(f, request.key, need, self._idle_facts())) is not None:
+                scanned.append((f, Reason.KEPT, False))
+                notes[f.uuid] = why
             else:
                 chosen = take(f)
                 if chosen is not None:
@@ -136,6 +144,7 @@ class PlacementPass(DrainPass):
             and pol.stable_keys
             and not refusing
             and chooser is None
+            and scarce is None
         )
         if fast:
             # same answer as the scan below: the first candidate in policy order with enough memory
@@ -251,6 +260,9 @@ class PlacementPass(DrainPass):
             collocated=any(not f.idle for f in chosen),
             policy=pol.name,
         )
+
+    def _idle_facts(self) -> list[GpuFacts]:
+        return [e[2] for e in self.idle]
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
@@ -369,6 +381,8 @@ class PlacementPass(DrainPass):
             if self.chooser is not None:
                 self._applied.add(uuid)  # placed in the drain order again when a decision asks for it
         self.pol.rotate(chosen, len(self.facts))
+        if self.keep is not None:
+            self.keep.placed(request.memory.mib, request.gpus)
 
 
 _REASON = itemgetter(1)

@@ -24,6 +24,7 @@ from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
+from carma_airflow.core.scarce import Req, ScarceKeeper, Waiting
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.waitlist import spread
@@ -82,6 +83,7 @@ class Placer:
         self._next_sig = itertools.count()
         self._sig_flags: tuple[bool, bool] | None = None  # the policy's flags the shapes were made with
         self.kept = KeptWaits()  # a pricing policy's waits by choice, kept from pass to pass
+        self.scarce = ScarceKeeper()  # on GPUs of several sizes: the larger kept for the tries that need them
 
     # -- facts -------------------------------------------------------------------------
     def facts(self, view: ClusterView, until: list[float] | None = None) -> list[GpuFacts]:
@@ -113,9 +115,9 @@ class Placer:
         up (a memory-aware policy then gives it a whole GPU; static sharing ignores memory)."""
         return needs_idle(self.policy, request)
 
-    def _pass(self, view: ClusterView, waiting: int = 0) -> PlacementPass:
+    def _pass(self, view: ClusterView, waiting: int = 0, queue: Waiting = (), protected: Req = None) -> PlacementPass:
         self.policy.begin_pass(view.now, waiting, len(view.gpus))  # a pricer's tenants' work left moves with the clock
-        return PlacementPass(self._pools(view), self.kept)
+        return self.scarce.keep(PlacementPass(self._pools(view), self.kept), self.policy, queue, protected)
 
     # -- one request -------------------------------------------------------------------
     def decide(self, request: TaskRequest, view: ClusterView) -> Decision:
@@ -142,7 +144,7 @@ class Placer:
         """
         _check_limit(limit)
         self._forget_sigs()
-        state = self._pass(view, len(requests))
+        state = self._pass(view, len(requests), ((r, 1) for r in requests), protected)
         order: list[str] = []
         by_key: dict[str, Decision] = {}
         placed: list[Decision] = []
@@ -294,7 +296,7 @@ class Placer:
             raise ValueError("Placer.place needs a policy that checks memory; use schedule")
         _check_limit(limit)
         self._forget_sigs()
-        state = self._pass(view, sum(len(g) for g in groups))
+        state = self._pass(view, sum(len(g) for g in groups), ((g[0], len(g)) for g in groups if g), protected)
         placed: list[Decision] = []
         never: list[Decision] = []
         reserved: frozenset[str] = frozenset()

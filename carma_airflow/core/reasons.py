@@ -45,6 +45,8 @@ def scan_verdicts(
             detail = f"is not a {request.gpu_model}"
         elif reason is Reason.RESERVED:
             detail = "held for a task past its starvation bound"
+        elif reason is Reason.KEPT:
+            detail = "kept for waiting tasks that need a GPU of its size"
         elif reason is Reason.BUSY:
             detail = f"has {f.tenants} tenant(s); task needs an idle GPU"
         elif shared:
@@ -68,6 +70,7 @@ _EVERY_GPU: dict[Reason, str] = {
     Reason.TENANT_CAP: "every GPU is at its tenant cap",
     Reason.MODEL: "no GPU is a {model}",
     Reason.RESERVED: "every GPU is held for a task past its starvation bound",
+    Reason.KEPT: "every GPU that fits is kept for waiting tasks that need its size",
 }
 _REASON_ORDER = {r: i for i, r in enumerate(Reason)}
 

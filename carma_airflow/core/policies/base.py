@@ -77,6 +77,11 @@ class Policy:
     # (:meth:`begin_pass`), and its decisions depend on each request's task type and activity
     prices_options: ClassVar[bool] = False
 
+    def keeps_scarce_gpus(self) -> bool:
+        """True: on a cluster of several GPU sizes the placer keeps the larger idle GPUs for the waiting
+        tries only they can hold (core/scarce.py); the idle key should then order least capable first."""
+        return False
+
     # Keys and ``admits`` may not depend on the request unless ``stable_keys`` is False.
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         """Order among idle GPUs: GPU index (the paper takes the first idle GPU)."""

@@ -57,6 +57,7 @@ from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.floor import GainFloor
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
 from carma_airflow.core.policies.priced import Choice, Option
+from carma_airflow.core.scarce import capability_key
 from carma_airflow.core.task import TaskRequest
 
 
@@ -78,6 +79,9 @@ class CompletionSettings:
     # first, by arrival (False: the queue's own order, as for every other policy)
     shortest_first: bool = True
     overdue_runs: float = 0.5
+    # on GPUs of several sizes: the least capable idle GPU first, and the larger ones kept for the
+    # waiting tries only they can hold (core/scarce.py); False: the lowest index, as every policy
+    keep_scarce: bool = True
     # a task type without run times of its own: False, the median over the measured types; True,
     # pooled by its label's family and size (core/policies/durations.py; not the default: on
     # bench/robustness.py it met fewer targets, docs/placement.md)
@@ -170,6 +174,16 @@ class CompletionTime(Policy):
 
     def pricer(self) -> CompletionTime:
         return self
+
+    def keeps_scarce_gpus(self) -> bool:
+        return self.settings.keep_scarce
+
+    def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
+        """Least capable idle GPU first (size class, throughput, bandwidth, then index): on a cluster
+        of one model the index order, as every policy's (:func:`~carma_airflow.core.scarce.capability_key`)."""
+        if not self.settings.keep_scarce:
+            return (float(facts.index),)
+        return capability_key(facts.state.spec, facts.index)
 
     # -- the queue's order inside a priority --------------------------------------------------
     def ranker(self) -> Callable[[TaskRequest, float], float | None] | None:

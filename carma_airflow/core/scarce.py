@@ -1,0 +1,148 @@
+"""Keeping scarce GPUs for the tries that need them, on a cluster of GPUs of several sizes.
+
+On a cluster of one GPU model every idle GPU is as good as another and the placer takes the first
+(lowest index).  On a mixed cluster the first idle GPU may be the only kind some waiting tries can
+use (an 80 GB A100 beside 32 GB V100s): a small try that takes it leaves a large one waiting, or
+crowding onto a busy 80 GB GPU, while a V100 sits idle.  Two rules for a policy that keeps scarce
+GPUs (:meth:`Policy.keeps_scarce_gpus`: the default policy, unless ``CompletionSettings.keep_scarce``
+is off):
+
+* **the least capable idle GPU first** (:func:`capability_key`): among idle GPUs the order is by
+  memory (in 4 GiB classes: an H100-80GB's 81,559 MiB and an A100-80GB's 81,920 are one class),
+  then throughput and bandwidth, then index.  A try takes the smallest, slowest GPU that fits it;
+  on a cluster of one model this is the index order, so nothing moves there.
+* **a larger idle GPU kept for the waiting tries only it can hold** (:class:`ScarceKeep`): a try
+  that fits a smaller class of GPU does not take an idle GPU of a larger class while the tries
+  waiting in the same pass that only that class (or larger) can hold are at least as many as the
+  idle GPUs of that class or larger.  It shares a GPU, or waits, instead; the large try takes the
+  GPU later in the same pass.  Counted per GPU a try asks for.  Never for the request the pass
+  protects (past its starvation bound).
+
+Pure: the placer builds a keep from its pass's queue; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from carma_airflow.core.gpu import GpuSpec
+from carma_airflow.core.task import TaskRequest
+
+if TYPE_CHECKING:  # policies import this module; it needs their types only
+    from carma_airflow.core.placement_pass import PlacementPass
+    from carma_airflow.core.policies.base import GpuFacts, Policy
+
+Waiting = Iterable[tuple[TaskRequest, int]]  # a pass's waiting tries: a try and how many alike (a group)
+Req = TaskRequest | None
+
+CLASS_MIB = 4096  # GPUs whose memory is the same in these units are one size class
+
+
+def size_class(spec: GpuSpec) -> int:
+    """The GPU's size class: its memory in 4 GiB units, rounded."""
+    return round(spec.memory_mib / CLASS_MIB)
+
+
+def capability_key(spec: GpuSpec, index: int) -> tuple[float, ...]:
+    """Order among idle GPUs, least capable first: size class, throughput, bandwidth, index."""
+    return (float(size_class(spec)), spec.dense_tflops, spec.memory_gbs, float(index))
+
+
+def is_mixed(facts: Iterable[GpuFacts]) -> bool:
+    """Whether the GPUs are of more than one size class."""
+    first: int | None = None
+    for f in facts:
+        c = size_class(f.state.spec)
+        if first is None:
+            first = c
+        elif c != first:
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class ScarceKeep:
+    """One pass's waiting tries by the memory each asks per GPU, and the cluster's size classes.
+
+    ``room``: per size class the most usable memory a GPU of it offers when idle (the largest seen).
+    ``waiting``: per-GPU need (MiB) -> GPUs the waiting tries of that need ask for, less those placed.
+    """
+
+    room: dict[int, int]
+    waiting: Counter[int] = field(default_factory=Counter)
+    protected: str | None = None
+
+    @classmethod
+    def of(cls, facts: Sequence[GpuFacts], queue: Waiting, protected: str | None) -> ScarceKeep:
+        """``queue``: the waiting tries, each with how many alike tries it stands for (1, or its group's
+        size); a try whose estimator gave up (a whole GPU) has no need to count."""
+        room: dict[int, int] = {}
+        for f in facts:
+            if f.idle:
+                c = size_class(f.state.spec)
+                room[c] = max(room.get(c, 0), f.usable_free_mib)
+        for f in facts:  # a class with no idle GPU now: its total, as a bound
+            c = size_class(f.state.spec)
+            room.setdefault(c, f.state.spec.memory_mib)
+        waiting: Counter[int] = Counter()
+        for r, alike in queue:
+            if not r.memory.whole_gpu:
+                waiting[r.memory.mib] += r.gpus * alike
+        return cls(room, waiting, protected)
+
+    def placed(self, mib: int, gpus: int) -> None:
+        """A try of this need was placed in the pass: it waits no more."""
+        left = self.waiting.get(mib, 0) - gpus
+        if left > 0:
+            self.waiting[mib] = left
+        else:
+            self.waiting.pop(mib, None)
+
+    def kept(self, f: GpuFacts, key: str, need: int, idle: Sequence[GpuFacts]) -> str | None:
+        """Why idle GPU ``f`` is kept from request ``key`` (asking ``need`` MiB per GPU), or None.
+
+        ``idle``: the pass's idle GPUs now."""
+        if key == self.protected:
+            return None
+        own = size_class(f.state.spec)
+        below = [r for c, r in self.room.items() if c < own]
+        if not below:
+            return None
+        smaller = max(below)
+        if need > smaller:
+            return None  # only this class or larger holds the request itself
+        only_large = sum(g for mib, g in self.waiting.items() if smaller < mib <= f.usable_free_mib)
+        if only_large == 0:
+            return None
+        supply = sum(1 for o in idle if size_class(o.state.spec) >= own)
+        if only_large < supply:
+            return None
+        return (
+            f"kept for {only_large} waiting GPU request(s) that only a GPU of this size can hold "
+            f"(a smaller GPU holds at most {smaller} MiB)"
+        )
+
+
+class ScarceKeeper:
+    """The placer's: gives each pass of a policy that keeps scarce GPUs, on GPUs of several sizes, its
+    :class:`ScarceKeep` (whether the GPUs are mixed is known per pools object: the placer's pools
+    are kept from pass to pass while the GPUs stay the same)."""
+
+    def __init__(self) -> None:
+        self._mixed: tuple[object, bool] | None = None
+
+    def keep(self, state: PlacementPass, policy: Policy, queue: Waiting, protected: Req) -> PlacementPass:
+        if not policy.keeps_scarce_gpus():
+            return state
+        base = state.base
+        if self._mixed is None or self._mixed[0] is not base:
+            self._mixed = (base, is_mixed(base.facts))
+        if self._mixed[1]:
+            state.keep = ScarceKeep.of(state.facts, queue, None if protected is None else protected.key)
+        return state
+
+
+__all__ = ["CLASS_MIB", "Req", "ScarceKeep", "ScarceKeeper", "Waiting", "capability_key", "is_mixed", "size_class"]
