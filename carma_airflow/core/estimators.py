@@ -156,19 +156,29 @@ class History(MemoryEstimator):
 
     name = "history"
 
-    def __init__(self, runs: int = 5, margin: float = 0.10, round_mib: int = 256) -> None:
+    def __init__(self, runs: int = 5, margin: float = 0.10, round_mib: int = 256, cap_mib: int | None = None) -> None:
         self.runs = runs
         self.margin = margin
         self.round_mib = round_mib
+        # what the largest GPU offers an idle try: the margin never lifts a peak that fit there past it
+        self.cap_mib = cap_mib
 
     def estimate(self, info: TaskMemoryInfo) -> MemoryNeed | None:
+        """The largest recent peak plus the margin, rounded; at most ``cap_mib`` where the peak
+        itself is within it.  Decision (issue 41): a task that ran on an L4 at 21 GiB asked 23.3
+        GiB the next day, more than any L4 offers, and never ran again (6 tasks lost on day two of
+        a held-out 4xL4 trace); the margin covers jitter, not a bigger GPU than there is."""
         if not info.history_mib:
             return None
         recent: Sequence[int] = info.history_mib[-self.runs :]
-        peak = round(max(recent) * (1.0 + self.margin), 6)  # 12800 * 1.1 is 14080.000000000002
+        top = max(recent)
+        peak = round(top * (1.0 + self.margin), 6)  # 12800 * 1.1 is 14080.000000000002
         mib = math.ceil(peak / self.round_mib) * self.round_mib
         of = f" of {info.history_of}" if info.history_of else ""
-        return MemoryNeed(mib, f"history{of} ({len(recent)} run(s), max {max(recent)} MiB)")
+        source = f"history{of} ({len(recent)} run(s), max {top} MiB)"
+        if self.cap_mib is not None and top <= self.cap_mib < mib:
+            return MemoryNeed(self.cap_mib, f"{source}, its margin cut to the largest GPU's {self.cap_mib} MiB")
+        return MemoryNeed(mib, source)
 
 
 class Chain(MemoryEstimator):
@@ -211,8 +221,9 @@ def estimator_names() -> list[str]:
     return list(_SIMPLE)
 
 
-def make_estimator(name: str, floor_mib: int = 5120) -> MemoryEstimator:
-    """Build an estimator by name.
+def make_estimator(name: str, floor_mib: int = 5120, largest_mib: int | None = None) -> MemoryEstimator:
+    """Build an estimator by name (``largest_mib``: what the largest GPU offers an idle try, the
+    most a learned estimate's margin may reach: :class:`History`).
 
     Every estimator is chained as ``declared -> NAME -> floor``: a memory the author declared
     wins (with ``history`` in the chain, until the task's runs outgrow it: module docstring),
@@ -226,7 +237,12 @@ def make_estimator(name: str, floor_mib: int = 5120) -> MemoryEstimator:
         factory = _SIMPLE.get(part)
         if factory is None:
             raise UnknownPolicyError(f"unknown estimator {name!r}; use one of {', '.join(_SIMPLE)} or a+b")
-        links.append(Floor(floor_mib) if part == "floor" else factory())
+        if part == "floor":
+            links.append(Floor(floor_mib))
+        elif part == "history":
+            links.append(History(cap_mib=largest_mib))
+        else:
+            links.append(factory())
     if len(parts) == 1 and parts[0] == "history":
         links.append(GpuMemNet())
     if not isinstance(links[0], Declared):

@@ -107,7 +107,7 @@ def build_parts(
             monitor = cluster_monitor
             stack.callback(monitor.stop)
     assert monitor is not None  # this host's, the cluster's, or the caller's
-    placer, queue, estimator = placement_parts(settings)
+    placer, queue, estimator = placement_parts(settings, _largest_idle_mib(monitor, settings))
     return Parts(
         store=store,
         writer=writer,
@@ -132,15 +132,18 @@ def placement_settings(settings: CarmaSettings) -> PlacementSettings:
     )
 
 
-def placement_parts(settings: CarmaSettings) -> tuple[Placer, QueueDiscipline, MemoryEstimator]:
+def placement_parts(
+    settings: CarmaSettings, largest_mib: int | None = None
+) -> tuple[Placer, QueueDiscipline, MemoryEstimator]:
     """The placer (its policy with the tenant cap and the floor), the queue and the memory
     estimator that ``[carma]`` configures: what the simulator's defaults must decide alike
-    (tests/sim/test_executor_defaults.py)."""
+    (tests/sim/test_executor_defaults.py); ``largest_mib``: what the largest GPU offers an idle
+    try (a learned estimate's margin reaches at most that)."""
     placer = Placer(configured_policy(settings), placement_settings(settings))
     queue = make_queue(settings.queue)
     if isinstance(queue, Backfill):
         queue.starvation_s = settings.starvation_seconds
-    return placer, queue, make_estimator(settings.estimator, settings.floor_mib)
+    return placer, queue, make_estimator(settings.estimator, settings.floor_mib, largest_mib)
 
 
 def recovery_settings(settings: CarmaSettings, max_request_mib: int | None) -> RecoverySettings:
@@ -160,6 +163,13 @@ def configured_policy(settings: CarmaSettings) -> Policy:
     if floor is not None:
         set_floor(policy, floor)
     return policy
+
+
+def _largest_idle_mib(monitor: GpuSource, settings: CarmaSettings) -> int | None:
+    """What the largest GPU seen at start offers an idle try (its memory less the reserve); None
+    when no GPU is known yet (remote hosts)."""
+    totals = [s.memory_total_mib for s in monitor.latest().values() if s.memory_total_mib]
+    return max(totals) - settings.reserve_mib if totals else None
 
 
 def _largest_request_mib(monitor: GpuSource, settings: CarmaSettings) -> int | None:

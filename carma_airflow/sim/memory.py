@@ -59,7 +59,10 @@ def learns_memory(estimator: str) -> bool:
 
 
 def memory_estimator(config: SimConfig) -> MemoryEstimator:
-    return make_estimator(config.estimator, config.settings.floor_mib)
+    """The run's estimator; a learned estimate's margin reaches at most the largest GPU less the
+    reserve, as the executor's (``executor/parts.py``)."""
+    largest = max((g.memory_mib for g in config.gpus), default=0) - config.settings.reserve_mib
+    return make_estimator(config.estimator, config.settings.floor_mib, largest if config.gpus else None)
 
 
 __all__ = ["MAX_WARM_RUNS", "PEAKS_KEPT", "LearnedPeaks", "learns_memory", "memory_estimator"]

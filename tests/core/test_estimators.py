@@ -231,3 +231,18 @@ def test_a_map_index_that_outgrew_its_declaration_says_whose_runs() -> None:
     assert "its last 2 runs of map index 3 peaked at 9000, 9500 MiB" in need.source
     assert "(9500 + 10 %)" in need.source
     assert not outgrew_declaration("declared") and not outgrew_declaration(None)
+
+
+def test_a_learned_margin_never_lifts_a_peak_that_fit_past_the_largest_gpu() -> None:
+    """Issue 41: a task that ran on an L4 (22,522 MiB for an idle try) at 21,000 MiB would ask
+    23,296 MiB (+10 %, rounded) and never run again; its margin is cut to what the GPU offers."""
+    capped = make_estimator("history+floor", largest_mib=22_522)
+    need = capped.estimate(TaskMemoryInfo(history_mib=(20_000, 21_000)))
+    assert need is not None and need.mib == 22_522
+    assert "margin cut to the largest GPU's 22522 MiB" in need.source
+    uncapped = make_estimator("history+floor").estimate(TaskMemoryInfo(history_mib=(20_000, 21_000)))
+    assert uncapped is not None and uncapped.mib == 23_296
+    small = capped.estimate(TaskMemoryInfo(history_mib=(12_800,)))
+    assert small is not None and small.mib == 14_080  # well within: the margin as before
+    beyond = capped.estimate(TaskMemoryInfo(history_mib=(30_000,)))  # ran on a GPU no longer here
+    assert beyond is not None and beyond.mib == 33_024

@@ -163,3 +163,16 @@ def test_fed_the_same_tries_the_simulator_decides_what_the_executor_decides(sett
     ours_placed = {p.request.key: p.decision.gpu_uuids for p in cycle.run(0.0, states).placed}
     theirs_placed = {p.request.key: p.decision.gpu_uuids for p in sim.cycle.run(0.0, states).placed}
     assert ours_placed and ours_placed == theirs_placed
+
+
+def test_a_learned_estimate_is_capped_at_the_largest_gpu_alike(settings: CarmaSettings) -> None:
+    """The executor's estimator (built with what its largest GPU offers an idle try) and the
+    simulator's cut a learned margin at the same number (issue 41: day two on 4xL4 lost tasks)."""
+    l4 = tuple(parse_gpu_list("4xL4"))
+    largest = max(g.memory_mib for g in l4) - settings.reserve_mib
+    _, _, executor_estimator = placement_parts(settings, largest)
+    sim = Simulation(SimConfig(gpus=l4))
+    info = TaskMemoryInfo(history_mib=(21_000,))
+    ours, theirs = executor_estimator.estimate(info), sim.estimator.estimate(info)
+    assert ours is not None and theirs is not None
+    assert ours.mib == theirs.mib == largest
