@@ -1,0 +1,147 @@
+"""Solo run times per task and GPU model, and the speed ratios between GPU models learned from them.
+
+A task's solo run time is measured on the GPU model it ran on.  On a fleet of several models the
+placer needs it on the others too.  Per pair of models ``(a, b)`` the *time ratio* ``t_a / t_b``
+is learned from the tasks measured alone on both: the median of their per-task ratios (each task's
+median run on each model), taken in logs, with a 90 % interval from their spread (a t-like
+``1.645 x sd / sqrt(n)`` around the median, at least ``MIN_HALF_LOG`` wide).  Until a pair has
+such a task, its ratio is the spec sheets' (:func:`~carma_airflow.core.speed.spec_time_ratio`, half
+compute, half memory traffic) with the interval the spec sheets allow (every compute share between
+``LOW_SHARE`` and ``HIGH_SHARE``).
+
+A task measured on model ``b`` is predicted on ``a`` as its median there times the pair's ratio,
+from the model it ran on most; a task measured on ``a`` itself keeps its own median.
+
+Pure: the executor feeds it from the store's rows (``carma_activity_history.gpu_model``), the
+simulator from ended tries.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from carma_airflow.core.gpu import GPU_CATALOGUE, GpuSpec
+from carma_airflow.core.speed import spec_time_ratio
+
+KEPT = 20  # solo runs kept per task and model (the newest)
+MIN_HALF_LOG = math.log(1.05)  # a learned interval is at least +-5 %
+LOW_SHARE, HIGH_SHARE = 0.1, 0.9  # the compute shares the prior's interval spans
+Z90 = 1.645
+
+
+@dataclass(frozen=True, slots=True)
+class PairRatio:
+    """How much longer a task runs on ``slow`` than on ``fast`` (``ratio`` >= 1 unless learned otherwise).
+
+    ``source``: ``learned`` (from ``tasks`` tasks measured on both) or ``spec`` (the prior)."""
+
+    slow: str
+    fast: str
+    ratio: float
+    low: float
+    high: float
+    tasks: int
+    source: str
+
+    def text(self) -> str:
+        how = f"learned from {self.tasks} task(s) run on both" if self.source == "learned" else "spec-sheet prior"
+        return (
+            f"{self.slow} vs {self.fast}: {self.ratio:.2f}x the run time "
+            f"(90 % range {self.low:.2f}-{self.high:.2f}; {how})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedRun:
+    """A task's predicted solo run on one model: seconds, its 90 % range, and from what."""
+
+    model: str
+    seconds: float
+    low: float
+    high: float
+    source: str  # "measured" (on this model), "learned" or "spec" (moved by a pair's ratio)
+
+
+def _spec(name: str) -> GpuSpec | None:
+    return GPU_CATALOGUE.get(name.strip().lower())
+
+
+def prior_ratio(slow: str, fast: str) -> PairRatio:
+    """The spec sheets' time ratio of ``slow`` over ``fast``, with the range of compute shares."""
+    a, b = _spec(slow), _spec(fast)
+    if a is None or b is None:  # a model the catalogue lacks: alike, and unsure
+        return PairRatio(slow, fast, 1.0, 0.5, 2.0, 0, "spec")
+    ends = sorted((spec_time_ratio(a, b, LOW_SHARE), spec_time_ratio(a, b, HIGH_SHARE)))
+    return PairRatio(slow, fast, spec_time_ratio(a, b), ends[0], ends[1], 0, "spec")
+
+
+class SoloRunTimes:
+    """Solo run times per (task, GPU model), the newest ``KEPT`` of each."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], deque[float]] = {}
+        self._models: dict[str, set[str]] = {}
+
+    def add(self, task: str, model: str, seconds: float) -> None:
+        if not (math.isfinite(seconds) and seconds > 0):
+            return
+        self._runs.setdefault((task, model), deque(maxlen=KEPT)).append(seconds)
+        self._models.setdefault(task, set()).add(model)
+
+    def models(self) -> list[str]:
+        return sorted({m for ms in self._models.values() for m in ms})
+
+    def median(self, task: str, model: str) -> float | None:
+        runs = self._runs.get((task, model))
+        return statistics.median(runs) if runs else None
+
+    def ratio(self, slow: str, fast: str) -> PairRatio:
+        """The learned time ratio of ``slow`` over ``fast`` (the prior until a task ran on both)."""
+        if slow == fast:
+            return PairRatio(slow, fast, 1.0, 1.0, 1.0, 0, "learned")
+        logs = []
+        for task, ms in self._models.items():
+            if slow in ms and fast in ms:
+                a, b = self.median(task, slow), self.median(task, fast)
+                if a is not None and b is not None:
+                    logs.append(math.log(a / b))
+        if not logs:
+            return prior_ratio(slow, fast)
+        mid = statistics.median(logs)
+        spread = statistics.stdev(logs) if len(logs) > 1 else 0.0
+        half = max(MIN_HALF_LOG, Z90 * spread / math.sqrt(len(logs)))
+        if len(logs) == 1:  # one task says little of the others: at least the prior's width
+            prior = prior_ratio(slow, fast)
+            half = max(half, math.log(max(prior.high / prior.ratio, prior.ratio / prior.low)))
+        return PairRatio(slow, fast, math.exp(mid), math.exp(mid - half), math.exp(mid + half), len(logs), "learned")
+
+    def ratios(self) -> list[PairRatio]:
+        """Every pair of models seen, slower (by ratio) first in each."""
+        out = []
+        models = self.models()
+        for i, a in enumerate(models):
+            for b in models[i + 1 :]:
+                r = self.ratio(a, b)
+                out.append(r if r.ratio >= 1.0 else self.ratio(b, a))
+        return out
+
+    def predict(self, task: str, model: str) -> PredictedRun | None:
+        """The task's solo run on ``model``: its own median there, else moved from the model it ran on
+        most by that pair's ratio; None where it never ran alone."""
+        own = self.median(task, model)
+        if own is not None:
+            return PredictedRun(model, own, own, own, "measured")
+        seen = self._models.get(task)
+        if not seen:
+            return None
+        base = max(sorted(seen), key=lambda m: len(self._runs[(task, m)]))
+        t = self.median(task, base)
+        assert t is not None
+        r = self.ratio(model, base)
+        return PredictedRun(model, t * r.ratio, t * r.low, t * r.high, r.source)
+
+
+__all__ = ["KEPT", "PairRatio", "PredictedRun", "SoloRunTimes", "prior_ratio"]
