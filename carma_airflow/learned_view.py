@@ -195,9 +195,11 @@ def fit_lines(row: Mapping[str, Any], min_observations: int) -> list[str]:
     return lines
 
 
-def activity(history: Sequence[tuple[float, str]]) -> dict[str, Any]:
-    """A task's learned activity from its history rows (``Store.activities``: (value, source), oldest first)."""
-    samples = [ActivitySample(value, source) for value, source in history]
+def activity(history: Sequence[tuple[float, str] | tuple[float, str, bool]]) -> dict[str, Any]:
+    """A task's learned activity from its history rows, oldest first: (value, source), or (value,
+    source, shared) where it is known whether the try shared its GPUs (its ``co_tasks``), as the
+    executor learns it: a task's tries that never shared win over its shared ones (core/activity.py)."""
+    samples = [ActivitySample(row[0], row[1], bool(row[2]) if len(row) > 2 else False) for row in history]
     estimate = estimate_activity(samples)
     sources = list(dict.fromkeys(s.source for s in samples[-DEFAULT_ACTIVITY_SETTINGS.window :]))
     return {

@@ -99,3 +99,10 @@ def test_no_history_is_the_prior() -> None:
     summary = activity([])
     assert not summary["known"] and summary["count"] == 0
     assert activity_line(summary) == "no activity learned yet (prior 0.50)"
+
+
+def test_carma_why_learns_activity_as_the_executor_does_leaving_shared_tries_out() -> None:
+    # issue 41: a try read beside others (0.28) does not drag a task seen alone (0.50)
+    summary = activity([(0.5, "process", False), (0.28, "process", True)])
+    assert summary["sm_activity"] == 0.5 and summary["count"] == 1
+    assert activity([(0.28, "process", True)])["sm_activity"] == 0.28  # only ever shared: that

@@ -246,7 +246,7 @@ def why_cmd(
     records = [r for r in store.latest_for(dag_id, task_id) if map_index is None or r.map_index == map_index]
     if not records:
         fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
-    learned = activity(store.activities(dag_id, task_id))
+    learned = activity([(r.sm_activity, r.source, bool(r.co_tasks)) for r in store.activity_records(dag_id, task_id)])
     owner_alive = {w.record.key: w.owner_alive for w in view.waiting}
     places = _queue_places(records, store, settings)  # a waiting try's priority and place
     if as_json:
