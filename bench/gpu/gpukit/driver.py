@@ -28,7 +28,7 @@ from carma_airflow.core.gpu import ClusterView
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import Backfill
-from carma_airflow.core.recovery import GiveUp, RecoverySettings, classify_failure
+from carma_airflow.core.recovery import GiveUp, RecoverySettings, classify_failure, oom_reached
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.monitor.base import GpuSample
@@ -367,7 +367,7 @@ class LightDriver:
             act.request.key,
             failure,
             now=now,
-            peak_mib=result.peak_mib,
+            peak_mib=oom_reached(result.peak_mib, result.message),  # held + asked, as the executor reads it
             not_before=now + self.oom_retry_delay_s,
         )
         rec.recovery = plan.reason
