@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,7 @@ import typer
 from carma_airflow.cli import app, one_line_errors
 from carma_airflow.cli.ops import _settings, _store
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.model_speed import PairRatio, SoloRunTimes
 
 model_app = typer.Typer(
     help="The learned interference of each GPU model; export it, or import one learned elsewhere.",
@@ -27,7 +29,8 @@ app.add_typer(model_app, name="model")
 @model_app.callback()
 @one_line_errors
 def model_cmd(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
-    """The learned interference of each GPU model: beta, activity scale k, ranges, confidence, observations."""
+    """The learned interference of each GPU model: beta, activity scale k, ranges, confidence, observations;
+    and the speed ratios between GPU models learned from solo run times (issue 44)."""
     if ctx.invoked_subcommand is not None:
         return
     from carma_airflow.learned_view import MODEL_PREFIX, fit_lines, interference, nothing_learned_line
@@ -35,13 +38,18 @@ def model_cmd(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json"
     store = _store(_settings())
     try:
         learned = interference(store.snapshots(MODEL_PREFIX))
+        runs = SoloRunTimes()
+        for dag_id, task_id, gpu_model, seconds in store.recent_solo_runs_by_model():
+            runs.add(f"{dag_id}.{task_id}", gpu_model, seconds)
     finally:
         store.close()
+    ratios = runs.ratios()
     if as_json:
-        typer.echo(json.dumps(learned))
+        typer.echo(json.dumps({**learned, "speed_ratios": [asdict(r) for r in ratios]}))
         return
     for problem in learned["problems"]:
         typer.echo(f"warning: {learned['document']} {problem}", err=True)
+    _speed_lines(runs, ratios)
     if not learned["models"]:
         typer.echo(nothing_learned_line())
         return
@@ -53,6 +61,16 @@ def model_cmd(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json"
         f"GPU models not listed use the prior: beta {learned['prior']['beta']:.2f}, "
         f"activity scale k {learned['prior']['activity_scale']:.2f}"
     )
+
+
+def _speed_lines(runs: SoloRunTimes, ratios: list[PairRatio]) -> None:
+    """The run-time ratios between GPU models (learned from tasks run alone on both, else the spec prior)."""
+    models = runs.models()
+    if not models:
+        return
+    typer.echo(f"solo run times by GPU model: {', '.join(models)}")
+    for r in ratios:
+        typer.echo(f"  {r.text()}")
 
 
 @model_app.command("export")

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from carma_airflow.core.activity import ActivityEstimate, ActivitySample, estimate_activity
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.interference import InterferenceModel
+from carma_airflow.core.model_speed import SoloRunTimes
 
 if TYPE_CHECKING:
     from carma_airflow.store.records import PlacementRecord
@@ -77,6 +78,8 @@ class Learned:
         self._activity: dict[tuple[str, str], deque[ActivitySample]] = {}
         self._solo: dict[tuple[str, str], deque[float]] = {}
         self._new_solo: list[tuple[str, float]] = []
+        # per task (``dag.task``) and GPU model, and the ratios between models (core/model_speed.py)
+        self.by_model = SoloRunTimes()
         self.model = InterferenceModel()
         self._store: Store | None = None  # where tries_for reads the tries another executor ran
         self._handed: tuple[InterferenceModel, float] | None = None  # the policy's model, and when
@@ -91,6 +94,8 @@ class Learned:
             self.add_activity(dag_id, task_id, ActivitySample(value, source, shared))
         for dag_id, task_id, seconds in store.recent_solo_runs():
             self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
+        for dag_id, task_id, gpu_model, seconds in store.recent_solo_runs_by_model():
+            self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
         # the policy's at the first hand-over: the kept ones only (each costs the policy a median)
         self._new_solo += [(f"{d}.{t}", s) for (d, t), runs in self._solo.items() for s in runs]
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
@@ -144,9 +149,11 @@ class Learned:
         self._handed = (self.model, now)
         return True
 
-    def add_solo(self, dag_id: str, task_id: str, seconds: float) -> None:
+    def add_solo(self, dag_id: str, task_id: str, seconds: float, gpu_model: str | None = None) -> None:
         self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
         self._new_solo.append((f"{dag_id}.{task_id}", seconds))
+        if gpu_model:
+            self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
 
     def take_new_solos(self) -> list[tuple[str, float]]:
         """The solo run times measured since the last call, by task type (``dag.task``): what a

@@ -93,12 +93,13 @@ def learn_from_success(
                 ti.map_index,
                 seen.co_tasks,
                 solo_s,
+                gpu_model if solo_s is not None else None,
             )
         )
     if not timed:
         return writes
     if solo_s is not None:
-        learned.add_solo(ti.dag_id, ti.task_id, solo_s)
+        learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
         return writes
     solo = learned.solo_seconds(ti.dag_id, ti.task_id)
     if solo is None or gpu_model is None:

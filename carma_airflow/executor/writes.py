@@ -91,6 +91,7 @@ class AddActivity:
     map_index: int | None = None
     co_tasks: tuple[str, ...] | None = None  # the task types the try shared its GPUs with (issue 23)
     solo_s: float | None = None  # its run time, where it ran alone throughout (a solo run time)
+    gpu_model: str | None = None  # the GPU model the solo run time was measured on (issue 44)
     name: str = "add_activity"
     best_effort: bool = False
 
@@ -105,6 +106,7 @@ class AddActivity:
             self.map_index,
             co_tasks=self.co_tasks,
             solo_s=self.solo_s,
+            gpu_model=self.gpu_model,
         )
 
 

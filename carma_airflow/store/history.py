@@ -81,13 +81,15 @@ class HistoryStore(StoreBase):
         *,
         co_tasks: Sequence[str] | None = None,
         solo_s: float | None = None,
+        gpu_model: str | None = None,
     ) -> None:
         """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
 
         ``source``: ``"process"`` (per-process SM utilisation), ``"gpu-alone"`` (the GPU's SM
         activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
         ``co_tasks``: the task types the try shared its GPUs with (empty: alone throughout; None:
-        not known).  ``solo_s``: how long it ran, where it ran alone throughout (None: it shared).
+        not known).  ``solo_s``: how long it ran, where it ran alone throughout (None: it shared);
+        ``gpu_model``: the GPU model it ran on (kept with a solo run time only).
         """
         if source not in ACTIVITY_SOURCE_VALUES:
             raise RecordError(
@@ -114,6 +116,7 @@ class HistoryStore(StoreBase):
             map_index=map_index,
             co_tasks=names,
             solo_s=None if solo_s is None else float(solo_s),
+            gpu_model=None if solo_s is None or not gpu_model else str(gpu_model)[:64],
         )
         with self._session(write=True) as session:
             session.add(row)
@@ -177,6 +180,21 @@ class HistoryStore(StoreBase):
         )
         with self._session() as session:
             rows = [(str(d), str(t), float(s)) for d, t, s in session.execute(stmt) if s is not None]
+        return list(reversed(rows))
+
+    def recent_solo_runs_by_model(self, limit: int = 100_000) -> list[tuple[str, str, str, float]]:
+        """The newest ``limit`` solo run times measured on a known GPU model, oldest first: (dag_id,
+        task_id, GPU model, seconds).  Read once when an executor starts, and by ``carma model``."""
+        check_limit(limit)
+        row = ActivityHistoryRow
+        stmt = (
+            select(row.dag_id, row.task_id, row.gpu_model, row.solo_s)
+            .where(row.solo_s.is_not(None), row.gpu_model.is_not(None))
+            .order_by(row.at.desc(), row.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            rows = [(str(d), str(t), str(m), float(s)) for d, t, m, s in session.execute(stmt) if s is not None and m]
         return list(reversed(rows))
 
     def activity_records(self, dag_id: str, task_id: str, limit: int = 10) -> list[ActivityRecord]:

@@ -245,7 +245,7 @@ def test_upgrade_to_0009_keeps_learned_activities_without_solo_run_times(db_url:
         )
     engine.dispose()
     store.migrate()
-    assert store.revision() == HEAD == "0009"
+    assert store.revision() == HEAD
     store.add_activity("d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=[], solo_s=612.5)
     store.add_activity("d", "u", 0.3, "process", 1_900_000_002.0, "r2", -1, co_tasks=["d.t"])  # shared
     assert store.recent_solo_runs() == [("d", "t", 612.5)]  # the old row's is not known, not 0
@@ -297,3 +297,38 @@ def test_downgrade_to_base_removes_the_tables(store: Store, any_url: str) -> Non
     assert not _tables(any_url) & TABLES
     store.migrate()
     assert _tables(any_url) >= TABLES
+
+
+def test_upgrade_to_0010_keeps_solo_run_times_without_their_gpu_model(db_url: str) -> None:
+    store = Store(db_url)
+    store.migrate("0009")  # solo run times kept per task only
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO carma_activity_history (dag_id, task_id, map_index, sm_activity, source, at, run_id,"
+                " co_tasks, solo_s) VALUES ('d', 't', -1, 0.5, 'process', '2026-01-01 00:00:00+00:00', 'r1', '[]', 600)"
+            )
+        )
+    engine.dispose()
+    store.migrate()
+    assert store.revision() == HEAD == "0010"
+    store.add_activity(
+        "d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=[], solo_s=200.0, gpu_model="H100-80GB"
+    )
+    store.add_activity("d", "u", 0.3, "process", 1_900_000_002.0, "r2", -1, co_tasks=["d.t"], gpu_model="T4")  # shared
+    assert store.recent_solo_runs() == [("d", "t", 600.0), ("d", "t", 200.0)]
+    assert store.recent_solo_runs_by_model() == [("d", "t", "H100-80GB", 200.0)]  # the old row's model is unknown
+    store.close()
+    again = Store(db_url)  # a restart reads the same
+    assert again.recent_solo_runs_by_model() == [("d", "t", "H100-80GB", 200.0)]
+    again.close()
+
+
+def test_downgrade_from_0010_to_0009_drops_only_the_gpu_model(store: Store, any_url: str) -> None:
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=30.0, gpu_model="L4")
+    _downgrade(any_url, "0009")
+    columns = _columns(any_url, "carma_activity_history")
+    assert "gpu_model" not in columns and "solo_s" in columns and store.revision() == "0009"
+    store.migrate()
+    assert store.recent_solo_runs() == [("d", "t", 30.0)] and store.recent_solo_runs_by_model() == []

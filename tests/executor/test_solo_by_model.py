@@ -1,0 +1,70 @@
+"""Solo run times kept per task and GPU model by the executor, and their ratios across a restart (issue 44)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from carma_airflow.core.activity import ActivitySample
+from carma_airflow.core.interference import Segment
+from carma_airflow.executor.learned import Learned
+from carma_airflow.executor.learning import learn_from_success
+from carma_airflow.executor.telemetry import Seen
+from carma_airflow.executor.tries import Try, TryState
+from carma_airflow.executor.writes import AddActivity
+from carma_airflow.store.store import Store
+
+
+@dataclass(frozen=True)
+class _Ti:
+    dag_id: str
+    task_id: str
+    run_id: str = "r"
+    map_index: int = -1
+    try_number: int = 1
+
+
+def _try(task: str, started_at: float) -> Try:
+    return Try(key=task, rkey=task, ti=_Ti("dag", task), state=TryState.RUNNING, started_at=started_at)
+
+
+ALONE = Seen(ActivitySample(0.4, "process"), True, (Segment(1.0, ()),), ())
+
+
+def test_a_try_that_ran_alone_keeps_its_gpu_model_with_its_run_time(tmp_path: Path) -> None:
+    learned = Learned()
+    writes = learn_from_success(learned, _try("fast", 0.0), ALONE, 120.0, "V100-32GB")
+    (row,) = [w for w in writes if isinstance(w, AddActivity)]
+    assert (row.solo_s, row.gpu_model) == (120.0, "V100-32GB")
+    run = learned.by_model.predict("dag.fast", "V100-32GB")
+    assert run is not None and run.source == "measured" and run.seconds == 120.0
+    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
+    writes = learn_from_success(learned, _try("fast", 0.0), shared, 150.0, "V100-32GB")
+    assert [(w.solo_s, w.gpu_model) for w in writes if isinstance(w, AddActivity)] == [(None, None)]
+
+
+def test_the_learned_ratios_survive_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'carma.db'}"
+    store = Store(url)
+    store.migrate()
+    for i, (task, v100, h100) in enumerate((("a", 400.0, 100.0), ("b", 300.0, 100.0))):
+        store.add_activity(
+            "dag", task, 0.3, "process", 1_900_000_000.0 + i, co_tasks=[], solo_s=v100, gpu_model="V100-32GB"
+        )
+        store.add_activity(
+            "dag", task, 0.3, "process", 1_900_000_010.0 + i, co_tasks=[], solo_s=h100, gpu_model="H100-80GB"
+        )
+    store.add_activity("dag", "c", 0.3, "process", 1_900_000_020.0, co_tasks=[], solo_s=700.0, gpu_model="V100-32GB")
+    store.close()
+    learned = Learned()
+    again = Store(url)
+    learned.load(again)
+    again.close()
+    (pair,) = learned.by_model.ratios()
+    assert (pair.slow, pair.fast, pair.source, pair.tasks) == ("V100-32GB", "H100-80GB", "learned", 2)
+    assert pair.ratio == pytest.approx(12**0.5)  # the median of 4 and 3, in logs
+    c = learned.by_model.predict("dag.c", "H100-80GB")
+    assert c is not None and c.seconds == pytest.approx(700.0 / 12**0.5) and c.low < c.seconds < c.high
+    assert learned.solo_seconds("dag", "c") == 700.0  # the per-task run time as before
