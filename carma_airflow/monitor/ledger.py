@@ -108,6 +108,8 @@ def _spec_dict(spec: GpuSpec) -> dict[str, Any]:
         "sm_count": spec.sm_count,
         "idle_power_w": spec.idle_power_w,
         "max_power_w": spec.max_power_w,
+        "dense_tflops": spec.dense_tflops,  # issue 44: a ledger written before reads them as 0 (unknown)
+        "memory_gbs": spec.memory_gbs,
     }
 
 
