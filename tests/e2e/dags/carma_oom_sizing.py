@@ -1,0 +1,47 @@
+"""End-to-end DAG: a retry after a full-GPU OOM is sized from held + asked (tests/e2e/test_oom_sizing.py).
+
+``fill0`` and ``fill1`` hold 26000 MiB on each simulated GPU for 40 s (placed first: the highest
+priority); ``grower`` (declared 5000 MiB, unfenced) is placed beside one of them, holds 5000 MiB and
+then asks 13003 MiB more: the GPU is full, a CUDA OOM.  Its try 2 is planned for what it held plus
+what it asked (about 18 GiB, grown), waits for a GPU with that free and succeeds (issue 41).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import dag, task
+
+from carma_airflow import gpu_task
+
+
+@dag(dag_id="carma_oom_sizing", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
+def oom_sizing() -> None:
+    @task(**gpu_task(memory="26000MiB", priority_weight=100), retries=0)
+    def fill0() -> int:
+        from carma_airflow.testing import simulated_training
+
+        return int(simulated_training(peak_mib=26000, seconds=40)["peak_mib"])
+
+    @task(**gpu_task(memory="26000MiB", priority_weight=100), retries=0)
+    def fill1() -> int:
+        from carma_airflow.testing import simulated_training
+
+        return int(simulated_training(peak_mib=26000, seconds=40)["peak_mib"])
+
+    @task(retries=0)
+    def start() -> str:  # a CPU step, so that the fillers are placed before grower is queued
+        return "go"
+
+    @task(**gpu_task(memory="5000MiB", isolation="none", priority_weight=1), retries=0)
+    def grower() -> int:
+        from carma_airflow.testing import simulated_training
+
+        return int(simulated_training(peak_mib=5000, seconds=3, grow_to_mib=18003, grow_after_s=0.5)["peak_mib"])
+
+    fill0()
+    fill1()
+    start() >> grower()
+
+
+oom_sizing()
