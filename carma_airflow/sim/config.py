@@ -45,13 +45,13 @@ class SimConfig:
     # the earlier replays also leave what the executor learns of speed: activities, solo run times
     # and the interference fit (sim/days.py); False: memory only, the rest starts afresh
     warm_learning: bool = False
+    # learned peaks below the estimate without history wait for a learned interference fit
+    # (core/vouch.py), as in the executor; False: taken at once (before issue 41)
+    vouch_peaks: bool = True
     # which of it carries over (bench/learning.py switches each on alone): the learned memory peaks,
     # the activities, the solo run times, the interference fit (and the stretches kept for it)
     warm_pieces: frozenset[str] = frozenset({"peaks", "activities", "runs", "fit"})
     # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
-    # learned peaks below the estimate without history wait for a learned interference fit
-    # (core/vouch.py), as in the executor; False: taken at once (before issue 41)
-    vouch_peaks: bool = True
     memory_growth: float = 0.0
     # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),
     # the mechanism asked for (auto | framework | mps | driver | none: auto resolves on the host as
