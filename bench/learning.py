@@ -232,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                         "d2_d1_makespan": mk,
                         "d3_d2_jct": three,
                         "d2_mfm2_jct": w2,
+                        "d2_mfm2_makespan": w2m,
+                        "d2_mfm2_lost_more": w2lost,
                         "d2_mfm1_jct": w1,
                         "lost_more": lost,
                         "d2_vs_default_d2": vs_default,
