@@ -4,7 +4,7 @@
 # under $OUT as at most 8 files (what the device tool brings back):
 #
 #   bench/gpu/device.sh              # on the GPU machine ($OUT set by the device tool)
-#   bench/gpu/device.sh --dry-run    # anywhere: simulated GPUs, the same steps (tests/gpu/test_device_script.py)
+#   bench/gpu/device.sh --dry-run    # anywhere: simulated GPUs, the same steps (tests/gpu/test_offline_install.py)
 #   bench/gpu/device.sh --out DIR    # where to write (default $OUT, else out/device)
 #
 # Steps, in this order, each skipped with a line when the deadline (DEVICE_BUDGET_S, default
@@ -68,7 +68,8 @@ machine() {
   if ((dry)); then echo "dry run: simulated GPUs (${DEVICE_SIM_GPUS:-1xH200-141GB})"; else nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; fi
   python3 -c 'import sys; print("python3", sys.version.split()[0], sys.executable)'
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo "torch: not importable"
-  echo "wheels: $(ls "$HERE"/wheels/*.whl 2>/dev/null | wc -l) in bench/gpu/wheels ($(du -sm "$HERE/wheels" 2>/dev/null | cut -f1) MiB)"
+  local wheels="${CARMA_GPU_WHEELS:-$HERE/wheels}"
+  echo "wheels: $(ls "$wheels"/*.whl 2>/dev/null | wc -l) in $wheels ($(du -sm "$wheels" 2>/dev/null | cut -f1) MiB)"
 }
 
 airflow_mode() {
