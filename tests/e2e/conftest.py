@@ -67,6 +67,7 @@ FILE_SECONDS = {
     "test_restart.py": 75,
     "test_load_smoke.py": 65,
     "test_airflow_page.py": 60,
+    "test_oom_sizing.py": 90,
     "test_hook_in_real_try.py": 45,
     "test_retries.py": 40,
     "test_auth.py": 35,
