@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,26 @@ from airflow.executors.workloads import ExecuteTask
 
 from carma_airflow import testing
 from carma_airflow.executor import CarmaExecutor
+from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.taskrun.outcome import TryResult, write_result
 
 BEHAVIOUR: dict[str, dict[str, Any]] = {}
+
+
+@dataclass(frozen=True)
+class FakeTi:
+    """The task-instance fields an ended try's lessons read (no Airflow database)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str = "r"
+    map_index: int = -1
+    try_number: int = 1
+
+
+def running_try(task: str, started_at: float) -> Try:
+    """A try of ``dag.task`` RUNNING since ``started_at``."""
+    return Try(key=task, rkey=task, ti=FakeTi("dag", task), state=TryState.RUNNING, started_at=started_at)
 
 
 def make_workload(

@@ -4,11 +4,10 @@ activity is stored with them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executor_helpers import make_workload, run_until, submit
+from executor_helpers import make_workload, run_until, running_try, submit
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
@@ -16,22 +15,8 @@ from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.executor.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned
 from carma_airflow.executor.learning import learn_from_success
 from carma_airflow.executor.telemetry import Seen
-from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import AddActivity, SaveDocument
 from carma_airflow.store.store import Store
-
-
-@dataclass
-class _Ti:
-    dag_id: str
-    task_id: str
-    run_id: str = "r"
-    map_index: int = -1
-    try_number: int = 1
-
-
-def _try(task: str, started_at: float) -> Try:
-    return Try(key=task, rkey=task, ti=_Ti("dag", task), state=TryState.RUNNING, started_at=started_at)
 
 
 def _learned_with_baselines() -> Learned:
@@ -50,7 +35,7 @@ def test_an_observation_names_its_co_tenants_types_and_the_activity_row_keeps_th
         (Segment(0.5, ()), Segment(0.5, (0.7,), ("dag.heavy",))),
         ("dag.heavy",),
     )
-    writes = learn_from_success(learned, _try("victim", 0.0), seen, 150.0, "A100-40GB")
+    writes = learn_from_success(learned, running_try("victim", 0.0), seen, 150.0, "A100-40GB")
     activity = next(w for w in writes if isinstance(w, AddActivity))
     assert activity.co_tasks == ("dag.heavy",) and activity.sm_activity == 0.41
     document = next(w for w in writes if isinstance(w, SaveDocument))
@@ -72,7 +57,7 @@ def test_pressure_is_learned_from_the_co_tenants_types_the_executor_records() ->
         stretch = (1.9 if heavy else 1.15) * (1.0 + 0.01 * ((i * 7) % 5 - 2))
         partner = "dag.heavy" if heavy else "dag.light"
         seen = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.5,), (partner,)),), (partner,))
-        learn_from_success(learned, _try("victim", 0.0), seen, 100.0 * stretch, "A100-40GB")
+        learn_from_success(learned, running_try("victim", 0.0), seen, 100.0 * stretch, "A100-40GB")
     fit = learned.model.fit_for("A100-40GB")
     assert fit.learned
     terms = fit.task_terms()
@@ -146,14 +131,14 @@ def test_what_an_ended_try_taught_reaches_the_policy_at_a_pass_once_the_hand_ove
 def test_a_try_that_ran_alone_keeps_its_run_time_with_its_activity_and_a_shared_one_does_not() -> None:
     learned = _learned_with_baselines()
     alone = Seen(ActivitySample(0.4, "process"), True, (Segment(1.0, ()),), ())
-    writes = learn_from_success(learned, _try("victim", 0.0), alone, 120.0, "A100-40GB")
+    writes = learn_from_success(learned, running_try("victim", 0.0), alone, 120.0, "A100-40GB")
     (activity,) = [w for w in writes if isinstance(w, AddActivity)]
     assert activity.solo_s == 120.0 and activity.co_tasks == ()
     assert learned.solo_seconds("dag", "victim") == 110.0  # the median of 100 (before) and 120
     shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.heavy",)),), ("dag.heavy",))
-    writes = learn_from_success(learned, _try("victim", 0.0), shared, 150.0, "A100-40GB")
+    writes = learn_from_success(learned, running_try("victim", 0.0), shared, 150.0, "A100-40GB")
     assert [w.solo_s for w in writes if isinstance(w, AddActivity)] == [None]
-    brief = learn_from_success(learned, _try("light", 10.0), alone, 10.5, "A100-40GB")  # too short to tell
+    brief = learn_from_success(learned, running_try("light", 10.0), alone, 10.5, "A100-40GB")  # too short to tell
     assert [w.solo_s for w in brief if isinstance(w, AddActivity)] == [None]
 
 

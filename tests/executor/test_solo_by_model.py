@@ -2,46 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from executor_helpers import running_try
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import Segment
 from carma_airflow.executor.learned import Learned
 from carma_airflow.executor.learning import learn_from_success
 from carma_airflow.executor.telemetry import Seen
-from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.executor.writes import AddActivity
 from carma_airflow.store.store import Store
-
-
-@dataclass(frozen=True)
-class _Ti:
-    dag_id: str
-    task_id: str
-    run_id: str = "r"
-    map_index: int = -1
-    try_number: int = 1
-
-
-def _try(task: str, started_at: float) -> Try:
-    return Try(key=task, rkey=task, ti=_Ti("dag", task), state=TryState.RUNNING, started_at=started_at)
-
 
 ALONE = Seen(ActivitySample(0.4, "process"), True, (Segment(1.0, ()),), ())
 
 
 def test_a_try_that_ran_alone_keeps_its_gpu_model_with_its_run_time(tmp_path: Path) -> None:
     learned = Learned()
-    writes = learn_from_success(learned, _try("fast", 0.0), ALONE, 120.0, "V100-32GB")
+    writes = learn_from_success(learned, running_try("fast", 0.0), ALONE, 120.0, "V100-32GB")
     (row,) = [w for w in writes if isinstance(w, AddActivity)]
     assert (row.solo_s, row.gpu_model) == (120.0, "V100-32GB")
     run = learned.by_model.predict("dag.fast", "V100-32GB")
     assert run is not None and run.source == "measured" and run.seconds == 120.0
     shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
-    writes = learn_from_success(learned, _try("fast", 0.0), shared, 150.0, "V100-32GB")
+    writes = learn_from_success(learned, running_try("fast", 0.0), shared, 150.0, "V100-32GB")
     assert [(w.solo_s, w.gpu_model) for w in writes if isinstance(w, AddActivity)] == [(None, None)]
 
 
