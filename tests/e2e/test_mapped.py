@@ -53,6 +53,12 @@ def test_each_mapped_instance_is_placed_with_its_own_memory(default_stack) -> No
     again = stack.trigger(DAG_ID)
     assert stack.wait_run(DAG_ID, again) == "success", _states(stack, again)
     learned = _placements(stack, again)
-    assert [learned[("learn", i)]["estimate_mib"] for i in range(3)] == [1792, 5632, 9984]
+    # a learned peak above the floor is taken at once; one below it (1,792 MiB for instance 0) waits
+    # for the interference fit to learn this cluster's GPUs, which a few tries do not teach it
+    # (core/vouch.py: learned peaks buy collocations only where the fit can vouch for them)
+    assert [learned[("learn", i)]["estimate_mib"] for i in range(3)] == [5120, 5632, 9984]
+    assert learned[("learn", 0)]["estimate_source"].endswith(
+        "learned peaks (1792 MiB) are used once the interference model has learned this cluster's GPUs"
+    )
     assert learned[("learn", 2)]["estimate_source"] == "history of map index 2 (1 run(s), max 9000 MiB)"
     assert [learned[("finetune", i)]["estimate_mib"] for i in range(3)] == [2048, 6144, 10240]  # declared wins

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 DAG_ID = "carma_newcomer"
 
 
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)  # the store backend is not what it tests
 def test_waiting_place_and_grown_try_are_said(default_stack) -> None:
     stack = default_stack
     run = stack.trigger(DAG_ID)

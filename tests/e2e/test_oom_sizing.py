@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 DAG_ID = "carma_oom_sizing"
 
 
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)  # the store backend is not what it tests
 def test_a_full_gpu_oom_retry_asks_for_held_plus_asked_and_succeeds(default_stack) -> None:
     stack = default_stack
     run = stack.trigger(DAG_ID)

@@ -16,6 +16,7 @@ SAID = {
 }
 
 
+@pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)  # the store backend is not what it tests
 def test_typos_fail_their_own_tasks_by_name_and_the_rest_runs(default_stack) -> None:
     stack = default_stack
     run = stack.trigger("carma_typos")
