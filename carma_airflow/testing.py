@@ -6,7 +6,8 @@
   Airflow's supervisor (the boundary tests replace).
 - :func:`simulated_training`: what a task runs on ``[carma] gpu_backend = simulated``; it lives
   with the simulated GPUs' task side (carma_airflow/taskrun/simulated_training.py) and is named
-  here too because DAGs and docs import it from here.
+  here too because DAGs and docs import it from here (with :func:`spec_speedup`, its
+  ``speedup`` from the spec sheets).
 
 Nothing in carma_airflow imports this module (tests/test_layering.py): production code takes
 what it needs from where it lives.
@@ -21,7 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
-from carma_airflow.taskrun.simulated_training import SimulatedCudaOOM, simulated_training, training_slowdown
+from carma_airflow.taskrun.simulated_training import (
+    SimulatedCudaOOM,
+    simulated_training,
+    spec_speedup,
+    training_slowdown,
+)
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -31,6 +37,7 @@ __all__ = [
     "SimulatedCudaOOM",
     "make_workload",
     "simulated_training",
+    "spec_speedup",
     "training_slowdown",
     "try_runner_env",
 ]

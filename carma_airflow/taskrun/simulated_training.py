@@ -9,25 +9,38 @@ it finds its GPUs in ``CUDA_VISIBLE_DEVICES`` (simulated UUIDs such as ``GPU-SIM
 simulated GPU ledger (``CARMA_SIM_LEDGER``) where the monitor sees it, crashes with a
 PyTorch-style CUDA OOM when a GPU is full, and "trains" more slowly when it shares its GPUs, as
 the core's sharing model says.
+
+On a fleet of several GPU models (``[carma] simulated_gpus = 2xA100-80GB,2xV100-32GB``) a task's
+work is its solo seconds on a *reference* model; ``speedup`` names how much faster it runs on
+others (``{"A100-80GB": 4.0}``: a quarter of the time there), every model it does not name at
+the reference's pace.  The GPU model of each visible GPU is the ledger's (the spec the executor
+wrote it with); a try on several GPUs goes at its slowest GPU's pace, as data-parallel training
+waits for its slowest rank.  :func:`spec_speedup` gives the spec sheets' speeds instead (the
+simulator's ``spec`` speed truth, core/speed.py).  Without ``speedup`` every model is alike.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from carma_airflow import checkpoint as _checkpoint
+from carma_airflow.core.errors import UnknownGpuSpecError
+from carma_airflow.core.gpu import GPU_CATALOGUE, gpu_spec
 from carma_airflow.core.sharing import ActivityProfile, SharingModel
+from carma_airflow.core.speed import DEFAULT_COMPUTE_SHARE, spec_speed
 from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, SimulatedCudaOOM
 from carma_airflow.taskrun.fence_env import fence_from_env
 from carma_airflow.taskrun.live_cap import SimulatedCaps
 from carma_airflow.taskrun.outcome import SIM_LEDGER_ENV
 
-__all__ = ["SimulatedCudaOOM", "simulated_training", "training_slowdown"]
+__all__ = ["SimulatedCudaOOM", "simulated_training", "spec_speedup", "speed_on", "training_slowdown"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +57,49 @@ def training_slowdown(state: LedgerState, pid: int, uuids: list[str], model: Sha
             if tenants[i].pid == pid:
                 worst = max(worst, slowdown)
     return worst
+
+
+def _speeds(speedup: Mapping[str, float] | None) -> dict[str, float]:
+    """``speedup`` checked, by catalogue name (a typo fails where the DAG calls it, not silently alike)."""
+    if speedup is None:
+        return {}
+    if not isinstance(speedup, Mapping):
+        raise ValueError(f"speedup must map GPU model names to speeds, e.g. {{'A100-80GB': 4.0}}; got {speedup!r}")
+    out: dict[str, float] = {}
+    for name, value in speedup.items():
+        try:
+            spec = gpu_spec(str(name))
+        except UnknownGpuSpecError as exc:
+            raise ValueError(f"speedup: {exc}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"speedup[{name!r}] must be a speed > 0 (1.0: the reference's pace), got {value!r}")
+        out[spec.name] = float(value)
+    return out
+
+
+def speed_on(models: list[str], speedup: Mapping[str, float] | None) -> float:
+    """The pace of a try on GPUs of these ``models`` relative to the reference: the slowest GPU's
+    (a model ``speedup`` does not name goes at 1.0; no ``speedup``: 1.0 everywhere)."""
+    speeds = _speeds(speedup)
+    if not speeds or not models:
+        return 1.0
+    return min(speeds.get(_catalogue_name(m), 1.0) for m in models)
+
+
+def _catalogue_name(model: str) -> str:
+    spec = GPU_CATALOGUE.get(model.strip().lower())
+    return spec.name if spec is not None else model
+
+
+def spec_speedup(reference: str, compute_share: float = DEFAULT_COMPUTE_SHARE) -> dict[str, float]:
+    """Every catalogue model's speed relative to ``reference`` by the spec sheets, for a task whose
+    step is ``compute_share`` compute and the rest memory traffic (core/speed.py): a ``speedup``
+    for :func:`simulated_training`, e.g. ``spec_speedup("V100-32GB", 0.8)``."""
+    try:
+        ref = gpu_spec(reference)
+    except UnknownGpuSpecError as exc:
+        raise ValueError(f"spec_speedup: {exc}") from None
+    return {spec.name: spec_speed(spec, ref, compute_share) for spec in GPU_CATALOGUE.values()}
 
 
 def _label() -> str:
@@ -64,6 +120,7 @@ def simulated_training(
     checkpoint_every_s: float | None = None,
     checkpoint_dir: str | os.PathLike[str] | None = None,
     oom_after_s: float | None = None,
+    speedup: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Hold ``peak_mib`` on every visible simulated GPU and train for ``seconds`` of solo work.
 
@@ -85,9 +142,18 @@ def simulated_training(
     that much work is done (an allocation the GPU cannot hold), for tests of recovery; give it
     to the first try only, or every try crashes there.
 
-    Returns ``peak_mib`` (the most held), ``gpus``, ``wall_s`` (ramp included), ``train_s``,
-    ``slowdown`` (training wall time over solo work), ``resumed_from_s`` (the work a checkpoint
-    gave this try, None if it started from zero) and ``checkpoints`` (how many it saved).
+    ``speedup``: GPU model name (the catalogue's, ``A100-80GB``) -> the task's speed there relative
+    to the reference model its ``seconds`` are measured on; a model not named goes at 1.0 (the
+    reference's pace).  ``{"A100-80GB": 4.0}`` with ``seconds=8``: 2 s alone on an A100-80GB, 8 s
+    on any other model.  A try on several GPUs goes at its slowest GPU's pace.  Every figure
+    given in seconds of work (``seconds``, ``grow_after_s``, ``checkpoint_every_s``,
+    ``oom_after_s``) is on the reference.  None (the default): every model alike.
+
+    Returns ``peak_mib`` (the most held), ``gpus``, ``gpu_models`` (each GPU's model, from the
+    ledger), ``speed`` (the pace on them relative to the reference), ``wall_s`` (ramp included),
+    ``train_s``, ``slowdown`` (training wall time over the solo time on these GPUs: what
+    co-tenants cost), ``resumed_from_s`` (the work a checkpoint gave this try, None if it
+    started from zero) and ``checkpoints`` (how many it saved).
     """
     if peak_mib < 0 or seconds < 0 or ramp_s < 0 or step_s <= 0 or grow_after_s < 0:
         raise ValueError("peak_mib, seconds, ramp_s and grow_after_s must be >= 0 and step_s > 0")
@@ -99,6 +165,7 @@ def simulated_training(
         raise ValueError(f"checkpoint_every_s must be > 0 seconds of work, got {checkpoint_every_s}")
     if oom_after_s is not None and oom_after_s < 0:
         raise ValueError(f"oom_after_s must be >= 0, got {oom_after_s}")
+    _speeds(speedup)  # a bad speedup fails before anything is held
     folder = _checkpoint.checkpoint_dir(checkpoint_dir) if checkpoint_every_s is not None else None
     visible = [u.strip() for u in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip()]
     if not visible:
@@ -118,7 +185,10 @@ def simulated_training(
             f"which the simulated GPU ledger {path} does not have; it has {', '.join(sorted(known)) or 'none'})"
         )
 
-    total_mib = {gpu.uuid: gpu.spec.memory_mib for gpu in ledger.gpus()}
+    specs = {gpu.uuid: gpu.spec for gpu in ledger.gpus()}
+    total_mib = {uuid: spec.memory_mib for uuid, spec in specs.items()}
+    models = [specs[u].name for u in visible]
+    speed = speed_on(models, speedup)  # work per wall second alone on these GPUs
     fence = fence_from_env(os.environ, len(visible))
     pid = os.getpid()
     profile = ActivityProfile(activity, activity * 0.6, activity * 0.5)
@@ -173,14 +243,15 @@ def simulated_training(
                     f"CUDA error: unspecified launch failure on {failed[0]} (simulated GPU fault: {why})"
                 )
             slowdown = training_slowdown(state, pid, visible, model)
+            pace = slowdown / speed  # wall seconds per second of work
             until = [seconds - done]
             if oom_after_s is not None and oom_after_s > done:
                 until.append(oom_after_s - done)
             if folder is not None:
                 until.append(next_save - done)
-            time.sleep(max(0.0, min(step_s, min(until) * slowdown)))
+            time.sleep(max(0.0, min(step_s, min(until) * pace)))
             now = time.monotonic()
-            done += (now - last) / slowdown
+            done += (now - last) / pace
             last = now
         train_s = last - train_start
     finally:
@@ -193,9 +264,11 @@ def simulated_training(
     return {
         "peak_mib": held,
         "gpus": visible,
+        "gpu_models": models,
+        "speed": speed,
         "wall_s": time.monotonic() - started,
         "train_s": train_s,
-        "slowdown": train_s / (done - begun) if done > begun else 1.0,
+        "slowdown": train_s * speed / (done - begun) if done > begun else 1.0,
         "resumed_from_s": resumed,
         "checkpoints": saves,
     }
