@@ -91,6 +91,14 @@ class SoloRunTimes:
         self._runs.setdefault((task, model), deque(maxlen=KEPT)).append(seconds)
         self._models.setdefault(task, set()).add(model)
 
+    def tasks(self) -> list[str]:
+        """The tasks with a run on some model, sorted."""
+        return sorted(self._models)
+
+    def models_of(self, task: str) -> frozenset[str]:
+        """The models the task ran alone on."""
+        return frozenset(self._models.get(task, ()))
+
     def models(self) -> list[str]:
         return sorted({m for ms in self._models.values() for m in ms})
 

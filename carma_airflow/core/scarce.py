@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.gpu import GpuSpec
+from carma_airflow.core.speed import spec_time_ratio
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:  # policies import this module; it needs their types only
@@ -49,6 +50,17 @@ def size_class(spec: GpuSpec) -> int:
 def capability_key(spec: GpuSpec, index: int) -> tuple[float, ...]:
     """Order among idle GPUs, least capable first: size class, throughput, bandwidth, index."""
     return (float(size_class(spec)), spec.dense_tflops, spec.memory_gbs, float(index))
+
+
+# an A100-40GB's sheet: any fixed one orders the models alike
+SPEED_REFERENCE = GpuSpec("reference", 0, 0, 0.0, 0.0, 312.0, 1555.0)
+
+
+def speed_key(spec: GpuSpec, index: int) -> tuple[float, ...]:
+    """Order among idle GPUs, fastest first: the spec sheets' time ratio (half compute, half memory
+    traffic: :func:`~carma_airflow.core.speed.spec_time_ratio` against a fixed sheet), then
+    :func:`capability_key` (on one model: the index order)."""
+    return (round(spec_time_ratio(spec, SPEED_REFERENCE), 6), *capability_key(spec, index))
 
 
 def is_mixed(facts: Iterable[GpuFacts]) -> bool:
@@ -135,14 +147,28 @@ class ScarceKeeper:
         self._mixed: tuple[object, bool] | None = None
 
     def keep(self, state: PlacementPass, policy: Policy, queue: Waiting, protected: Req) -> PlacementPass:
-        if not policy.keeps_scarce_gpus():
-            return state
         base = state.base
         if self._mixed is None or self._mixed[0] is not base:
             self._mixed = (base, is_mixed(base.facts))
+            pricer = policy.pricer()
+            see = getattr(pricer, "see_fleet", None)
+            if callable(see):  # the GPUs' models, told as they change: a mixed fleet is priced per model
+                see(tuple(sorted({f.state.spec.name for f in base.facts})))
+        if not policy.keeps_scarce_gpus():
+            return state
         if self._mixed[1]:
             state.keep = ScarceKeep.of(state.facts, queue, None if protected is None else protected.key)
         return state
 
 
-__all__ = ["CLASS_MIB", "Req", "ScarceKeep", "ScarceKeeper", "Waiting", "capability_key", "is_mixed", "size_class"]
+__all__ = [
+    "CLASS_MIB",
+    "Req",
+    "ScarceKeep",
+    "ScarceKeeper",
+    "Waiting",
+    "capability_key",
+    "is_mixed",
+    "size_class",
+    "speed_key",
+]

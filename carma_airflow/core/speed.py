@@ -50,4 +50,12 @@ def fastest(specs: Iterable[GpuSpec]) -> GpuSpec:
         raise ValueError("fastest() needs at least one GPU spec") from None
 
 
-__all__ = ["DEFAULT_COMPUTE_SHARE", "fastest", "knows_speed", "spec_speed", "spec_time_ratio"]
+def slowest(specs: Iterable[GpuSpec]) -> GpuSpec:
+    """The slowest model among ``specs`` by the spec sheet (a try on several GPUs goes at its pace)."""
+    try:
+        return min(specs, key=lambda s: (s.dense_tflops, s.memory_gbs, s.name))
+    except ValueError:
+        raise ValueError("slowest() needs at least one GPU spec") from None
+
+
+__all__ = ["DEFAULT_COMPUTE_SHARE", "fastest", "knows_speed", "slowest", "spec_speed", "spec_time_ratio"]

@@ -72,11 +72,12 @@ def start_after(sim: Simulation, earlier: Simulation | None) -> None:
     policy = sim.predictive
     if "runs" in pieces:
         sim.run_times = list(earlier.run_times)
+        sim.run_models = list(earlier.run_models)
     if policy is not None and sim.know.learn_interference and "fit" in pieces:
         policy.use_model(sim.know.interference)
     if isinstance(policy, CompletionTime) and "runs" in pieces:
-        for kind, seconds in earlier.run_times:
-            policy.learn_duration(kind, seconds)
+        for (kind, seconds), model in zip(earlier.run_times, earlier.run_models, strict=True):
+            policy.learn_duration(kind, seconds, model)
 
 
 def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:

@@ -40,6 +40,7 @@ from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
 from carma_airflow.core.reservations import Reservations
+from carma_airflow.core.speed import slowest
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.vouch import vouched_need
 from carma_airflow.sim.config import SimConfig
@@ -107,6 +108,7 @@ class Simulation:
         self.know = Knowledge.of(config, learn_interference=self.predictive is not None)
         self._tell = self.cycle.learn_activity
         self.run_times: list[tuple[str, float]] = []  # (task type, solo seconds) learned, in order
+        self.run_models: list[str] = []  # the GPU model each of them ran on (its slowest GPU's)
 
     @property
     def activities(self) -> dict[str, ActivityEstimate]:
@@ -315,9 +317,11 @@ class Simulation:
         self.cycle.release(run.request.key)
         alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
         if alone_s is not None:
+            model = slowest(self.gpus[i].spec for i in run.gpus).name  # it went at its slowest GPU's pace
             self.run_times.append((run.arrival.task.name, alone_s))  # what a later day starts from
+            self.run_models.append(model)
             if isinstance(self.predictive, CompletionTime):
-                self.predictive.learn_duration(run.arrival.task.name, alone_s)
+                self.predictive.learn_duration(run.arrival.task.name, alone_s, model)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"

@@ -56,8 +56,9 @@ from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.floor import GainFloor
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
+from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.policies.priced import Choice, Option
-from carma_airflow.core.scarce import capability_key
+from carma_airflow.core.scarce import capability_key, speed_key
 from carma_airflow.core.task import TaskRequest
 
 
@@ -82,6 +83,9 @@ class CompletionSettings:
     # on GPUs of several sizes: the least capable idle GPU first, and the larger ones kept for the
     # waiting tries only they can hold (core/scarce.py); False: the lowest index, as every policy
     keep_scarce: bool = True
+    # on GPUs of several models: the fastest idle GPU first by the spec sheets (then the least
+    # capable by size, then index: on one model the index order); False: the least capable first
+    fastest_idle: bool = True
     # a task type without run times of its own: False, the median over the measured types; True,
     # pooled by its label's family and size (core/policies/durations.py; not the default: on
     # bench/robustness.py it met fewer targets, docs/placement.md)
@@ -157,9 +161,35 @@ class CompletionTime(Policy):
         self.learned.use_model(model)
         self._played = {}
 
-    def learn_duration(self, task_type: str, seconds: float) -> None:
-        """A try of ``task_type`` would have taken ``seconds`` alone (the driver, as tries end)."""
-        self.learned.learn_duration(task_type, seconds)
+    def learn_duration(self, task_type: str, seconds: float, gpu_model: str | None = None) -> None:
+        """A try of ``task_type`` would have taken ``seconds`` alone on a GPU of ``gpu_model`` (its
+        slowest GPU's; None: not known) (the driver, as tries end)."""
+        self.learned.learn_duration(task_type, seconds, gpu_model)
+
+    def see_fleet(self, models: tuple[str, ...]) -> None:
+        """The cluster's GPU models (the placer's, as its GPUs change): on several, every option is
+        priced on the run its GPUs' model is predicted to give (:meth:`LearnedForecast.work_on`)."""
+        self.learned.set_fleet(models)
+        see = getattr(self.forecast, "set_fleet", None)
+        if self.forecast is not self.learned and callable(see):
+            see(models)
+
+    def _on_model(self) -> Callable[[Occupant, str], Occupant] | None:
+        """The forecast's newcomer per GPU model where it prices a mixed fleet per model, else None."""
+        fc = self.forecast
+        if isinstance(fc, LearnedForecast):
+            return fc.newcomer_on if fc.mixed else None
+        on = getattr(fc, "newcomer_on", None)
+        return on if callable(on) else None
+
+    def predicted_runs(self, request: TaskRequest) -> list[tuple[str, float]]:
+        """The request's predicted solo run on each of the fleet's models (empty on one model, or
+        before run times are known): what ``carma why`` shows for a mixed fleet."""
+        fc = self.learned
+        if not (fc.mixed and fc.timed()):
+            return []
+        kind = task_type(request.label)
+        return [(m, fc.work_on(kind, m)) for m in fc.fleet]
 
     def begin_pass(self, now: float, waiting: int = 0, gpus: int = 1) -> None:
         """A pass starts at ``now`` over ``waiting`` tries on ``gpus`` GPUs (the placer calls
@@ -179,10 +209,14 @@ class CompletionTime(Policy):
         return self.settings.keep_scarce
 
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
-        """Least capable idle GPU first (size class, throughput, bandwidth, then index): on a cluster
-        of one model the index order, as every policy's (:func:`~carma_airflow.core.scarce.capability_key`)."""
+        """On GPUs of several models the fastest idle GPU first by the spec sheets, then the least
+        capable (:func:`~carma_airflow.core.scarce.speed_key`; ``fastest_idle`` off: the least capable
+        first, :func:`~carma_airflow.core.scarce.capability_key`): on a cluster of one model the index
+        order, as every policy's."""
         if not self.settings.keep_scarce:
             return (float(facts.index),)
+        if self.settings.fastest_idle:
+            return speed_key(facts.state.spec, facts.index)
         return capability_key(facts.state.spec, facts.index)
 
     # -- the queue's order inside a priority --------------------------------------------------
@@ -312,6 +346,9 @@ class CompletionTime(Policy):
         """A one-GPU request's collocation on ``f``: (its cost less the queue's share, the
         GPU-seconds it takes from the queue), as :meth:`choose` prices it."""
         new = self.forecast.newcomer(request)
+        on = self._on_model()
+        if on is not None:
+            new = on(new, f.state.spec.name)
         if self.floor_refuses(f, new) is not None:  # refused: not played with it (never cheaper)
             self.drained(f)  # what pricing it keeps (its drain, which the drain order is built by)
             return float("inf"), 0.0
@@ -336,22 +373,26 @@ class CompletionTime(Policy):
         fc = self.forecast
         timed = fc.timed()
         new = fc.newcomer(request)
-        work = max(new.work, 1e-9)
+        on = self._on_model()
+        work = max(new.work, 1e-9)  # on a mixed fleet: on the model where it runs fastest
         options: list[Option] = []
         qw = self.queue_weight if timed else 0.0
         inf = float("inf")
         if n == 1:
             for f in candidates:
-                delay, done, longer = self._price(f, new)
+                here = new if on is None else on(new, f.state.spec.name)
+                delay, done, longer = self._price(f, here)
                 q = qw * longer
-                short = self.floor_refuses(f, new)
+                short = self.floor_refuses(f, here)
                 cost = inf if short is not None else done + delay + q
-                options.append(Option((f,), cost, done, delay, done / work, queue=q, taken=longer, short=short))
+                slow = done / max(here.work, 1e-9)
+                options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short))
         else:
             per_host: dict[str, list[tuple[float, float, float, float, GpuFacts, tuple[float, float] | None]]] = {}
             for f in candidates:
-                delay, done, longer = self._price(f, new)
-                short = self.floor_refuses(f, new)
+                here = new if on is None else on(new, f.state.spec.name)
+                delay, done, longer = self._price(f, here)
+                short = self.floor_refuses(f, here)
                 cost = inf if short is not None else delay + done + qw * longer
                 per_host.setdefault(f.state.host, []).append((cost, delay, done, longer, f, short))
             for group in per_host.values():
@@ -372,9 +413,11 @@ class CompletionTime(Policy):
         if timed and self.settings.waits and cheapest > work + qw * work * n:
             seconds, where = drain()
             if seconds < inf:
-                q = qw * work * n
-                total = seconds + work
-                options.append(Option((), total + q, total, 0.0, total / work, where, q, work * n))
+                # its run on the drained GPU's model (a multi-GPU try: its slowest, which the drain times)
+                alone = work if on is None or where is None else max(on(new, where.state.spec.name).work, 1e-9)
+                q = qw * alone * n
+                total = seconds + alone
+                options.append(Option((), total + q, total, 0.0, total / alone, where, q, alone * n))
         open_options = [o for o in options if not o.refused]
         if not open_options:  # nothing, or every GPU set refused and waiting not priced: it waits
             return Choice(None, tuple(options), timed)

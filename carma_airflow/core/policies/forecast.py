@@ -18,14 +18,16 @@ case.  ``bench/oracle.py`` implements the same protocol from the simulator's tru
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
 from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel
+from carma_airflow.core.model_speed import SoloRunTimes
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.durations import DurationBook
+from carma_airflow.core.policies.durations import MOVED, DurationBook
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.task import TaskRequest
 
@@ -166,6 +168,11 @@ class LearnedForecast:
         self._by_tenants: dict[int, tuple[tuple[Tenant, ...], str, tuple[object, ...], _Rows, Sequence[float]]] = {}
         self._activity_changes = 0  # times a request's activity moved ``_activities``
         self.version = 0  # moves when what the forecasts rest on moves (the model, an expectation)
+        # a mixed fleet (several GPU models): solo run times per task type and model, and the
+        # predicted run of a type on each model from them (:meth:`work_on`); on one model unused
+        self.by_model = SoloRunTimes()
+        self.fleet: tuple[str, ...] = ()  # the cluster's GPU models (several: the fleet is mixed)
+        self._on: dict[tuple[str, str], float] = {}  # (type, model) -> predicted solo seconds
 
     def use_model(self, model: InterferenceModel) -> None:
         if model is not self.model:
@@ -178,12 +185,61 @@ class LearnedForecast:
             self._by_tenants = {}
             self.version += 1
 
-    def learn_duration(self, kind: str, seconds: float) -> None:
+    def learn_duration(self, kind: str, seconds: float, model: str | None = None) -> None:
         """A try of ``kind`` that would have run ``seconds`` alone (measured alone, or its work
-        over its speed alone)."""
-        if self.durations.add(kind, seconds):
+        over its speed alone), on GPU model ``model`` where known (its slowest GPU's)."""
+        moved = self.durations.add(kind, seconds)
+        if model is not None and seconds > 0:
+            before = self.by_model.predict(kind, model) if self.mixed else None
+            self.by_model.add(kind, model, seconds)
+            if self.mixed:  # a run on one model moves the type's prediction on every other, and the ratios
+                after = self.by_model.predict(kind, model)
+                shift = float("inf") if before is None or after is None else abs(after.seconds - before.seconds)
+                moved = moved or shift > MOVED * (before.seconds if before is not None else 0.0)
+                moved = moved or len(self.by_model.models_of(kind)) > 1
+        if moved:
             self._rows = {}
+            self._on = {}
             self.version += 1
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the cluster has GPUs of several models (run times are then priced per model)."""
+        return len(self.fleet) > 1
+
+    def set_fleet(self, models: tuple[str, ...]) -> None:
+        """The cluster's GPU models (the placer's, when its GPUs change)."""
+        models = tuple(sorted(set(models)))
+        if models != self.fleet:
+            was = self.mixed
+            self.fleet = models
+            if was or self.mixed:  # one model: nothing priced per model, nothing to forget
+                self._rows, self._on, self._by_tenants = {}, {}, {}
+                self.version += 1
+
+    def work_on(self, kind: str, model: str) -> float:
+        """The type's predicted solo seconds on ``model``: on one model its expectation
+        (:meth:`_work`); on a mixed fleet its median there where it ran there, else its run on the
+        model it ran on most times that pair's learned ratio (the spec sheets' until a type ran on
+        both), else the median over the measured types of theirs on ``model``."""
+        if not self.mixed:
+            return self._work(kind)
+        got = self._on.get((kind, model))
+        if got is None:
+            p = self.by_model.predict(kind, model)
+            if p is not None:
+                got = p.seconds
+            else:
+                typical = [q.seconds for k in self.by_model.tasks() if (q := self.by_model.predict(k, model))]
+                got = statistics.median(typical) if typical else self._work(kind)
+            self._on[(kind, model)] = got
+        return got
+
+    def fastest_run(self, kind: str) -> float:
+        """The type's predicted solo run on the model where it runs fastest (on one model: :meth:`_work`)."""
+        if not self.mixed:
+            return self._work(kind)
+        return min(self.work_on(kind, m) for m in self.fleet)
 
     def timed(self) -> bool:
         return len(self.durations) > 0
@@ -233,15 +289,17 @@ class LearnedForecast:
         return rows, sp
 
     def _bare_rows(self, facts: GpuFacts) -> _Rows:
-        """The GPU's occupants' rows (type, activity, expected work, placed at), no speeds."""
+        """The GPU's occupants' rows (type, activity, expected work on its model, placed at), no speeds."""
         rows: _Rows = []
+        model = facts.state.spec.name
+        work = self.work_on
         for t in facts.state.tenants:
             kind = task_type(t.label)
             act = t.activity.sm_activity if t.activity is not None else self._activities.get(kind, self._prior)
-            rows.append((kind, act, self._work(kind), t.placed_at))
+            rows.append((kind, act, work(kind, model), t.placed_at))
         for label in facts.joined or ():
             kind = task_type(label)
-            rows.append((kind, self._activities.get(kind, self._prior), self._work(kind), None))
+            rows.append((kind, self._activities.get(kind, self._prior), work(kind, model), None))
         return rows
 
     def rows_of(self, facts: GpuFacts) -> object:
@@ -319,9 +377,12 @@ class LearnedForecast:
         return done
 
     def run_alone(self, request: TaskRequest) -> float:
-        return self._work(task_type(request.label))
+        """On a mixed fleet: on the model where the type runs fastest."""
+        return self.fastest_run(task_type(request.label))
 
     def newcomer(self, request: TaskRequest) -> Occupant:
+        """On a mixed fleet its work is its run on the model where it runs fastest (:meth:`newcomer_on`
+        gives it per model)."""
         kind = task_type(request.label)
         if request.activity is not None:
             act = request.activity.sm_activity
@@ -330,7 +391,13 @@ class LearnedForecast:
                 self._activity_changes += 1
         else:
             act = self._activities.get(kind, self._prior)
-        return Occupant(kind, act, self._work(kind))
+        return Occupant(kind, act, self.fastest_run(kind))
+
+    def newcomer_on(self, new: Occupant, model: str) -> Occupant:
+        """The newcomer :meth:`newcomer` gave, its work on a GPU of ``model`` (itself on one model)."""
+        if not self.mixed:
+            return new
+        return _occupant(Occupant, (new.kind, new.activity, self.work_on(new.kind, model), new.ref))
 
     def _fit(self, spec: str) -> InterferenceFit:
         fit = self._fits.get(spec)
