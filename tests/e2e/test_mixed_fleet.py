@@ -196,7 +196,7 @@ def test_solo_runs_are_learned_per_task_and_model_and_survive_a_restart(fleet: F
     gain = SPEED.SPEEDUP["gains"][FAST]
     expected = SPEED.WORK_S * (1 - 1 / gain)
     assert expected * 0.6 <= saved["gains"] <= expected * 1.4, saved
-    assert abs(saved["flat"]) <= expected * 0.3, saved
+    assert abs(saved["flat"]) <= expected * 0.4, saved
     assert ratio["gains"] > 1.1 * ratio["flat"], ratio
 
     # `carma model` shows the pair's ratio learned from the two tasks measured on both
