@@ -121,10 +121,15 @@ class MixedTruthForecast(TruthForecast):
     """bench/oracle.py's truth forecast with each model's true speed: work is solo seconds on the
     occupant's own GPU's model (the trace's solo seconds over its true speed there)."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Simulation, arrivals: Sequence[Arrival]) -> None:
         super().__init__(sim)
-        self._solo: dict[str, float] = {}
+        self._solo: dict[str, float] = {a.task.name: a.task.solo_s for a in arrivals}
         self._specs: dict[str, GpuSpec] = {g.spec.name: g.spec for g in sim.gpus}
+
+    def work_on(self, kind: str, model: str) -> float | None:
+        """The type's true solo seconds on ``model`` (the default's speed keep asks it)."""
+        solo = self._solo.get(kind)
+        return None if solo is None else self._on(kind, solo, model)
 
     def _on(self, kind: str, solo: float, model: str) -> float:
         return solo / max(1e-9, self.sim.board.speed.speed(kind, self._specs[model]))
@@ -146,7 +151,6 @@ class MixedTruthForecast(TruthForecast):
 
     def newcomer(self, request: TaskRequest) -> Occupant:
         new = super().newcomer(request)
-        self._solo[new.kind] = new.work
         return new._replace(work=min(self._on(new.kind, new.work, m) for m in self._specs))
 
     def newcomer_on(self, new: Occupant, model: str) -> Occupant:
@@ -193,7 +197,7 @@ def one(job: tuple[Cell, str, str]) -> tuple[float, float, int]:
         cfg = replace(cfg, warm_runs=cell.day - 1, warm_learning=True)
     if run == "oracle":
         sim = oracle_simulation(cfg)
-        sim.placer.policy.forecast = MixedTruthForecast(sim)  # type: ignore[attr-defined]
+        sim.placer.policy.forecast = MixedTruthForecast(sim, arrivals)  # type: ignore[attr-defined]
     else:
         sim = Simulation(cfg)
     if run == "fast":
@@ -267,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         kind = "fresh" if c.trace.startswith("f") else "grid"
         tally = counts.setdefault((kind, c.day), [0, 0, 0, 0])
         tally[0] += 1
-        tally[1] += w
-        tally[2] += h
-        tally[3] += b
+        tally[1] += int(w)
+        tally[2] += int(h)
+        tally[3] += int(b)
         speed = c.speed.split(":")[0]
         print(
             f"{c.cluster:36} {speed:6} {c.truth:8} {c.trace:6} {c.day} |"

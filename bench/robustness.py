@@ -168,6 +168,8 @@ def run(
             pol.settings = replace(pol.settings, overdue_runs=float(v[len("overdue") :]))
         elif v.startswith("queue"):
             pol.settings = replace(pol.settings, queue=float(v[len("queue") :]))
+        elif v == "lift":  # +gain0.3+lift: the floor lifted while the cluster is saturated
+            pol.settings = replace(pol.settings, lift_floor_saturated=True)
         elif v == "gainoff":  # +gain0.3 is the config's floor (above)
             pol.settings = replace(pol.settings, min_gain=None)
         elif v == "pooled":  # run times of rare task types pooled by family (core/policies/durations.py)

@@ -218,6 +218,16 @@ def placements_cmd(
     _table_console(wide, terminal_width=200).print(table)
 
 
+def _speed_line(store: Any, task: str) -> str | None:
+    """The task's predicted run alone on each GPU model the store has solo runs of (core/model_speed.py)."""
+    from carma_airflow.core.model_speed import SoloRunTimes, predicted_line
+
+    runs = SoloRunTimes()
+    for dag_id, task_id, gpu_model, seconds in store.recent_solo_runs_by_model():
+        runs.add(f"{dag_id}.{task_id}", gpu_model, seconds)
+    return predicted_line(runs, task)
+
+
 @app.command("why")
 @one_line_errors
 def why_cmd(
@@ -247,6 +257,7 @@ def why_cmd(
     if not records:
         fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
     learned = activity([(r.sm_activity, r.source, bool(r.co_tasks)) for r in store.activity_records(dag_id, task_id)])
+    speed = _speed_line(store, f"{dag_id}.{task_id}")  # a mixed fleet: its predicted run on each GPU model
     owner_alive = {w.record.key: w.owner_alive for w in view.waiting}
     places = _queue_places(records, store, settings)  # a waiting try's priority and place
     if as_json:
@@ -256,6 +267,7 @@ def why_cmd(
                     {
                         **_record_dict(r),
                         "activity": learned,
+                        "predicted_runs": speed,
                         "resumed": _resumed(r),
                         "fence": fence_line(r.reasons),
                         "owner_running": owner_alive.get(r.key),
@@ -270,6 +282,8 @@ def why_cmd(
     if (stopped := view.not_running_line()) is not None:  # the entries below are the past, not now
         typer.echo(f"note: {stopped}", err=True)
     typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
+    if speed is not None:
+        typer.echo(speed)
     for r in records[:3]:
         ended = _ended_unrecorded(r, settings)
         state = "ended; CarmaExecutor records how at its next heartbeat" if ended else _plain(r.outcome)

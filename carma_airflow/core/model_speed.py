@@ -152,4 +152,30 @@ class SoloRunTimes:
         return PredictedRun(model, t * r.ratio, t * r.low, t * r.high, r.source)
 
 
-__all__ = ["KEPT", "PairRatio", "PredictedRun", "SoloRunTimes", "prior_ratio"]
+def _dur(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def predicted_line(runs: SoloRunTimes, task: str, models: list[str] | None = None) -> str | None:
+    """``carma why``'s line for a mixed fleet: the task's predicted solo run on each model (``models``, else
+    every model with a solo run), with its range and source; None on one model or where it never ran alone."""
+    models = runs.models() if models is None else models
+    if len(models) < 2:
+        return None
+    got = [p for m in models if (p := runs.predict(task, m)) is not None]
+    if not got:
+        return None
+    how = {"measured": "measured", "learned": "learned ratio", "spec": "spec-sheet ratio"}
+    parts = [
+        f"{p.model} {_dur(p.seconds)}"
+        + (f" ({how[p.source]})" if p.source == "measured" else f" ({_dur(p.low)}-{_dur(p.high)}, {how[p.source]})")
+        for p in sorted(got, key=lambda p: p.seconds)
+    ]
+    return "predicted run alone by GPU model: " + "; ".join(parts)
+
+
+__all__ = ["KEPT", "PairRatio", "PredictedRun", "SoloRunTimes", "predicted_line", "prior_ratio"]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.speed import spec_time_ratio
+from carma_airflow.core.speed_keep import SpeedKeep
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:  # policies import this module; it needs their types only
@@ -86,6 +87,7 @@ class ScarceKeep:
     room: dict[int, int]
     waiting: Counter[int] = field(default_factory=Counter)
     protected: str | None = None
+    speed: SpeedKeep | None = None  # on GPUs of several models, once run times are known (core/speed_keep.py)
 
     @classmethod
     def of(cls, facts: Sequence[GpuFacts], queue: Waiting, protected: str | None) -> ScarceKeep:
@@ -119,6 +121,12 @@ class ScarceKeep:
         ``idle``: the pass's idle GPUs now."""
         if key == self.protected:
             return None
+        why = self._kept_by_size(f, need, idle)
+        if why is None and self.speed is not None:
+            why = self.speed.kept(f, key, need, idle)
+        return why
+
+    def _kept_by_size(self, f: GpuFacts, need: int, idle: Sequence[GpuFacts]) -> str | None:
         own = size_class(f.state.spec)
         below = [r for c, r in self.room.items() if c < own]
         if not below:
@@ -144,20 +152,27 @@ class ScarceKeeper:
     are kept from pass to pass while the GPUs stay the same)."""
 
     def __init__(self) -> None:
-        self._mixed: tuple[object, bool] | None = None
+        self._mixed: tuple[object, bool, bool] | None = None  # (pools, several sizes, several models)
 
     def keep(self, state: PlacementPass, policy: Policy, queue: Waiting, protected: Req) -> PlacementPass:
         base = state.base
+        pricer = policy.pricer()
         if self._mixed is None or self._mixed[0] is not base:
-            self._mixed = (base, is_mixed(base.facts))
-            pricer = policy.pricer()
-            see = getattr(pricer, "see_fleet", None)
-            if callable(see):  # the GPUs' models, told as they change: a mixed fleet is priced per model
-                see(tuple(sorted({f.state.spec.name for f in base.facts})))
+            models = tuple(sorted({f.state.spec.name for f in base.facts}))
+            self._mixed = (base, is_mixed(base.facts), len(models) > 1)
+            if pricer is not None:  # the GPUs' models, told as they change: a mixed fleet is priced per model
+                pricer.see_fleet(models)
         if not policy.keeps_scarce_gpus():
             return state
-        if self._mixed[1]:
-            state.keep = ScarceKeep.of(state.facts, queue, None if protected is None else protected.key)
+        _, sizes, several = self._mixed
+        runs = pricer.run_on if pricer is not None and several and pricer.speed_keeps() else None
+        if sizes or runs is not None:
+            key = None if protected is None else protected.key
+            if runs is not None:
+                queue = list(queue)
+            keep = state.keep = ScarceKeep.of(state.facts, queue, key)
+            if runs is not None:
+                keep.speed = SpeedKeep(queue, runs, key)
         return state
 
 

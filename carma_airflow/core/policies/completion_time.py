@@ -83,6 +83,10 @@ class CompletionSettings:
     # on GPUs of several sizes: the least capable idle GPU first, and the larger ones kept for the
     # waiting tries only they can hold (core/scarce.py); False: the lowest index, as every policy
     keep_scarce: bool = True
+    # on GPUs of several models, once run times per model are known: an idle GPU kept from a try that
+    # runs faster on another idle model, or for the tries of the pass that gain more from its model
+    # (core/speed_keep.py); False: the idle order alone
+    speed_keep: bool = True
     # on GPUs of several models: the fastest idle GPU first by the spec sheets (then the least
     # capable by size, then index: on one model the index order); False: the least capable first
     fastest_idle: bool = True
@@ -95,6 +99,10 @@ class CompletionSettings:
     # this much, else it is refused and the try waits or goes elsewhere (None: no floor; 0.3 met
     # one more gain target on bench/robustness.py but costs deep queues 6x: docs/placement.md)
     min_gain: float | None = None
+    # the floor lifted while the cluster is saturated: more tries wait than the GPUs hold at the tenant
+    # cap (waiting - 1 >= max_tenants x GPUs), where what a collocation takes from later arrivals is in
+    # the waiting option's queue weight already (docs/placement.md's candidate; measured, not the default)
+    lift_floor_saturated: bool = False
 
     def __post_init__(self) -> None:
         if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
@@ -142,6 +150,7 @@ class CompletionTime(Policy):
         self.forecast: Forecast = self.learned
         self.now = 0.0
         self.queue_weight = 0.0  # waiting tries per GPU: what a GPU-second taken costs the queue
+        self.saturated = False  # more tries wait than the GPUs hold at the tenant cap (this pass)
         self._occ: dict[int, tuple[GpuFacts, list[Occupant]]] = {}
         # per GPU facts object (this pass) the key its occupants' plays are kept by (:meth:`_play_key`)
         self._keys: dict[int, tuple[GpuFacts, tuple[object, ...]]] = {}
@@ -174,6 +183,24 @@ class CompletionTime(Policy):
         if self.forecast is not self.learned and callable(see):
             see(models)
 
+    def speed_keeps(self) -> bool:
+        """Whether a pass on GPUs of several models keeps idle GPUs by the tries' speeds (core/speed_keep.py)."""
+        return self.settings.keep_scarce and self.settings.speed_keep and self.forecast.timed()
+
+    def run_on(self, request: TaskRequest, model: str) -> tuple[float, bool]:
+        """The request's predicted solo run on ``model`` and whether it rests on run times measured
+        on that model or a ratio learned from tasks run on both (not the spec sheets' prior)."""
+        fc = self.forecast
+        kind = task_type(request.label)
+        if isinstance(fc, LearnedForecast):
+            p = fc.by_model.predict(kind, model)
+            return fc.work_on(kind, model), p is not None and p.source != "spec"
+        on = getattr(fc, "work_on", None)
+        if callable(on):
+            seconds = on(kind, model)
+            return (float(seconds), True) if seconds is not None else (fc.run_alone(request), False)
+        return fc.run_alone(request), False
+
     def _on_model(self) -> Callable[[Occupant, str], Occupant] | None:
         """The forecast's newcomer per GPU model where it prices a mixed fleet per model, else None."""
         fc = self.forecast
@@ -197,6 +224,7 @@ class CompletionTime(Policy):
         delays about ``waiting / gpus`` tries of the queue (its share of them per GPU)."""
         self.now = now
         self.queue_weight = self.settings.queue * max(0, waiting - 1) / max(1, gpus)
+        self.saturated = max(0, waiting - 1) >= self.settings.max_tenants * max(1, gpus)
         self._occ, self._keys, self._base = {}, {}, {}
         if self._played_by is not self.forecast or len(self._played) > 50_000:
             self._played = {}

@@ -46,6 +46,8 @@ class GainFloor:
         """(the gain, the floor) where the newcomer would raise ``f``'s summed predicted speed by
         less than the policy's ``min_gain`` (the collocation is refused), else None."""
         fc, floor = policy.forecast, policy.settings.min_gain
+        if floor is not None and policy.settings.lift_floor_saturated and policy.saturated:
+            return None  # lifted while the cluster is saturated (CompletionSettings.lift_floor_saturated)
         if floor is None or not isinstance(fc, LearnedForecast):
             return short(policy, f, new)
         by = self._by
@@ -66,7 +68,7 @@ class GainFloor:
 def short(policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
     """:meth:`GainFloor.refuses`, worked out afresh."""
     floor, fc = policy.settings.min_gain, policy.forecast
-    if floor is None or not fc.timed():
+    if floor is None or not fc.timed() or (policy.settings.lift_floor_saturated and policy.saturated):
         return None
     occ = policy.occupants_of(f)
     if not occ:

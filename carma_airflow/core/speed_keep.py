@@ -1,0 +1,108 @@
+"""Which waiting try a fast idle GPU goes to, on a fleet of several GPU models (issue 44, item 4).
+
+On a mixed fleet the default takes the fastest idle GPU first (:func:`~carma_airflow.core.scarce.speed_key`).
+Once run times per model are known, two tries can gain very differently from the same fast model: one
+runs 4x faster on an H100 than on a V100, another 1.1x (a memory-bound task on a faster-compute
+model, or one whose measured ratios say so).  A pass decides its tries in the queue's order, so
+without more the first try takes the H100 whatever it gains.  :class:`SpeedKeep` is asked, for each
+idle GPU a try could take (through :meth:`ScarceKeep.kept <carma_airflow.core.scarce.ScarceKeep.kept>`):
+
+* **faster elsewhere**: where the try's predicted run on another idle model that fits it is shorter
+  than on this GPU's model, by the policy's learned run times (not the spec sheets' prior, which
+  orders every task alike and is the idle order already), this GPU is kept from it: it takes the
+  other model's GPU, later in the idle order;
+* **kept for larger gains** (after Gavel's allocation by relative speed-up, greedily): where the
+  tries still to be decided in this pass that gain more from this GPU's model than this one does
+  (their predicted run on the best other idle model that fits over theirs on this model) ask for at
+  least as many GPUs as there are idle GPUs of this model, this GPU is left to them and the try
+  takes the next idle GPU in the order.
+
+Neither keeps a GPU from the try the pass protects (past its starvation bound), nor from a try the
+keep has nothing to price by (no run times yet, or not in the pass's queue), nor keeps the last
+idle model that fits it from a try (a try kept from one model is never kept from its alternative).
+
+Pure: the policy's predicted runs per model are asked through ``runs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from carma_airflow.core.task import TaskRequest
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.base import GpuFacts
+
+# (task type, GPU model) -> predicted solo seconds on it, and whether that rests on run times (not the prior)
+Runs = Callable[[TaskRequest, str], tuple[float, bool]]
+
+
+class SpeedKeep:
+    """One pass's tries still to decide and what each would gain per model (see the module doc)."""
+
+    def __init__(self, queue: Iterable[tuple[TaskRequest, int]], runs: Runs, protected: str | None) -> None:
+        self.runs = runs
+        self.protected = protected
+        self.pending: dict[str, tuple[TaskRequest, int]] = {}
+        for r, alike in queue:
+            if not r.memory.whole_gpu:
+                self.pending[r.key] = (r, alike)
+        self._kept_from: dict[str, set[str]] = {}  # per try, the models it was kept from
+        self._memo: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._current: tuple[str, tuple[TaskRequest, int]] | None = None  # the try being decided
+
+    def _run(self, r: TaskRequest, model: str) -> tuple[float, bool]:
+        key = (r.label, model)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self.runs(r, model)
+        return got
+
+    def kept(self, f: GpuFacts, key: str, need: int, idle: Sequence[GpuFacts]) -> str | None:
+        cur = self._current
+        if cur is not None and cur[0] == key:
+            got: tuple[TaskRequest, int] | None = cur[1]
+        else:
+            got = self.pending.pop(key, None)  # decided now: no longer a try still to come in this pass
+            self._current = None if got is None else (key, got)
+        if got is None or key == self.protected:
+            return None
+        r = got[0]
+        here = f.state.spec.name
+        kept_from = self._kept_from.setdefault(key, set())
+        others = {
+            o.state.spec.name
+            for o in idle
+            if o is not f and o.usable_free_mib >= need and o.state.spec.name not in kept_from
+        } - {here}
+        if not others:
+            return None
+        mine, sure = self._run(r, here)
+        best = min(others, key=lambda m: self._run(r, m)[0])
+        alt, alt_sure = self._run(r, best)
+        if not sure:
+            return None
+        if alt < mine and alt_sure:
+            kept_from.add(here)  # it goes on to the other model's GPU in this pass
+            return f"its predicted run alone is shorter on {best} ({alt:.0f} s against {mine:.0f} s here)"
+        gain = alt / max(mine, 1e-9)
+        supply = sum(1 for o in idle if o.state.spec.name == here)
+        wanting = 0
+        for other, alike in self.pending.values():
+            if other.memory.mib > f.usable_free_mib or other.label == r.label:
+                continue
+            t_here, ok_here = self._run(other, here)
+            t_alt, ok_alt = self._run(other, best)
+            if ok_here and ok_alt and t_alt / max(t_here, 1e-9) > gain:
+                wanting += other.gpus * alike
+                if wanting >= supply:
+                    kept_from.add(here)
+                    return (
+                        f"kept for {wanting} waiting GPU request(s) that gain more from {here} than this try "
+                        f"({gain:.2f}x against {best})"
+                    )
+        return None
+
+
+__all__ = ["Runs", "SpeedKeep"]

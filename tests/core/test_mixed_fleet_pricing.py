@@ -1,0 +1,85 @@
+"""A mixed fleet priced per GPU model (issue 44, item 4): each option on its model's predicted run."""
+
+from __future__ import annotations
+
+from helpers import A100, H100, busy_gpu, idle_gpu, request, view
+
+from carma_airflow.core import Placer
+from carma_airflow.core.decision import Outcome
+from carma_airflow.core.gpu import gpu_spec
+from carma_airflow.core.model_speed import SoloRunTimes, predicted_line, prior_ratio
+from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.forecast import LearnedForecast
+from carma_airflow.core.scarce import speed_key
+
+V100 = gpu_spec("V100-32GB")
+
+
+def _policy() -> CompletionTime:
+    policy = make_policy("completion-time")
+    assert isinstance(policy, CompletionTime)
+    return policy
+
+
+def test_the_idle_order_is_fastest_first_on_several_models_and_the_index_on_one() -> None:
+    mixed = sorted([(V100, 0), (H100, 1), (A100, 2)], key=lambda g: speed_key(*g))
+    assert [i for _, i in mixed] == [1, 2, 0]
+    same = sorted([(A100, 2), (A100, 0), (A100, 1)], key=lambda g: speed_key(*g))
+    assert [i for _, i in same] == [0, 1, 2]
+
+
+def test_the_default_takes_the_fastest_idle_gpu_not_the_lowest_index() -> None:
+    placer = Placer(_policy())
+    d = placer.decide(request("r", 4000), view(idle_gpu(0, V100), idle_gpu(1, H100)))
+    assert d.outcome is Outcome.PLACED and d.gpu_uuids == ("GPU-1",)
+
+
+def test_one_model_prices_the_run_times_as_before() -> None:
+    fc = LearnedForecast()
+    fc.set_fleet(("A100-40GB",))
+    fc.learn_duration("a", 100.0, "A100-40GB")
+    fc.learn_duration("a", 300.0, "A100-40GB")
+    assert not fc.mixed and fc.work_on("a", "A100-40GB") == fc.durations.expected("a") == 200.0
+
+
+def test_a_run_on_one_model_is_moved_to_another_by_the_prior_then_by_the_learned_ratio() -> None:
+    fc = LearnedForecast()
+    fc.set_fleet(("H100-80GB", "V100-32GB"))
+    fc.learn_duration("a", 100.0, "H100-80GB")
+    prior = prior_ratio("V100-32GB", "H100-80GB").ratio
+    assert prior > 2.0  # a V100 is much slower by the spec sheets
+    assert fc.work_on("a", "H100-80GB") == 100.0
+    assert abs(fc.work_on("a", "V100-32GB") - 100.0 * prior) < 1e-6
+    assert fc.fastest_run("a") == 100.0
+    fc.learn_duration("b", 50.0, "H100-80GB")  # b ran on both: 1.5x slower on the V100
+    fc.learn_duration("b", 75.0, "V100-32GB")
+    assert abs(fc.work_on("a", "V100-32GB") - 150.0) < 1e-6
+    assert fc.work_on("never-ran", "V100-32GB") == (150.0 + 75.0) / 2  # the median of the measured types there
+
+
+def test_the_faster_model_wins_over_a_slow_one_with_more_room() -> None:
+    policy = _policy()
+    # the H100's tenant is 50 s from done; the V100's tenant runs for hours; nothing is idle: every
+    # option on the H100 (sharing it, or waiting for it) beats the V100, where the run alone is 2x+
+    policy.learn_duration("tenant0-0", 1050.0, "H100-80GB")
+    policy.learn_duration("tenant1-0", 20_000.0, "V100-32GB")
+    policy.learn_duration("label-r", 600.0, "H100-80GB")
+    gpus = (busy_gpu(0, 60_000, spec=H100), busy_gpu(1, 20_000, spec=V100))
+    d = Placer(policy).decide(request("r", 4000), view(*gpus))
+    assert d.outcome is Outcome.PLACED and d.gpu_uuids == ("GPU-0",)
+    assert "waiting for GPU 0" in d.summary  # waiting for the H100 was priced beside sharing it
+    runs = dict(policy.predicted_runs(request("r", 4000)))
+    assert runs["H100-80GB"] == 600.0 and runs["V100-32GB"] > 1200.0
+
+
+def test_carma_why_line_names_each_model_and_where_the_figure_came_from() -> None:
+    runs = SoloRunTimes()
+    runs.add("d.a", "H100-80GB", 120.0)
+    runs.add("d.b", "V100-32GB", 300.0)
+    line = predicted_line(runs, "d.a")
+    assert line is not None and line.startswith("predicted run alone by GPU model: H100-80GB 2.0 min (measured)")
+    assert "V100-32GB" in line and "spec-sheet ratio" in line
+    one = SoloRunTimes()
+    one.add("d.a", "A100-40GB", 120.0)
+    assert predicted_line(one, "d.a") is None
