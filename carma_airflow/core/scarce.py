@@ -24,18 +24,19 @@ Pure: the placer builds a keep from its pass's queue; nothing here reads a clock
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.speed import spec_time_ratio
-from carma_airflow.core.speed_keep import SpeedKeep
+from carma_airflow.core.speed_keep import Busy, SpeedKeep
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:  # policies import this module; it needs their types only
     from carma_airflow.core.placement_pass import PlacementPass
     from carma_airflow.core.policies.base import GpuFacts, Policy
+    from carma_airflow.core.policies.completion_time import CompletionTime
 
 Waiting = Iterable[tuple[TaskRequest, int]]  # a pass's waiting tries: a try and how many alike (a group)
 Req = TaskRequest | None
@@ -146,6 +147,21 @@ class ScarceKeep:
         )
 
 
+def _busy(facts: Sequence[GpuFacts], pricer: CompletionTime) -> Callable[[], list[Busy]]:
+    """The pass's GPUs with tenants, each with its predicted drain (asked when first needed)."""
+
+    def busy() -> list[Busy]:
+        if not pricer.forecast.timed():
+            return []
+        return [
+            (pricer.drained(f), f.state.spec.name, f.state.spec.memory_mib, f.uuid, f.index)
+            for f in facts
+            if f.tenants > 0 and not f.exclusive_tenant
+        ]
+
+    return busy
+
+
 class ScarceKeeper:
     """The placer's: gives each pass of a policy that keeps scarce GPUs, on GPUs of several sizes, its
     :class:`ScarceKeep` (whether the GPUs are mixed is known per pools object: the placer's pools
@@ -171,8 +187,8 @@ class ScarceKeeper:
             if runs is not None:
                 queue = list(queue)
             keep = state.keep = ScarceKeep.of(state.facts, queue, key)
-            if runs is not None:
-                keep.speed = SpeedKeep(queue, runs, key)
+            if runs is not None and pricer is not None:
+                keep.speed = SpeedKeep(queue, runs, key, _busy(state.facts, pricer) if pricer.settings.waits else None)
         return state
 
 

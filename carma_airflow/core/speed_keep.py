@@ -36,14 +36,26 @@ if TYPE_CHECKING:
 
 # (task type, GPU model) -> predicted solo seconds on it, and whether that rests on run times (not the prior)
 Runs = Callable[[TaskRequest, str], tuple[float, bool]]
+Busy = tuple[float, str, int, str, int]  # a busy GPU: predicted drain (s), model, memory (MiB), uuid, index
+WAIT_MARGIN = 0.1  # waiting for a faster model must beat running now by this share of the run here
 
 
 class SpeedKeep:
     """One pass's tries still to decide and what each would gain per model (see the module doc)."""
 
-    def __init__(self, queue: Iterable[tuple[TaskRequest, int]], runs: Runs, protected: str | None) -> None:
+    def __init__(
+        self,
+        queue: Iterable[tuple[TaskRequest, int]],
+        runs: Runs,
+        protected: str | None,
+        busy: Callable[[], list[Busy]] | None = None,
+    ) -> None:
         self.runs = runs
         self.protected = protected
+        self._busy = busy
+        self._drains: list[Busy] | None = None  # the pass's busy GPUs by drain, asked once
+        self._claimed: set[str] = set()  # busy GPUs a try of this pass was kept to wait for
+        self._waiting: dict[str, str] = {}  # tries kept to wait for one, and why
         self.pending: dict[str, tuple[TaskRequest, int]] = {}
         for r, alike in queue:
             if not r.memory.whole_gpu:
@@ -76,9 +88,14 @@ class SpeedKeep:
             for o in idle
             if o is not f and o.usable_free_mib >= need and o.state.spec.name not in kept_from
         } - {here}
+        mine, sure = self._run(r, here)
+        if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
+            return why
+        if (why := self._waits(r, here, need, mine)) is not None:
+            self._waiting[key] = why
+            return why
         if not others:
             return None
-        mine, sure = self._run(r, here)
         best = min(others, key=lambda m: self._run(r, m)[0])
         alt, alt_sure = self._run(r, best)
         if not sure:
@@ -104,5 +121,27 @@ class SpeedKeep:
                     )
         return None
 
+    def _waits(self, r: TaskRequest, here: str, need: int, mine: float) -> str | None:
+        """Why the try waits for a busy GPU of a faster model rather than run here now: the soonest
+        such GPU that could hold it (not counted on by an earlier try of the pass) drains, and the
+        try runs there, sooner than it would finish here by ``WAIT_MARGIN`` of its run here."""
+        if self._busy is None:
+            return None
+        if self._drains is None:
+            self._drains = sorted(self._busy())
+        for drain, model, total, uuid, index in self._drains:
+            if drain >= mine:
+                break
+            if model == here or total < need or uuid in self._claimed:
+                continue
+            there = self._run(r, model)[0]
+            if drain + there < (1.0 - WAIT_MARGIN) * mine:
+                self._claimed.add(uuid)
+                return (
+                    f"waits for GPU {index} ({model}): drains in {drain:.0f} s, then {there:.0f} s alone "
+                    f"against {mine:.0f} s here"
+                )
+        return None
 
-__all__ = ["Runs", "SpeedKeep"]
+
+__all__ = ["WAIT_MARGIN", "Busy", "Runs", "SpeedKeep"]

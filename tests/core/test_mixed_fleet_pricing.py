@@ -5,8 +5,8 @@ from __future__ import annotations
 from helpers import A100, H100, busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import Placer
-from carma_airflow.core.decision import Outcome
-from carma_airflow.core.gpu import gpu_spec
+from carma_airflow.core.decision import Decision, Outcome
+from carma_airflow.core.gpu import ClusterView, gpu_spec
 from carma_airflow.core.model_speed import SoloRunTimes, predicted_line, prior_ratio
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
@@ -83,3 +83,53 @@ def test_carma_why_line_names_each_model_and_where_the_figure_came_from() -> Non
     one = SoloRunTimes()
     one.add("d.a", "A100-40GB", 120.0)
     assert predicted_line(one, "d.a") is None
+
+
+def _decided(policy: CompletionTime, v: ClusterView) -> Decision:
+    """The decision of a pass over one waiting try ``r`` (a pass's keep knows its queue)."""
+    return Placer(policy).schedule([request("r", 4000)], v).by_key["r"]
+
+
+def _learned(runs: dict[str, dict[str, float]]) -> CompletionTime:
+    policy = _policy()
+    for label, by_model in runs.items():
+        for model, seconds in by_model.items():
+            policy.learn_duration(label, seconds, model)
+    return policy
+
+
+def test_a_try_measured_faster_on_the_slower_sheet_takes_that_model() -> None:
+    # measured: this task runs faster on the V100 than on the H100 (a table truth can say so)
+    policy = _learned({"label-r": {"H100-80GB": 900.0, "V100-32GB": 600.0}, "label-x": {"H100-80GB": 100.0}})
+    d = _decided(policy, view(idle_gpu(0, H100), idle_gpu(1, V100)))
+    assert d.outcome is Outcome.PLACED and d.gpu_uuids == ("GPU-1",)
+    assert "shorter on V100-32GB" in d.explain()
+
+
+def test_the_fast_gpu_goes_to_the_try_that_gains_most_from_it() -> None:
+    # a gains 1.1x from the H100, b gains 4x; a comes first in the queue
+    policy = _learned(
+        {"label-a": {"H100-80GB": 1000.0, "V100-32GB": 1100.0}, "label-b": {"H100-80GB": 1000.0, "V100-32GB": 4000.0}}
+    )
+    result = Placer(policy).schedule(
+        [request("a", 4000), request("b", 4000)], view(idle_gpu(0, H100), idle_gpu(1, V100))
+    )
+    where = {d.request_key: d.gpu_uuids for d in result.placed}
+    assert where == {"a": ("GPU-1",), "b": ("GPU-0",)}
+
+
+def test_a_try_waits_for_a_faster_gpu_about_to_drain_rather_than_run_on_a_slow_idle_one() -> None:
+    policy = _learned(
+        {
+            "tenant0-0": {"H100-80GB": 1030.0},  # placed 1000 s ago: 30 s left on the H100
+            "label-r": {"H100-80GB": 600.0, "V100-32GB": 3000.0},
+        }
+    )
+    gpus = (busy_gpu(0, 70_000, spec=H100), idle_gpu(1, V100))
+    d = _decided(policy, view(*gpus))
+    assert d.gpu_uuids != ("GPU-1",)  # not the idle V100: the H100 (shared or drained) is sooner
+    assert "waits for GPU 0 (H100-80GB)" in d.explain()
+    # where the V100 is as fast, it takes the idle V100 at once
+    policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 620.0}})
+    d = _decided(policy, view(*gpus))
+    assert d.gpu_uuids == ("GPU-1",)
