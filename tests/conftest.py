@@ -25,6 +25,8 @@ import pytest
 UNIT_SECONDS = {
     "tests/test_bench_smoke.py::test_learned_interference_prints_what_the_placer_knew_and_the_targets": 108,
     "tests/test_bench_smoke.py::test_speed_quick_prints_every_figure_as_json": 84,
+    "tests/sim/test_bench_fencing.py::test_fencing_bench_prints_each_hosts_rules_against_none": 71,  # -n 1
+    "tests/sim/test_robustness_bench.py::test_grid_prints_every_cell_with_the_oracle_and_the_targets": 30,  # -n 1
     "tests/gpu/test_dry_run.py": 50,  # one dry run of bench/gpu/run.sh, a module fixture
     "tests/fuzz/test_fuzz_interference_fit.py::test_a_refit_never_fails_and_predicts_speeds_within_their_intervals": 46,
     "tests/executor/test_writer.py::test_a_day_of_telemetry_with_default_settings_stays_within_the_retention": 38,

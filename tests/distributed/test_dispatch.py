@@ -87,6 +87,9 @@ def test_an_unreachable_broker_ends_the_try_at_once(tmp_path: Path, store: Store
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0
     app.conf.broker_connection_timeout = 1
+    # the Redis result backend, also unreachable, would try again 20 times a second apart (Celery's
+    # default retry policy) before send_task gives up: 19 s of this test's 20; once is enough here
+    app.conf.result_backend_transport_options = {"retry_policy": {"max_retries": 0}}
     launcher = CeleryLauncher(app, store, ClusterMonitor(store, host_timeout_s=60), settings(tmp_path))
     handle = launcher.launch(Workload(2), {}, tmp_path / "r.json", "gpu-a")  # type: ignore[arg-type]
     ended = handle.poll()
@@ -139,7 +142,7 @@ def test_dispatch_imports_neither_the_executor_nor_airflow() -> None:
         "from types import SimpleNamespace as N\n"
         "assert d.placement_key(N(ti=N(key=N(dag_id='d', task_id='t', run_id='r', map_index=2, try_number=3))))"
         " == 'd/t/r/2/3'\n"
-        "print(sorted(m for m in ('carma_airflow.executor.executor', 'airflow') if m in sys.modules))"
+        "print(sorted(m for m in ('carma_airflow.executor.airflow.executor', 'airflow') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
