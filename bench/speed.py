@@ -57,13 +57,12 @@ from carma_airflow.core import (
     Tenant,
     gpu_spec,
     make_estimator,
-    make_policy,
     make_queue,
     parse_gpu_list,
 )
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity
 from carma_airflow.core.interference import InterferenceModel
-from carma_airflow.core.policies import DEFAULT_POLICY, Policy
+from carma_airflow.core.policies import DEFAULT_POLICY, Policy, make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.forecast import task_type
 from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace

@@ -1,6 +1,7 @@
 """The placement core: pure Python, standard library only, no I/O, no clock, no globals.
 
-Value types (GPUs, tasks, decisions), the paper's risk analysis, placement policies, memory
+Value types (GPUs, tasks, decisions), the paper's risk analysis, the placement engine and the
+filter interface its policies compose (the policies: :mod:`carma_airflow.core.policies`), memory
 estimators, queue disciplines, the recovery planner, the GPU sharing model, and the scheduling
 cycle with its reservation ledger.  The simulator, the GPU kit and the Airflow executor drive the
 same :class:`SchedulingCycle` over the same :class:`Placer`.
@@ -24,6 +25,7 @@ from carma_airflow.core.estimators import (
     estimator_names,
     make_estimator,
 )
+from carma_airflow.core.filtering import Filter, Rejection
 from carma_airflow.core.gpu import (
     GPU_CATALOGUE,
     ClusterView,
@@ -35,7 +37,6 @@ from carma_airflow.core.gpu import (
     parse_gpu_list,
 )
 from carma_airflow.core.placer import PassResult, Placer
-from carma_airflow.core.policies import DEFAULT_POLICY, Policy, make_policy, policy_names
 from carma_airflow.core.queueing import DEFAULT_QUEUE, Backfill, Fifo, QueueDiscipline, make_queue
 from carma_airflow.core.recovery import (
     Failure,
@@ -58,7 +59,6 @@ from carma_airflow.core.units import format_mib, parse_mib
 
 __all__ = [
     "DEFAULT_ESTIMATOR",
-    "DEFAULT_POLICY",
     "DEFAULT_QUEUE",
     "DEFAULT_SETTINGS",
     "GPU_CATALOGUE",
@@ -73,6 +73,7 @@ __all__ = [
     "Failure",
     "FailureKind",
     "Fifo",
+    "Filter",
     "GiveUp",
     "GpuHealth",
     "GpuSpec",
@@ -87,10 +88,10 @@ __all__ = [
     "Placed",
     "PlacementSettings",
     "Placer",
-    "Policy",
     "QueueDiscipline",
     "Reason",
     "RecoverySettings",
+    "Rejection",
     "Reservation",
     "Reservations",
     "RetryMode",
@@ -112,13 +113,11 @@ __all__ = [
     "gpu_spec",
     "is_high_risk",
     "make_estimator",
-    "make_policy",
     "make_queue",
     "paper_recovery",
     "parse_gpu_list",
     "parse_mib",
     "plan_recovery",
     "plan_retry",
-    "policy_names",
     "window_score",
 ]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from carma_airflow.core.filtering import Rejection
 
 
 class Outcome(enum.Enum):
@@ -36,13 +40,15 @@ class Reason(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class GpuVerdict:
-    """The placer's word on one GPU for one request."""
+    """The placer's word on one GPU for one request: ``detail`` is the text, rendered from the
+    filter's ``rejection`` (its numbers) where a filter rejected the GPU."""
 
     uuid: str
     index: int
     spec: str
     reason: Reason | None
     detail: str
+    rejection: Rejection | None = None
 
     def __str__(self) -> str:
         head = f"GPU {self.index} ({self.spec})"

@@ -26,8 +26,8 @@ import bisect
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from carma_airflow.core.facts import GpuFacts
 from carma_airflow.core.gpu import GpuHealth
-from carma_airflow.core.policies.base import GpuFacts
 
 if TYPE_CHECKING:
     from carma_airflow.core.policies.completion_time import CompletionTime

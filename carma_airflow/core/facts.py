@@ -5,36 +5,52 @@ reservations of tenants the monitor has not seen yet (and of every fenced tenant
 ``Tenant.kept_margin_mib`` set: at its promise, for its life), the SM activity with the prior for
 those tenants,
 and the paper's risk flag.  Also the structural "never fits" check (no GPU set of the
-cluster could ever take a request) and ``gpu_model`` matching.
+cluster could ever take a request, asked of the policy's per-try filters).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.gpu import GpuState
-from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.risk import is_high_risk
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
 
+if TYPE_CHECKING:
+    from carma_airflow.core.filtering import Filter
+    from carma_airflow.core.policies.base import Policy
+
+
+@dataclass(slots=True)
+class GpuFacts:
+    """Per-pass, per-GPU numbers the filters and orderings use.  Updated as a pass places."""
+
+    state: GpuState
+    usable_free_mib: int
+    idle: bool
+    tenants: int
+    exclusive_tenant: bool
+    locked: bool
+    smact: float  # window score, plus the prior of tenants the window has not seen yet
+    smocc: float
+    drama: float
+    high_risk: bool
+    joined: list[str] | None = None  # labels of tenants placed on it earlier in the same pass
+
+    @property
+    def index(self) -> int:
+        return self.state.index
+
+    @property
+    def uuid(self) -> str:
+        return self.state.uuid
+
+
 NEVER = float("inf")  # a GPU whose facts do not change with the clock
-
-
-def _model_tokens(name: str) -> set[str]:
-    return {t for t in re.split(r"[^0-9a-z]+", name.lower()) if t}
-
-
-def model_matches(spec_name: str, wanted: str | None) -> bool:
-    """``gpu_model`` matching, word by word in any order: "A100" and "A100-40GB" match NVML's
-    "NVIDIA A100-SXM4-40GB", "H100-80GB" matches "NVIDIA H100 80GB HBM3"; "A100" does not match
-    "RTX A1000"."""
-    if wanted is None:
-        return True
-    words = _model_tokens(wanted)
-    return bool(words) and words <= _model_tokens(spec_name)
 
 
 def needs_idle(policy: Policy, request: TaskRequest) -> bool:
@@ -131,21 +147,25 @@ def never_fits(
     request: TaskRequest,
     facts: Sequence[GpuFacts],
     cache: dict[tuple[object, ...], tuple[str | None, int]],
+    filters: Sequence[Filter] = (),
 ) -> str | None:
     """Why no GPU set of this cluster could ever take the request, or None (``cache``: the
-    per-shape part, kept while the GPUs' specs and hosts stay)."""
+    per-shape part, kept while the GPUs' specs and hosts stay; ``filters``: the policy's per-try
+    filters that apply to the request, asked whether each GPU could ever take it)."""
     if request.gpus < 1:
         return f"asks for {request.gpus} GPUs; ask for at least 1"
-    key = (request.gpus, request.gpu_model)
+    key = (request.gpus, *[flt.request_key(request) for flt in filters]) if filters else (request.gpus,)
     hit = cache.get(key)
     if hit is None:
         per_host: dict[str, list[int]] = {}
         for f in facts:
-            if model_matches(f.state.spec.name, request.gpu_model):
+            if all(flt.ever(f.state, request) for flt in filters):
                 per_host.setdefault(f.state.host, []).append(f.state.spec.memory_mib)
         if not per_host:
-            models = sorted({f.state.spec.name for f in facts})
-            hit = (f"no GPU matches gpu_model={request.gpu_model!r}; this cluster has {', '.join(models)}", 0)
+            states = [f.state for f in facts]
+            blocking = [flt for flt in filters if not any(flt.ever(g, request) for g in states)]
+            why = (blocking or list(filters))[0].never(request, states) if filters else "this cluster has no GPUs"
+            hit = (why, 0)
         else:
             most = max(len(v) for v in per_host.values())
             if most < request.gpus:
@@ -170,4 +190,4 @@ def never_fits(
     return None
 
 
-__all__ = ["NEVER", "copy_facts", "gpu_facts", "model_matches", "needs_idle", "never_fits"]
+__all__ = ["NEVER", "GpuFacts", "copy_facts", "gpu_facts", "needs_idle", "never_fits"]

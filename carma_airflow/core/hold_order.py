@@ -10,20 +10,20 @@ GPUs whose facts changed.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from itertools import compress
 from operator import is_not
 
-from carma_airflow.core.facts import model_matches
+from carma_airflow.core.facts import GpuFacts
+from carma_airflow.core.filtering import Filter, could_ever
 from carma_airflow.core.gpu import GpuHealth
-from carma_airflow.core.policies.base import GpuFacts
 from carma_airflow.core.task import TaskRequest
 
 _Held = tuple[int, int, int, int]  # a GPU's place in the hold order: (tenants, -usable MiB, index, ordinal)
 
 
 class HoldOrder:
-    """Per host, the GPUs a starving request of one shape (GPU count and model) may be held
+    """Per host, the GPUs a starving request of one shape (GPU count and what its per-try filters read) may be held
     on, in (fewest tenants, most usable memory, index) order, kept up to date from pass to pass:
     :meth:`~carma_airflow.core.placer.Placer`'s choice without sorting every GPU on every pass.
 
@@ -31,8 +31,16 @@ class HoldOrder:
     GPU's place in the view, which orders a host's GPUs as their place on the host does); hosts
     are compared in the order their first matching GPU comes in the view."""
 
-    def __init__(self, shape: tuple[int, str | None], facts: Sequence[GpuFacts]) -> None:
+    def __init__(
+        self,
+        shape: tuple[Hashable, ...],
+        facts: Sequence[GpuFacts],
+        request: TaskRequest | None = None,
+        asked: Sequence[Filter] = (),
+    ) -> None:
         self.shape = shape
+        self.request = request
+        self.asked = tuple(asked)  # the policy's per-try filters the request needs: "matching" GPUs pass them
         self.facts = list(facts)
         self.hosts: dict[str, list[_Held]] = {}  # in the order of their first matching GPU
         for ordinal, f in enumerate(facts):
@@ -42,7 +50,9 @@ class HoldOrder:
             entries.sort()
 
     def _matches(self, f: GpuFacts) -> bool:
-        return f.state.health is not GpuHealth.QUARANTINED and model_matches(f.state.spec.name, self.shape[1])
+        return f.state.health is not GpuHealth.QUARANTINED and (
+            not self.asked or self.request is None or could_ever(self.asked, f.state, self.request)
+        )
 
     def update(self, facts: Sequence[GpuFacts]) -> bool:
         """Bring the order to ``facts``; False where it must be built afresh (other GPUs, or a GPU
@@ -90,11 +100,13 @@ class Holds:
 
     def __init__(self) -> None:
         # the last hold: (request shape, the facts it was chosen from, their ids, the GPUs)
-        self._held: tuple[tuple[int, str | None], list[GpuFacts], list[int], frozenset[str]] | None = None
+        self._held: tuple[tuple[Hashable, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
         self._order: HoldOrder | None = None  # the GPUs in hold order, kept from pass to pass
 
-    def choose(self, request: TaskRequest, facts: Sequence[GpuFacts]) -> frozenset[str]:
-        shape = (request.gpus, request.gpu_model)
+    def choose(self, request: TaskRequest, facts: Sequence[GpuFacts], asked: Sequence[Filter] = ()) -> frozenset[str]:
+        """``asked``: the policy's per-try filters ``request`` needs (a GPU they say could never
+        take it is not held for it)."""
+        shape = (request.gpus, *(flt.request_key(request) for flt in asked))
         ids = list(map(id, facts))
         held = self._held
         if held is not None and held[0] == shape and held[2] == ids:
@@ -103,7 +115,7 @@ class Holds:
         # pass and only the GPUs whose facts are other objects are placed in it again
         order = self._order
         if order is None or order.shape != shape or not order.update(facts):
-            order = self._order = HoldOrder(shape, facts)
+            order = self._order = HoldOrder(shape, facts, request, asked)
         out = order.choose(request.gpus)
         self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
         return out

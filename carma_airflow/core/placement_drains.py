@@ -23,18 +23,23 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.drain_order import Drain, drop, entry, settle
 from carma_airflow.core.drain_order import place as place_in_order
-from carma_airflow.core.facts import model_matches
-from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.completion_time import CompletionTime
-from carma_airflow.core.policies.priced import Choice
+from carma_airflow.core.facts import GpuFacts
+from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.pools import Pools
 from carma_airflow.core.task import TaskRequest
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.completion_time import CompletionTime
+    from carma_airflow.core.policies.priced import Choice
+
+Ever = Callable[[GpuState], bool] | None  # whether a GPU could ever take the try (None: any could)
 
 MAX_AGE = 0.02  # a kept wait is priced again once the clock moved by this share of its cost
 KEPT = 4096  # kept waits at most (then forgotten, all at once)
@@ -95,10 +100,22 @@ class DrainPass(Pools):
     _applied: set[str]
     _scans: dict[tuple[object, ...], _Scan]
 
-    def _usable(self, f: GpuFacts, need: int, wanted: str | None, reserved: frozenset[str]) -> bool:
+    def _ever(self, request: TaskRequest) -> tuple[Ever, Hashable]:
+        """Whether a GPU could ever take ``request`` as the policy's per-try filters that the try
+        needs see it (None: every GPU could), and what of the request they read."""
+        asked = self.base.asked(request)
+        if not asked:
+            return None, ()
+        key = tuple(flt.request_key(request) for flt in asked)
+        if len(asked) == 1:
+            ever = asked[0].ever
+            return (lambda st: ever(st, request)), key
+        return (lambda st: all(flt.ever(st, request) for flt in asked)), key
+
+    def _usable(self, f: GpuFacts, need: int, ever: Ever, reserved: frozenset[str]) -> bool:
         return (
             f.state.spec.memory_mib >= need
-            and (wanted is None or model_matches(f.state.spec.name, wanted))
+            and (ever is None or ever(f.state))
             and not (reserved and f.uuid in reserved)
             and f.uuid not in self._claimed
         )
@@ -117,11 +134,11 @@ class DrainPass(Pools):
         chooser = self.chooser
         assert chooser is not None
         need = request.memory.mib + self.settings.reserve_mib
-        key = (request.gpu_model, request.gpus, need, reserved)
+        wanted, asks = self._ever(request)
+        key = (asks, request.gpus, need, reserved)
         got = self._drains.get(key)
         if got is not None:
             return got
-        wanted = request.gpu_model
         n = request.gpus
         if n == 1:
             got = self._drains[key] = self._drain_one(key, need, wanted, reserved)
@@ -139,7 +156,7 @@ class DrainPass(Pools):
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             if (
                 st.spec.memory_mib < need
-                or (wanted is not None and not model_matches(st.spec.name, wanted))
+                or (wanted is not None and not wanted(st))
                 or (reserved and st.uuid in reserved)
                 or st.uuid in claimed
             ):
@@ -159,7 +176,7 @@ class DrainPass(Pools):
         return got
 
     def _drain_one(
-        self, key: tuple[object, ...], need: int, wanted: str | None, reserved: frozenset[str]
+        self, key: tuple[object, ...], need: int, wanted: Ever, reserved: frozenset[str]
     ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
         """:meth:`_drain_seen` of a one-GPU request: the soonest drain of a usable GPU, walking the
         drain order while its bound beats the soonest found.  Resumed after a claim (the next
@@ -194,7 +211,7 @@ class DrainPass(Pools):
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             usable = not (
                 st.spec.memory_mib < need
-                or (wanted is not None and not model_matches(st.spec.name, wanted))
+                or (wanted is not None and not wanted(st))
                 or (reserved and st.uuid in reserved)
                 or st.uuid in claimed
             )
@@ -329,12 +346,13 @@ class DrainPass(Pools):
                 if own + qw * taken <= wait:
                     return False
         need = request.memory.mib + self.settings.reserve_mib
+        ever = self._ever(request)[0]
         order, order_of, early, i = self._drain_order(), self._order_of, k.early, 0
         while i < len(order):  # the GPUs that could drain no later
             at, _, f, made = order[i]
             if at >= k.drain_at:
                 break
-            if early.get(id(f)) is f or f is drained or not self._usable(f, need, request.gpu_model, reserved):
+            if early.get(id(f)) is f or f is drained or not self._usable(f, need, ever, reserved):
                 i += 1
             elif made is not None:  # a loose bound: the GPU to its place, this place again
                 settle(order, order_of, i, chooser)

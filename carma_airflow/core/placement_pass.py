@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Iterable
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
-from carma_airflow.core.facts import copy_facts, model_matches, needs_idle, never_fits
+from carma_airflow.core.engine_filters import KEPT
+from carma_airflow.core.facts import GpuFacts, copy_facts, needs_idle, never_fits
+from carma_airflow.core.filtering import Rejection, first_rejection
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
-from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.priced import Choice
 from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, full_scan
 from carma_airflow.core.reasons import (
     describe,
@@ -25,6 +26,9 @@ from carma_airflow.core.risk import is_high_risk
 from carma_airflow.core.scarce import ScarceKeep
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.priced import Choice
 
 PLACED_REJECTIONS = 8  # a placed decision keeps this many passed-over GPUs as its reasons
 # a waiting decision without reasons, for a pass that only needs what it places (Placer.place)
@@ -54,6 +58,9 @@ class PlacementPass(DrainPass):
         self.by_free = base.by_free
         self.where = base.where
         self.static = base.static
+        self.filters, self.every_gpu, self.shared_gpu = base.filters, base.every_gpu, base.shared_gpu
+        self.every_checks, self.shared_checks = base.every_checks, base.shared_checks
+        self.memory_fit, self.try_filters, self.asked_of = base.memory_fit, base.try_filters, base.asked_of
         self._owned = False
         self._static_tuple = base.static_rejections()
         self._static_counts = base._static_counts  # shared: never changed, only replaced
@@ -89,20 +96,22 @@ class PlacementPass(DrainPass):
         only gather reasons).  ``shape``: the request's shape (the placer's), for a pricing
         policy's kept waits (only where ``explain`` is False)."""
         pol = self.pol
-        never = never_fits(pol, self.settings, request, self.facts, self.never_cache)
+        # the policy's per-try filters this try needs (the memory fit aside: written out below)
+        asked = self.asked(request)
+        never = never_fits(pol, self.settings, request, self.facts, self.never_cache, asked)
         if never is not None:
             return Decision(request.key, Outcome.NEVER_FITS, summary=f"never fits: {never}", policy=pol.name)
         need = request.memory.mib
         filter_need = request.memory.filter_mib(self.settings.headroom_mib)
         idle_only = needs_idle(self.pol, request) or not pol.collocates
+        checks_memory = self.memory_fit is not None
         # "could not estimate: whole GPU" takes any idle GPU; its number is a sentinel, not memory
-        check_idle_memory = pol.checks_memory and not request.memory.whole_gpu
+        check_idle_memory = checks_memory and not request.memory.whole_gpu
         n = request.gpus
-        wanted = request.gpu_model
         avoid = request.avoid_gpus
         scanned: Scanned = []  # (GPU, reason, in collocation pool)
         refusing = pol.refuses_gpus
-        notes: dict[str, str] = {}  # a policy's refusal texts, by GPU
+        notes: dict[str, Rejection] = {}  # the rejections of the policy's filters and refusals, by GPU
         avoided: list[GpuFacts] = []
         groups: dict[str, list[GpuFacts]] = {}
         chosen: list[GpuFacts] | None = None
@@ -118,8 +127,9 @@ class PlacementPass(DrainPass):
             return group if len(group) == n else None
 
         for _, _, f in self._ordered(self.idle, request, True):
-            if wanted is not None and not model_matches(f.state.spec.name, wanted):
-                scanned.append((f, Reason.MODEL, False))
+            if asked and (refused := first_rejection(asked, f, request)) is not None:
+                scanned.append((f, refused.reason, False))
+                notes[f.uuid] = refused
             elif reserved and f.state.uuid in reserved:
                 scanned.append((f, Reason.RESERVED, False))
             elif check_idle_memory and need > f.usable_free_mib:
@@ -128,7 +138,7 @@ class PlacementPass(DrainPass):
                 avoided.append(f)
             elif scarce is not None and (why := scarce.kept(f, request.key, need, self._idle_facts())) is not None:
                 scanned.append((f, Reason.KEPT, False))
-                notes[f.uuid] = why
+                notes[f.uuid] = KEPT.rejection(why)
             else:
                 chosen = take(f)
                 if chosen is not None:
@@ -137,10 +147,10 @@ class PlacementPass(DrainPass):
             chosen is None
             and n == 1
             and not idle_only
-            and wanted is None
+            and not asked
             and not reserved
             and not avoid
-            and pol.checks_memory
+            and checks_memory
             and pol.stable_keys
             and not refusing
             and chooser is None
@@ -163,7 +173,7 @@ class PlacementPass(DrainPass):
         skip_scan = (
             not explain
             and not avoided
-            and (idle_only or (pol.checks_memory and (not self.by_free or self.by_free[-1][0] < filter_need)))
+            and (idle_only or (checks_memory and (not self.by_free or self.by_free[-1][0] < filter_need)))
         )
         walk: Walk | None = None  # a scan that skips GPUs without the memory (:class:`Walk`)
         walked = walk_end = 0  # its records' places in ``scanned``
@@ -172,21 +182,22 @@ class PlacementPass(DrainPass):
             # skipping where some candidate has the memory: else the scan rejects every GPU, and a
             # decision that lists them (``explain``) would have the walk's skipped ones put back
             has_room = bool(self.by_free) and self.by_free[-1][0] >= filter_need
-            if pol.checks_memory and pol.stable_keys and pol.free_key_at is not None and (has_room or not explain):
+            if checks_memory and pol.stable_keys and pol.free_key_at is not None and (has_room or not explain):
                 pool = walk = Walk(self.shared, scanned, filter_need, pol.free_key_at, PLACED_REJECTIONS)
                 walked = len(scanned)
             for _, _, f in pool:
-                if wanted is not None and not model_matches(f.state.spec.name, wanted):
-                    scanned.append((f, Reason.MODEL, True))
+                if asked and (refused := first_rejection(asked, f, request)) is not None:
+                    scanned.append((f, refused.reason, True))
+                    notes[f.uuid] = refused
                 elif reserved and f.state.uuid in reserved:
                     scanned.append((f, Reason.RESERVED, True))
                 elif idle_only:
                     scanned.append((f, Reason.BUSY, True))
-                elif pol.checks_memory and filter_need > f.usable_free_mib:
+                elif checks_memory and filter_need > f.usable_free_mib:
                     scanned.append((f, Reason.MEMORY, True))
                 elif refusing and (refusal := pol.refuses(f, request)) is not None:
                     scanned.append((f, refusal.reason, True))
-                    notes[f.uuid] = refusal.detail
+                    notes[f.uuid] = refusal
                 elif avoid and f.state.uuid in avoid:
                     avoided.append(f)
                 elif chooser is not None:
@@ -207,7 +218,7 @@ class PlacementPass(DrainPass):
             if choice.best is None:  # every GPU set refused (and waiting not priced): it waits
                 for f in priced:
                     if explain and (note := choice.note(f)) is not None:
-                        notes[f.uuid] = note
+                        notes[f.uuid] = Rejection.said(pol.name, Reason.INTERFERENCE, note)
                         scanned.append((f, Reason.INTERFERENCE, True))
                 choice = None
             elif choice.best.waits:
@@ -218,7 +229,9 @@ class PlacementPass(DrainPass):
                 if not explain:
                     return WAITS_BY_CHOICE
                 if walk is not None and walk.skipped:
-                    scanned[walked:walk_end] = full_scan(walk, scanned[walked:walk_end], wanted, reserved, idle_only)
+                    scanned[walked:walk_end] = full_scan(
+                        walk, scanned[walked:walk_end], asked, request, reserved, idle_only, notes
+                    )
                 return self._waits_by_choice(request, choice, scanned, notes, filter_need)
             else:
                 chosen = list(choice.best.gpus)
@@ -227,7 +240,7 @@ class PlacementPass(DrainPass):
                     if len(scanned) >= PLACED_REJECTIONS:
                         break
                     if (note := choice.note(f)) is not None:
-                        notes[f.uuid] = note
+                        notes[f.uuid] = Rejection.said(pol.name, Reason.INTERFERENCE, note)
                     if f.uuid in notes:
                         scanned.append((f, Reason.INTERFERENCE, True))
             avoided = []  # priced already: the avoided GPUs were the candidates where nothing else fits
@@ -240,12 +253,15 @@ class PlacementPass(DrainPass):
             return WAITS
         if chosen is None:
             if walk is not None and walk.skipped:  # a waiting decision lists every rejection
-                scanned[walked:walk_end] = full_scan(walk, scanned[walked:walk_end], wanted, reserved, idle_only)
+                scanned[walked:walk_end] = full_scan(
+                    walk, scanned[walked:walk_end], asked, request, reserved, idle_only, notes
+                )
             mine = self._verdicts(scanned, request, notes)
             rejected = mine + self.static_rejections()
             counts = self._counts(scanned)
+            headlines = {flt.reason: flt.headline(request) for flt in asked}
             summary = summary_of_counts(
-                counts, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), model=wanted
+                counts, len(self.facts), n=n, idle_only=idle_only, need=format_mib(filter_need), headlines=headlines
             )
             return Decision(request.key, Outcome.NOT_NOW, rejected=rejected, summary=summary, policy=pol.name)
         verdicts = tuple(verdict(f, None, self._chosen_detail(f, request, choice)) for f in chosen)
@@ -280,7 +296,7 @@ class PlacementPass(DrainPass):
         request: TaskRequest,
         choice: Choice,
         scanned: list[tuple[GpuFacts, Reason, bool]],
-        notes: dict[str, str],
+        notes: dict[str, Rejection],
         filter_need: int,
     ) -> Decision:
         """A try that could share a GPU now but is predicted to finish sooner, slowing nobody, if it waits."""
@@ -288,7 +304,7 @@ class PlacementPass(DrainPass):
             for f in o.gpus:
                 note = choice.note(f)
                 if note is not None and f.uuid not in notes:
-                    notes[f.uuid] = note
+                    notes[f.uuid] = Rejection.said(self.pol.name, Reason.INTERFERENCE, note)
                     scanned.append((f, Reason.INTERFERENCE, True))
         mine = self._verdicts(scanned, request, notes)
         counts = self._counts(scanned)
@@ -313,24 +329,22 @@ class PlacementPass(DrainPass):
         return counts
 
     def _verdicts(
-        self, scanned: Scanned, request: TaskRequest, notes: dict[str, str] | None = None
+        self, scanned: Scanned, request: TaskRequest, notes: dict[str, Rejection] | None = None
     ) -> tuple[GpuVerdict, ...]:
         """:func:`~carma_airflow.core.reasons.scan_verdicts`, each verdict kept for the pass by
         what its text says: the GPU (its facts object, with the fields the text reads), the reason
         and the request's number the text names (a policy's own notes are not kept)."""
         said = self._said
         headroom = self.settings.headroom_mib
-        need, filter_need, model = request.memory.mib, request.memory.filter_mib(headroom), request.gpu_model
+        need, filter_need = request.memory.mib, request.memory.filter_mib(headroom)
         out: list[GpuVerdict] = []
         for record in scanned:
             f, reason, shared = record
             if notes and notes.get(f.state.uuid) is not None:
                 out.extend(scan_verdicts((record,), request, headroom, notes))
                 continue
-            if reason is Reason.MODEL:
-                named: object = model
-            elif reason is Reason.RESERVED or reason is Reason.BUSY:
-                named = None
+            if reason is Reason.RESERVED or reason is Reason.BUSY or reason is Reason.KEPT:
+                named: object = None
             else:
                 named = filter_need if shared else need
             # a reason by its id: the members are singletons, and an enum's hash is a Python call

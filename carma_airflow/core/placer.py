@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.decision import Decision, Outcome
-from carma_airflow.core.facts import gpu_facts, model_matches, needs_idle
+from carma_airflow.core.engine_filters import MemoryFit
+from carma_airflow.core.facts import GpuFacts, gpu_facts, needs_idle
+from carma_airflow.core.filtering import Filter, try_stage
 from carma_airflow.core.gpu import ClusterView, GpuState
 from carma_airflow.core.hold_order import Holds
 from carma_airflow.core.placement_drains import KeptWaits
 from carma_airflow.core.placement_pass import WAITS_BY_CHOICE, PlacementPass
-from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.pools import PoolCache, Pools
 from carma_airflow.core.reasons import waiting_summary
 from carma_airflow.core.scarce import Req, ScarceKeeper, Waiting
 from carma_airflow.core.settings import DEFAULT_SETTINGS, PlacementSettings
-from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.task import TaskRequest, task_type
 from carma_airflow.core.waitlist import spread
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.base import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ class Placer:
         self._sig_ids: dict[tuple[object, ...], int] = {}
         self._next_sig = itertools.count()
         self._sig_flags: tuple[bool, bool] | None = None  # the policy's flags the shapes were made with
+        self._per_try: tuple[Filter, ...] | None = None  # the policy's per-try filters (:meth:`_asks`)
         self.kept = KeptWaits()  # a pricing policy's waits by choice, kept from pass to pass
         self.scarce = ScarceKeeper()  # on GPUs of several sizes: the larger kept for the tries that need them
 
@@ -160,7 +165,7 @@ class Placer:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self.holds.choose(protected, state.facts)
+                reserved = self.holds.choose(protected, state.facts, state.asked(protected))
                 reserved_for = protected.key
         # memo: a request of the same shape and memory that had to wait keeps waiting, for the
         # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
@@ -239,6 +244,17 @@ class Placer:
         flags = (pol.prices_options, pol.refuses_gpus)
         if len(self._sig_of) > 100_000 or flags != self._sig_flags:
             self._sig_of, self._sig_ids, self._sig_flags = {}, {}, flags
+        self._per_try = None  # the policy's per-try filters: made again for the pass (:meth:`_asks`)
+
+    def _asks(self, request: TaskRequest) -> tuple[Hashable, ...]:
+        """What the policy's per-try filters (the memory fit aside: the shape has the memory) that
+        ``request`` needs read of it."""
+        per_try = self._per_try
+        if per_try is None:
+            per_try = self._per_try = tuple(
+                f for f in try_stage(self.policy.placement_filters(self.settings)) if not isinstance(f, MemoryFit)
+            )
+        return tuple(flt.request_key(request) for flt in per_try if flt.applies(request))
 
     def shape_of(self, request: TaskRequest) -> tuple[object, ...]:
         """:meth:`shape`, kept for the passes (by request object, as a pass keeps it): a driver that
@@ -256,7 +272,7 @@ class Placer:
         return (
             request.gpus,
             request.exclusive or mem.whole_gpu,
-            request.gpu_model,
+            self._asks(request),  # what the policy's per-try filters read of it (its GPU model)
             request.avoid_gpus,
             mem.add_headroom,
             mem.mib,
@@ -310,7 +326,7 @@ class Placer:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self.holds.choose(protected, state.facts)
+                reserved = self.holds.choose(protected, state.facts, state.asked(protected))
                 reserved_for, held = protected.key, d
             else:
                 never.append(d)
@@ -397,4 +413,4 @@ _HEAD = itemgetter(0)
 _Entry = tuple[tuple[float, ...], int, GpuFacts]
 
 
-__all__ = ["PassResult", "Placements", "Placer", "model_matches", "waiting_summary"]
+__all__ = ["PassResult", "Placements", "Placer", "waiting_summary"]

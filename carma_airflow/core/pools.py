@@ -8,21 +8,25 @@ import bisect
 from collections.abc import Hashable, Iterator
 from itertools import compress, islice
 from operator import is_not, itemgetter
+from typing import TYPE_CHECKING
 
 from carma_airflow.core.decision import GpuVerdict, Reason
 from carma_airflow.core.drain_order import Drain
-from carma_airflow.core.facts import NEVER, gpu_facts, model_matches
-from carma_airflow.core.gpu import ClusterView, GpuHealth
-from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.reasons import count_reasons, verdict
+from carma_airflow.core.engine_filters import MemoryFit
+from carma_airflow.core.facts import NEVER, GpuFacts, gpu_facts
+from carma_airflow.core.filtering import NO_REQUEST, Filter, Rejection, first_rejection, gpu_stage, try_stage
+from carma_airflow.core.gpu import ClusterView
+from carma_airflow.core.reasons import count_reasons, rejected
 from carma_airflow.core.settings import PlacementSettings
-from carma_airflow.core.task import MemoryNeed, TaskRequest
+from carma_airflow.core.task import TaskRequest
+
+if TYPE_CHECKING:
+    from carma_airflow.core.policies.base import Policy
 
 Entry = tuple[tuple[float, ...], int, GpuFacts]
 # a pool's order: an entry's (key, place), by-memory's (usable memory, place); in C, not a lambda
 # (every GPU a pass changes goes out of and into its pools by binary search)
 POOL_ORDER = itemgetter(0, 1)
-NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
 HEAD = 16  # candidates looked at in order before the by-memory index is asked (no Policy.free_key_at)
 Scanned = list[tuple[GpuFacts, Reason, bool]]  # a scan's light records: (GPU, reason, in collocation pool)
 
@@ -74,10 +78,19 @@ def _probe(key: tuple[float, ...], at_free: int, need: float) -> tuple[tuple[flo
     return ((*key[:at_free], need),)
 
 
-def full_scan(walk: Walk, seen: Scanned, wanted: str | None, reserved: frozenset[str], idle_only: bool) -> Scanned:
+def full_scan(
+    walk: Walk,
+    seen: Scanned,
+    asked: tuple[Filter, ...],
+    request: TaskRequest,
+    reserved: frozenset[str],
+    idle_only: bool,
+    notes: dict[str, Rejection],
+) -> Scanned:
     """The rejections a full scan of ``walk``'s pool up to its ``stop`` records: ``seen`` (what
     the walk's scan recorded, in order) with the GPUs the walk skipped put back in their places,
-    each with the first reason the scan's checks give it (all lack the memory)."""
+    each with the first reason the scan's checks give it (all lack the memory; ``asked``: the
+    policy's per-try filters the try needs, whose rejections go to ``notes``)."""
     out: Scanned = []
     j, count, need = 0, len(seen), walk.need
     for _, _, f in islice(walk.pool, walk.stop):
@@ -85,8 +98,9 @@ def full_scan(walk: Walk, seen: Scanned, wanted: str | None, reserved: frozenset
             out.append(seen[j])
             j += 1
         elif need > f.usable_free_mib:  # skipped: the scan's checks, in their order
-            if wanted is not None and not model_matches(f.state.spec.name, wanted):
-                out.append((f, Reason.MODEL, True))
+            if asked and (refused := first_rejection(asked, f, request)) is not None:
+                out.append((f, refused.reason, True))
+                notes[f.uuid] = refused
             elif reserved and f.state.uuid in reserved:
                 out.append((f, Reason.RESERVED, True))
             else:
@@ -104,6 +118,17 @@ class Pools:
         self.pol = pol
         self.settings = settings
         self.facts = facts
+        # the policy's filters: per GPU (asked here, as a GPU is classified), per try (the memory
+        # fit, written out in the scans, and the rest, asked per candidate of a try that needs them)
+        self.filters = pol.placement_filters(settings)
+        self.every_gpu, self.shared_gpu = gpu_stage(self.filters)
+        # their checks as bound methods: a pool update classifies every GPU whose facts changed
+        self.every_checks = [flt.check for flt in self.every_gpu]
+        self.shared_checks = [flt.check for flt in self.shared_gpu]
+        per_try = try_stage(self.filters)
+        self.memory_fit = next((f for f in per_try if isinstance(f, MemoryFit)), None)
+        self.try_filters = tuple(f for f in per_try if not isinstance(f, MemoryFit))
+        self.asked_of: dict[int, tuple[TaskRequest, tuple[Filter, ...]]] = {}
         self.by_uuid = {f.uuid: f for f in facts}
         # tie-break after the policy's key: the GPU's place in the view (unique across hosts,
         # where GPU indices repeat; on one host it is the index order)
@@ -131,28 +156,31 @@ class Pools:
 
     # pools -------------------------------------------------------------------------------
     def _classify(self, f: GpuFacts) -> GpuVerdict | bool:
-        """True: idle pool, False: collocation pool, a verdict: unusable for every request."""
-        pol = self.pol
-        st = f.state
-        if st.health is GpuHealth.QUARANTINED:
-            return verdict(f, Reason.UNHEALTHY, "quarantined after GPU errors")
+        """True: idle pool, False: collocation pool, a verdict: unusable for every request (the
+        first of the policy's per-GPU filters that rejects it)."""
+        for check in self.every_checks:
+            refused = check(f, NO_REQUEST)
+            if refused is not None:
+                return rejected(f, refused)
         if f.idle:
             return True
-        if st.health is GpuHealth.STALE:
-            return verdict(f, Reason.STALE, "no fresh samples: collocation stopped")
-        if not pol.collocates:
-            return verdict(f, Reason.BUSY, f"has {f.tenants} tenant(s); exclusive policy")
-        if f.exclusive_tenant:
-            return verdict(f, Reason.EXCLUSIVE_TENANT, "held by an exclusive task")
-        if pol.max_tenants is not None and f.tenants >= pol.max_tenants:
-            return verdict(f, Reason.TENANT_CAP, f"{f.tenants} tenants (cap {pol.max_tenants})")
-        if pol.uses_lock and f.locked:
-            return verdict(f, Reason.LOCKED, "placed on recently; waiting for its window")
-        if pol.checks_risk and f.high_risk:
-            return verdict(f, Reason.RISK, f"SM activity {f.smact:.2f}, occupancy {f.smocc:.2f}, DRAM {f.drama:.2f}")
-        if not pol.admits(f, NO_REQUEST, self.settings.activity_prior):
-            return verdict(f, Reason.INTERFERENCE, f"projected SM activity {f.smact:.2f} + newcomer over the cap")
+        for check in self.shared_checks:
+            refused = check(f, NO_REQUEST)
+            if refused is not None:
+                return rejected(f, refused)
         return False
+
+    def asked(self, request: TaskRequest) -> tuple[Filter, ...]:
+        """The policy's per-try filters (the memory fit aside) that ``request`` needs (kept per
+        request object: a deep queue's waiting tries are asked pass after pass)."""
+        got = self.asked_of.get(id(request))
+        if got is not None and got[0] is request:
+            return got[1]
+        mine = tuple(flt for flt in self.try_filters if flt.applies(request))
+        if len(self.asked_of) > 100_000:
+            self.asked_of.clear()
+        self.asked_of[id(request)] = (request, mine)  # the request kept alive: its id stays its own
+        return mine
 
     def _place_in_pool(self, f: GpuFacts, sort: bool = True, verdict: GpuVerdict | bool | None = None) -> None:
         """Put ``f`` in its pool (``verdict``: its :meth:`_classify`, where known already)."""

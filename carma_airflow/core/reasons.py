@@ -1,7 +1,9 @@
 """The reason texts of placement decisions: what ``carma why``, the log and the GPU page show.
 
-A scan records light tuples (GPU, reason, pool); the texts are made here, only for decisions
-that keep them.  A waiting decision's headline names what blocks (:func:`waiting_summary`).
+Every rejected GPU's verdict carries the filter's :class:`~carma_airflow.core.filtering.Rejection`
+(its numbers) and the text rendered from it.  A scan records light tuples (GPU, reason, pool);
+the rejections are made here, only for decisions that keep them.  A waiting decision's headline
+names what blocks (:func:`waiting_summary`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from collections.abc import Sequence
 from operator import attrgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
-from carma_airflow.core.policies.base import GpuFacts
+from carma_airflow.core.engine_filters import HELD, KEPT, NEEDS_IDLE, MemoryFit
+from carma_airflow.core.facts import GpuFacts
+from carma_airflow.core.filtering import Rejection
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
 
@@ -21,40 +25,54 @@ def verdict(facts: GpuFacts, reason: Reason | None, detail: str) -> GpuVerdict:
     return GpuVerdict(st.uuid, st.index, st.spec.name, reason, detail)
 
 
+def rejected(facts: GpuFacts, rejection: Rejection) -> GpuVerdict:
+    """The verdict of a GPU a filter rejected: its reason, the text rendered from its numbers, and
+    the rejection itself."""
+    st = facts.state
+    return GpuVerdict(st.uuid, st.index, st.spec.name, rejection.reason, rejection.text(), rejection)
+
+
 def describe(facts: GpuFacts, tenants: Sequence[str]) -> str:
     co = ", ".join(tenants) if tenants else "none"
     return f"{format_mib(facts.usable_free_mib)} free, SM activity {facts.smact:.2f}, co-tenants: {co}"
+
+
+def scan_rejection(
+    f: GpuFacts,
+    reason: Reason,
+    shared: bool,
+    request: TaskRequest,
+    headroom_mib: int,
+    notes: dict[str, Rejection] | None,
+) -> Rejection:
+    """The rejection behind one light record of a scan: a filter's own (``notes``, by GPU), else
+    the engine filter's for ``reason`` (:mod:`carma_airflow.core.engine_filters`)."""
+    note = notes.get(f.uuid) if notes else None
+    if note is not None:
+        return note
+    if reason is Reason.RESERVED:
+        return HELD.rejection()
+    if reason is Reason.KEPT:
+        return KEPT.rejection()
+    if reason is Reason.BUSY:
+        return NEEDS_IDLE.rejection(f)
+    if reason is Reason.MEMORY:
+        need = request.memory.filter_mib(headroom_mib) if shared else request.memory.mib
+        return MemoryFit(headroom_mib).rejection(f, need, shared)
+    return Rejection.said("scan", reason, reason.value)
 
 
 def scan_verdicts(
     scanned: Sequence[tuple[GpuFacts, Reason, bool]],
     request: TaskRequest,
     headroom_mib: int,
-    notes: dict[str, str] | None = None,
+    notes: dict[str, Rejection] | None = None,
 ) -> tuple[GpuVerdict, ...]:
-    """Turn the light records of a scan into verdicts with their texts (``notes``: a policy's
-    own texts for the GPUs it refused)."""
-    need = request.memory.mib
-    filter_need = request.memory.filter_mib(headroom_mib)
-    out = []
-    for f, reason, shared in scanned:
-        note = notes.get(f.uuid) if notes else None
-        if note is not None:
-            detail = note
-        elif reason is Reason.MODEL:
-            detail = f"is not a {request.gpu_model}"
-        elif reason is Reason.RESERVED:
-            detail = "held for a task past its starvation bound"
-        elif reason is Reason.KEPT:
-            detail = "kept for waiting tasks that need a GPU of its size"
-        elif reason is Reason.BUSY:
-            detail = f"has {f.tenants} tenant(s); task needs an idle GPU"
-        elif shared:
-            detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(filter_need)} (estimate + headroom)"
-        else:
-            detail = f"{format_mib(f.usable_free_mib)} usable < {format_mib(need)} needed"
-        out.append(verdict(f, reason, detail))
-    return tuple(out)
+    """Turn the light records of a scan into verdicts with their rejections and texts (``notes``:
+    the rejections of the policy's own filters and refusals, by GPU)."""
+    return tuple(
+        rejected(f, scan_rejection(f, reason, shared, request, headroom_mib, notes)) for f, reason, shared in scanned
+    )
 
 
 # the headline of a waiting decision where one reason holds every GPU back: the cause, by name
@@ -68,7 +86,6 @@ _EVERY_GPU: dict[Reason, str] = {
     Reason.BUSY: "no idle GPU",
     Reason.EXCLUSIVE_TENANT: "every GPU is held by an exclusive task",
     Reason.TENANT_CAP: "every GPU is at its tenant cap",
-    Reason.MODEL: "no GPU is a {model}",
     Reason.RESERVED: "every GPU is held for a task past its starvation bound",
     Reason.KEPT: "every GPU that fits is kept for waiting tasks that need its size",
 }
@@ -76,7 +93,13 @@ _REASON_ORDER = {r: i for i, r in enumerate(Reason)}
 
 
 def waiting_summary(
-    rejected: Sequence[GpuVerdict], total: int, *, n: int, idle_only: bool, need: str, model: str | None = None
+    rejected: Sequence[GpuVerdict],
+    total: int,
+    *,
+    n: int,
+    idle_only: bool,
+    need: str,
+    headlines: dict[Reason, str] | None = None,
 ) -> str:
     """The text of a waiting decision (what ``carma why``, the log and the GPU page show).
 
@@ -91,7 +114,7 @@ def waiting_summary(
     for v in rejected:
         if v.reason is not None:
             counts[v.reason] = counts.get(v.reason, 0) + 1
-    return summary_of_counts(counts, total, n=n, idle_only=idle_only, need=need, model=model)
+    return summary_of_counts(counts, total, n=n, idle_only=idle_only, need=need, headlines=headlines)
 
 
 def count_reasons(verdicts: Sequence[GpuVerdict], into: dict[Reason, int]) -> dict[Reason, int]:
@@ -102,10 +125,17 @@ def count_reasons(verdicts: Sequence[GpuVerdict], into: dict[Reason, int]) -> di
 
 
 def summary_of_counts(
-    counts: dict[Reason, int], total: int, *, n: int, idle_only: bool, need: str, model: str | None
+    counts: dict[Reason, int],
+    total: int,
+    *,
+    n: int,
+    idle_only: bool,
+    need: str,
+    headlines: dict[Reason, str] | None = None,
 ) -> str:
     """:func:`waiting_summary` from the reasons counted already (a pass counts the GPUs no
-    request can use once, not once per waiting decision)."""
+    request can use once, not once per waiting decision).  ``headlines``: the request's own
+    filters' headlines by reason (:meth:`~carma_airflow.core.filtering.Filter.headline`)."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _REASON_ORDER[kv[0]]))
     if len(ranked) == 1 and ranked[0][1] >= total:
         reason = ranked[0][0]
@@ -113,8 +143,10 @@ def summary_of_counts(
             lack = f"no host with {n} GPUs with {need} free"
         elif reason is Reason.BUSY and n > 1:
             lack = f"no host with {n} GPUs idle"
+        elif headlines and reason in headlines:
+            lack = headlines[reason]
         else:
-            lack = _EVERY_GPU[reason].format(need=need, model=model)
+            lack = _EVERY_GPU.get(reason, f"every GPU is refused ({reason.value})").format(need=need)
     elif n == 1:
         lack = "no usable idle GPU" if idle_only else f"no GPU can take {need} now"
     else:
@@ -149,6 +181,8 @@ _REASON_OF = attrgetter("reason")
 __all__ = [
     "count_reasons",
     "describe",
+    "rejected",
+    "scan_rejection",
     "scan_verdicts",
     "summary_of_counts",
     "verdict",

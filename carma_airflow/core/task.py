@@ -60,3 +60,9 @@ class TaskRequest:
     @property
     def needs_idle_gpu(self) -> bool:
         return self.exclusive or self.memory.whole_gpu
+
+
+def task_type(label: str) -> str:
+    """The task type a tenant's or request's label names: the label without a ``[...]`` suffix
+    (a job id or map index), as the interference terms are kept."""
+    return label.split("[", 1)[0]

@@ -22,8 +22,8 @@ from carma_airflow.core import (
     RetryMode,
     RetryPlan,
     SchedulingCycle,
-    make_policy,
 )
+from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import QueuePlan, Rank
 from carma_airflow.core.task import TaskRequest
 

@@ -10,18 +10,9 @@ import random
 import pytest
 from helpers import A100, L4
 
-from carma_airflow.core import (
-    Backfill,
-    Fifo,
-    GpuState,
-    MemoryNeed,
-    MetricWindow,
-    Placer,
-    SchedulingCycle,
-    TaskRequest,
-    make_policy,
-)
+from carma_airflow.core import Backfill, Fifo, GpuState, MemoryNeed, MetricWindow, Placer, SchedulingCycle, TaskRequest
 from carma_airflow.core.cycle import CycleResult
+from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import QueueDiscipline
 from carma_airflow.core.reservations import Reservations
 from carma_airflow.core.waitlist import WaitList

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from helpers import busy_gpu, idle_gpu, request, view
 
-from carma_airflow.core import Placer, TaskRequest, make_policy
+from carma_airflow.core import Placer, TaskRequest
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity
 from carma_airflow.core.decision import Outcome, Reason
+from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.base import GpuFacts, Refusal
 from carma_airflow.core.policies.most_free_memory import MostFreeMemory
 

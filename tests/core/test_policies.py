@@ -6,7 +6,6 @@ import pytest
 from helpers import CALM, HOT, busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import (
-    DEFAULT_POLICY,
     ClusterView,
     Decision,
     MemoryNeed,
@@ -16,9 +15,8 @@ from carma_airflow.core import (
     Reason,
     TaskRequest,
     UnknownPolicyError,
-    make_policy,
-    policy_names,
 )
+from carma_airflow.core.policies import DEFAULT_POLICY, make_policy, policy_names
 
 ALL_POLICIES = [
     "exclusive",

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from helpers import busy_gpu, idle_gpu, request, view
 
-from carma_airflow.core import DEFAULT_POLICY, GpuState, MetricWindow, Placer, TaskRequest, make_policy
+from carma_airflow.core import GpuState, MetricWindow, Placer, TaskRequest
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity, hinted_activity
 from carma_airflow.core.decision import Outcome, Reason
 from carma_airflow.core.interference import (
@@ -19,6 +19,7 @@ from carma_airflow.core.interference import (
     slowdown,
     speed,
 )
+from carma_airflow.core.policies import DEFAULT_POLICY, make_policy
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 
 
@@ -128,14 +129,17 @@ def test_collocation_that_does_not_pay_sorts_last_and_is_refused() -> None:
     refusal = policy.refuses(facts[0], req)
     assert refusal is not None
     assert refusal.reason is Reason.INTERFERENCE
-    assert "beside job0-0.7" in refusal.detail
-    assert "gain may be under" in refusal.detail or "slowdown limit" in refusal.detail
+    assert "beside job0-0.7" in refusal.text()
+    assert "gain may be under" in refusal.text() or "slowdown limit" in refusal.text()
+    # the rejection states its numbers: the floor or the slowdown limit it fell short of
+    assert refusal.filter in ("collocation-floor", "slowdown-limit")
+    assert refusal.limit in (policy.settings.min_gain, policy.settings.max_slowdown)
     assert chosen_index(policy, req, crowded, roomy) == 1
     # nowhere else to go: the placer asks refuses() and the request waits, saying why
     d = Placer(policy).decide(req, view(crowded))
     assert d.outcome is Outcome.NOT_NOW
     assert [v.reason for v in d.rejected] == [Reason.INTERFERENCE]
-    assert d.rejected[0].detail == refusal.detail
+    assert d.rejected[0].detail == refusal.text() and d.rejected[0].rejection == refusal
     assert "1 of 1 GPU interference" in d.summary
 
 
@@ -147,7 +151,9 @@ def test_newcomer_slowdown_limit() -> None:
     assert a.newcomer.slowdown > 1.2
     assert not a.pays
     refusal = policy.refuses(facts, newcomer(sure(0.6)))
-    assert refusal is not None and "slowdown limit" in refusal.detail
+    assert refusal is not None and "slowdown limit" in refusal.text()
+    assert refusal.filter == "slowdown-limit" and refusal.limit == 1.2
+    assert isinstance(refusal.have, float) and refusal.have > 1.2  # the slowdown at the low end
 
 
 def test_says_how_sure_it_is() -> None:

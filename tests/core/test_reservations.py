@@ -7,7 +7,8 @@ from dataclasses import fields, replace
 import pytest
 from helpers import A100, CALM, busy_gpu, idle_gpu
 
-from carma_airflow.core import DuplicateKeyError, GpuHealth, GpuState, Placer, Reservations, make_policy
+from carma_airflow.core import DuplicateKeyError, GpuHealth, GpuState, Placer, Reservations
+from carma_airflow.core.policies import make_policy
 
 
 def test_reserve_books_every_gpu_and_release_frees_them_but_keeps_the_last_placement() -> None:

@@ -7,8 +7,10 @@ import re
 import pytest
 from helpers import busy_gpu, idle_gpu, request, view
 
-from carma_airflow.core import GpuHealth, GpuVerdict, Outcome, Placer, Reason, make_policy
+from carma_airflow.core import GpuHealth, GpuVerdict, Outcome, Placer, Reason
+from carma_airflow.core.filters.gpu_model import GpuModel
 from carma_airflow.core.placer import waiting_summary
+from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.interference_aware import InterferenceAware
 
 FREE_34_GIB = 34 * 1024
@@ -87,7 +89,9 @@ def test_multi_gpu_requests_say_no_host() -> None:
 @pytest.mark.parametrize("reason", list(Reason))
 def test_every_reason_has_a_headline_of_its_own(reason: Reason) -> None:
     rejected = [GpuVerdict(f"GPU-{i}", i, "A100-40GB", reason, "detail") for i in range(3)]
-    text = waiting_summary(rejected, 3, n=1, idle_only=False, need="8.0 GiB", model="H100")
+    # a per-try filter's headline comes from the filter (the GPU model's names the model asked for)
+    headlines = {Reason.MODEL: GpuModel().headline(request("r", 1000, gpu_model="H100"))}
+    text = waiting_summary(rejected, 3, n=1, idle_only=False, need="8.0 GiB", headlines=headlines)
     assert text.endswith(f"(3 of 3 GPUs {reason.value})")
     assert "{" not in text and "no GPU can take" not in text
     assert ("8.0 GiB" in text) is (reason is Reason.MEMORY)

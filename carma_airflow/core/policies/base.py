@@ -1,59 +1,51 @@
-"""What a placement policy is: which checks it applies and how it orders candidate GPUs.
+"""What a placement policy is: the filters it composes and how it orders the GPUs they pass.
 
 A policy never mutates cluster state.  The placer computes one :class:`GpuFacts` per GPU per
-pass, filters with the checks the policy switches on, then sorts the survivors with the
-policy's keys (idle GPUs first, then collocation candidates).
+pass, applies the policy's filters (:meth:`Policy.placement_filters`: each a named check that
+says why not with its numbers, :mod:`carma_airflow.core.filtering`), then sorts the survivors with
+the policy's keys (idle GPUs first, then collocation candidates).
+
+The policy's settings that choose its filters (``collocates``, ``checks_memory``, ``checks_risk``,
+``uses_lock``, ``max_tenants``) stay plain attributes, as deployments and benchmarks set them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from carma_airflow.core.decision import Reason
-from carma_airflow.core.gpu import GpuState
+from carma_airflow.core.engine_filters import MemoryFit
+from carma_airflow.core.facts import GpuFacts
+from carma_airflow.core.filtering import Filter, Rejection
+from carma_airflow.core.filters.gpu_model import GpuModel
+from carma_airflow.core.filters.health import FreshTelemetry, Healthy
+from carma_airflow.core.filters.lock import RecentPlacementLock
+from carma_airflow.core.filters.risk_rule import RiskRule
+from carma_airflow.core.filters.sharing import ExclusiveTenant, NoSharing, TenantCap
+from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:
     from carma_airflow.core.policies.completion_time import CompletionTime
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A policy's "not this GPU for this request": the reason (as data) and its text."""
+class Refusal(Rejection):
+    """A policy's "not this GPU for this request" known by its text (:meth:`Policy.refuses`): a
+    :class:`~carma_airflow.core.filtering.Rejection` of the policy's own, without numbers."""
 
-    reason: Reason
-    detail: str
-
-
-@dataclass(slots=True)
-class GpuFacts:
-    """Per-pass, per-GPU numbers the filters and orderings use.  Updated as a pass places."""
-
-    state: GpuState
-    usable_free_mib: int
-    idle: bool
-    tenants: int
-    exclusive_tenant: bool
-    locked: bool
-    smact: float  # window score, plus the prior of tenants the window has not seen yet
-    smocc: float
-    drama: float
-    high_risk: bool
-    joined: list[str] | None = None  # labels of tenants placed on it earlier in the same pass
+    def __init__(self, reason: Reason, detail: str) -> None:
+        escaped = detail.replace("{", "{{").replace("}", "}}")
+        Rejection.__init__(self, "policy", reason, escaped)
 
     @property
-    def index(self) -> int:
-        return self.state.index
-
-    @property
-    def uuid(self) -> str:
-        return self.state.uuid
+    def detail(self) -> str:
+        return self.text()
 
 
 class Policy:
-    """Base class.  Subclasses set the flags and override :meth:`key` (lower sorts first)."""
+    """Base class.  Subclasses choose their filters (the settings below, :meth:`extra_filters`)
+    and override :meth:`key` (lower sorts first)."""
 
     name = "base"
     aliases: tuple[str, ...] = ()
@@ -82,7 +74,7 @@ class Policy:
         tries only they can hold (core/scarce.py); the idle key should then order least capable first."""
         return False
 
-    # Keys and ``admits`` may not depend on the request unless ``stable_keys`` is False.
+    # Keys may not depend on the request unless ``stable_keys`` is False.
     def idle_key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         """Order among idle GPUs: GPU index (the paper takes the first idle GPU)."""
         return (float(facts.index),)
@@ -91,11 +83,32 @@ class Policy:
         """Order among collocation candidates."""
         return (float(facts.index),)
 
-    def admits(self, facts: GpuFacts, request: TaskRequest, prior: float) -> bool:
-        """Extra collocation check of a policy (``prior``: activity assumed for the newcomer)."""
-        return True
+    def placement_filters(self, settings: PlacementSettings) -> tuple[Filter, ...]:
+        """The filters this policy composes, in the order they are asked: per GPU (health, the
+        sharing rules, the lock, the risk rule, then :meth:`extra_filters`), then per try (the GPU
+        model, the memory fit).  A policy changes its filters by its settings above or by
+        :meth:`extra_filters`; a new check is a new filter (docs/placement.md)."""
+        filters: list[Filter] = [Healthy(), FreshTelemetry()]
+        if not self.collocates:
+            filters.append(NoSharing())
+        filters.append(ExclusiveTenant())
+        if self.max_tenants is not None:
+            filters.append(TenantCap(self.max_tenants))
+        if self.uses_lock:
+            filters.append(RecentPlacementLock(settings.lock_s))
+        if self.checks_risk:
+            filters.append(RiskRule(settings.risk))
+        filters.extend(self.extra_filters(settings))
+        filters.append(GpuModel())
+        if self.checks_memory:
+            filters.append(MemoryFit(settings.headroom_mib))
+        return tuple(filters)
 
-    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
+    def extra_filters(self, settings: PlacementSettings) -> tuple[Filter, ...]:
+        """A policy's own per-GPU filters, asked after the shared ones (a utilisation cap)."""
+        return ()
+
+    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
         """Why this collocation candidate must not take ``request`` (asked only when
         ``refuses_gpus`` is True, after the memory check); None: it may."""
         return None
@@ -136,3 +149,6 @@ class Policy:
 
     def rotate(self, chosen: list[GpuFacts], gpu_count: int) -> None:
         """Hook called after a placement (round-robin moves its cursor)."""
+
+
+__all__ = ["GpuFacts", "Policy", "Refusal"]

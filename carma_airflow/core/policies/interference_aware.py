@@ -17,7 +17,10 @@ Differences from the paper's policies, each measured in ``bench/`` (see docs):
 
 from __future__ import annotations
 
+from carma_airflow.core.filtering import Filter
+from carma_airflow.core.filters.utilisation_cap import UtilisationCap
 from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.core.task import TaskRequest
 
 
@@ -37,9 +40,9 @@ class InterferenceAware(Policy):
         self.activity_band = activity_band
         self.activity_cap = activity_cap
 
-    def admits(self, facts: GpuFacts, request: TaskRequest, prior: float) -> bool:
+    def extra_filters(self, settings: PlacementSettings) -> tuple[Filter, ...]:
         """Collocate only while projected SM demand, the newcomer included, stays under the cap."""
-        return self.activity_cap is None or facts.smact + prior <= self.activity_cap
+        return () if self.activity_cap is None else (UtilisationCap(self.activity_cap, settings.activity_prior),)
 
     def key(self, facts: GpuFacts, request: TaskRequest) -> tuple[float, ...]:
         band = int(facts.smact / self.activity_band) if self.activity_band > 0 else 0

@@ -44,15 +44,10 @@ from carma_airflow.core.activity import (
     unknown_activity,
 )
 from carma_airflow.core.decision import Reason
+from carma_airflow.core.filtering import Rejection
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel, SpeedPrediction
-from carma_airflow.core.policies.base import GpuFacts, Policy, Refusal
-from carma_airflow.core.task import TaskRequest
-
-
-def task_type(label: str) -> str:
-    """The task type a tenant's or request's label names: the label without a ``[...]`` suffix
-    (a job id or map index), as the interference terms are kept."""
-    return label.split("[", 1)[0]
+from carma_airflow.core.policies.base import GpuFacts, Policy
+from carma_airflow.core.task import TaskRequest, task_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,21 +210,45 @@ class Predictive(Policy):
         pays = self._pays(bool(typed), gain_low, mine)
         return (0.0 if pays else 1.0, band, -float(facts.usable_free_mib), float(facts.index))
 
-    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Refusal | None:
-        """Why collocating ``request`` here does not pay, or None (also None while unsure)."""
+    def refuses(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
+        """Why collocating ``request`` here does not pay, or None (also None while unsure): the
+        paper's risk rule where the model is unsure or the collocation does not pay (with
+        ``override_risk``), the slowdown limit, the collocation floor (``min_gain``), each with
+        its numbers."""
         a = self.assess(facts, request)
         s = self.settings
         if s.override_risk and facts.high_risk and facts.tenants and not (a.sure and a.pays):
-            return Refusal(
+            return Rejection(
+                "risk-rule",
                 Reason.RISK,
-                f"SM activity {facts.smact:.2f}, occupancy {facts.smocc:.2f}, DRAM {facts.drama:.2f}"
+                "SM activity {have:.2f}, occupancy {occupancy:.2f}, DRAM {dram:.2f}"
                 + ("" if a.sure else " (model unsure: the risk rule holds)"),
+                "activity",
+                have=facts.smact,
+                more=(("occupancy", facts.smocc), ("dram", facts.drama)),
             )
         if not a.sure or a.pays:
             return None
+        prediction = (("prediction", a.describe()),)
         if a.newcomer.low <= 0 or 1.0 / a.newcomer.low > s.max_slowdown:
-            return Refusal(Reason.INTERFERENCE, f"{a.describe()}: may pass the {s.max_slowdown:.2f}x slowdown limit")
-        return Refusal(Reason.INTERFERENCE, f"{a.describe()}: gain may be under {s.min_gain:+.2f}")
+            return Rejection(
+                "slowdown-limit",
+                Reason.INTERFERENCE,
+                "{prediction}: may pass the {limit:.2f}x slowdown limit",
+                "x",
+                have=1.0 / a.newcomer.low if a.newcomer.low > 0 else float("inf"),
+                limit=s.max_slowdown,
+                more=prediction,
+            )
+        return Rejection(
+            "collocation-floor",
+            Reason.INTERFERENCE,
+            "{prediction}: gain may be under {limit:+.2f}",
+            "summed rate",
+            have=a.gain_low,
+            limit=s.min_gain,
+            more=prediction,
+        )
 
     def describe(self, facts: GpuFacts, request: TaskRequest) -> str:
         """Reason text for choosing this GPU (prediction, or that the model was unsure)."""
