@@ -17,7 +17,6 @@ from carma_airflow.core.interference_form import (
     PRIOR_SCALE,
     CollocationObservation,
     log_speed_gradient,
-    log_stretch,
 )
 
 # The cold prior's contention: speed 0.95 for two tenants of activity 0.5 each.  On measured pairs
@@ -91,18 +90,61 @@ def robust_fit(
     left out of the second fit (both sides with ``one_sided_outliers=False``, as before).
     Returns the coefficients, covariance and how many observations were left out.
     """
-    beta, scale, cov = huber_fit(observations, s)
-    residuals = [math.log(o.stretch) - log_stretch(o, beta, scale)[0] for o in observations]
+    rows = [_Row.of(o) for o in observations]
+    beta, scale, cov = _huber_fit(rows, s)
+    residuals = [r.target - _log_stretch(r, beta, scale)[0] for r in rows]
     sigma = max(0.01, 1.4826 * median([abs(r) for r in residuals]))
     cut = max(s.reject_at * sigma, 3.0 * s.huber_delta)
     if s.one_sided_outliers:
-        kept = [o for o, r in zip(observations, residuals, strict=True) if r <= cut]
+        kept = [o for o, r in zip(rows, residuals, strict=True) if r <= cut]
     else:
-        kept = [o for o, r in zip(observations, residuals, strict=True) if abs(r) <= cut]
-    if len(kept) == len(observations) or len(kept) < s.min_observations:
+        kept = [o for o, r in zip(rows, residuals, strict=True) if abs(r) <= cut]
+    if len(kept) == len(rows) or len(kept) < s.min_observations:
         return beta, scale, cov, 0
-    beta, scale, cov = huber_fit(kept, s)
-    return beta, scale, cov, len(observations) - len(kept)
+    beta, scale, cov = _huber_fit(kept, s)
+    return beta, scale, cov, len(rows) - len(kept)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """An observation as the fit reads it, read once (a fit reads each a few hundred times): its
+    log stretch, own activity, and per segment its share of the run time (normalised) and its
+    summed co-tenant activity."""
+
+    target: float
+    own: float
+    segments: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of(cls, obs: CollocationObservation) -> _Row:
+        total = sum(max(0.0, s.share) for s in obs.segments) or 1.0
+        segments = tuple((max(0.0, s.share) / total, sum(s.co_tenants)) for s in obs.segments)
+        return cls(math.log(obs.stretch), obs.own_activity, segments)
+
+
+def _log_stretch(row: _Row, beta: float, scale: float) -> tuple[float, float, float]:
+    """:func:`~carma_airflow.core.interference_form.log_stretch` of the row's observation, the same
+    floats (its speed and gradient written out, the shares and contentions read once)."""
+    own = row.own
+    alone = scale * own
+    log_alone = math.log(alone) if alone > 1.0 else 0.0
+    own_saturated = alone > 1.0
+    rate = d_beta = d_scale = 0.0
+    for share, contention in row.segments:
+        if contention <= 0.0:  # alone: solo speed, no gradient
+            rate += share * 1.0
+            d_beta += share * 1.0 * 0.0
+            d_scale += share * 1.0 * 0.0
+            continue
+        total = scale * (own + contention)
+        inner = 1.0 + beta * scale * contention
+        saturation = 0.0 if total <= 1.0 else math.log(total) - log_alone
+        r = share * (1.0 / (math.exp(saturation) * inner))
+        saturated = (total > 1.0) - own_saturated
+        rate += r
+        d_beta += r * (-scale * contention / inner)
+        d_scale += r * (-saturated / scale - beta * contention / inner)
+    return -math.log(rate), -d_beta / rate, -d_scale / rate
 
 
 def huber_fit(
@@ -114,31 +156,37 @@ def huber_fit(
     observation carries about it at the prior, so it is unit-free.  Returns the coefficients and
     their covariance (residual scale from the median absolute residual).
     """
-    targets = [math.log(o.stretch) for o in observations]
+    return _huber_fit([_Row.of(o) for o in observations], s)
+
+
+def _huber_fit(rows: Sequence[_Row], s: InterferenceSettings) -> tuple[float, float, Covariance]:
     b0, k0 = s.prior_beta, s.prior_scale
-    n = len(observations)
+    n = len(rows)
     info_b = info_k = 0.0
-    for obs in observations:
-        _, gb, gk = log_stretch(obs, b0, k0)
+    for row in rows:
+        _, gb, gk = _log_stretch(row, b0, k0)
         info_b += gb * gb
         info_k += gk * gk
     lam_b = max(1e-9, s.prior_weight * info_b / n)
     lam_k = max(1e-9, s.prior_weight * info_k / n)
     delta = s.huber_delta
+    half_delta = 0.5 * delta
 
     def objective(beta: float, scale: float) -> float:
-        pairs = zip(observations, targets, strict=True)
-        loss = sum(_huber_loss(t - log_stretch(o, beta, scale)[0], delta) for o, t in pairs)
-        return loss + 0.5 * (lam_b * (beta - b0) ** 2 + lam_k * (scale - k0) ** 2)
+        losses = []
+        for row in rows:
+            a = abs(row.target - _log_stretch(row, beta, scale)[0])  # _huber_loss, written out
+            losses.append(0.5 * a * a if a <= delta else delta * (a - half_delta))
+        return sum(losses) + 0.5 * (lam_b * (beta - b0) ** 2 + lam_k * (scale - k0) ** 2)
 
     beta, scale = b0, k0
     current = objective(beta, scale)
     damping = 1e-3  # Levenberg-Marquardt: raised when a step does not lower the loss
     for _ in range(60):
         a11 = a12 = a22 = g1 = g2 = 0.0
-        for obs, target in zip(observations, targets, strict=True):
-            pred, jb, jk = log_stretch(obs, beta, scale)
-            r = target - pred
+        for row in rows:
+            pred, jb, jk = _log_stretch(row, beta, scale)
+            r = row.target - pred
             w = _huber_weight(r, delta)
             a11 += w * jb * jb
             a12 += w * jb * jk
@@ -166,9 +214,9 @@ def huber_fit(
             break
     a11 = a12 = a22 = 0.0
     residuals = []
-    for obs, target in zip(observations, targets, strict=True):
-        pred, jb, jk = log_stretch(obs, beta, scale)
-        residuals.append(target - pred)
+    for row in rows:
+        pred, jb, jk = _log_stretch(row, beta, scale)
+        residuals.append(row.target - pred)
         a11 += jb * jb
         a12 += jb * jk
         a22 += jk * jk

@@ -137,20 +137,21 @@ def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
         return None
     positive = sorted(r.contention for r in rows if r.contention > 0.0)
     c_ref = positive[len(positive) // 2] if positive else 0.0
-    best: tuple[float, float, dict[str, float], dict[str, float], float] | None = None
-    totals = _totals(rows)
+    best: tuple[float, float, list[float], list[float], float, list[float], list[float]] | None = None
+    fixed = _Fixed.of(rows)
+    ratios = [_clip_ratio(r.contention, c_ref) for r in rows]
     for b in EXPONENTS if c_ref > 0.0 else (0.0,):
-        cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
-        base, own, partner = _factors(rows, absr, cf, totals)
-        scales = [base * c * _factor(own, partner, r, t) for c, r, t in zip(cf, rows, totals, strict=True)]
+        cf = [float(x**b) for x in ratios]
+        base, own, partner, own_rows, p = _factors(fixed, absr, cf)
+        scales = [base * c * (f * q) for c, f, q in zip(cf, own_rows, p, strict=True)]
         # Laplace log-likelihood of the absolute residuals at these scales
         loglik = -sum(math.log(s) + a / s for s, a in zip(scales, absr, strict=True) if s > 0.0)
         if best is None or loglik > best[0]:
-            best = (loglik, b, own, partner, base)
+            best = (loglik, b, own, partner, base, own_rows, p)
     assert best is not None
-    _, b, own, partner, base = best
-    cf = [float(_clip_ratio(r.contention, c_ref) ** b) for r in rows]
-    loo = _leave_one_out(rows, absr, cf, base, own, partner, totals)
+    _, b, own, partner, base, own_rows, p = best
+    cf = [float(x**b) for x in ratios]
+    loo = _leave_one_out(fixed, absr, cf, base, own_rows, p)
     standardized = sorted(r.residual / s for r, s in zip(rows, loo, strict=True) if s > 0.0)
     if not standardized:
         return None
@@ -158,7 +159,16 @@ def fit_scale(rows: Sequence[ScaleRow]) -> ResidualScale | None:
     mean = sum(standardized) / n
     sd = math.sqrt(sum((z - mean) ** 2 for z in standardized) / max(1, n - 1))
     mean_abs = sum(abs(z) for z in standardized) / n
-    return ResidualScale(base, c_ref, b, own, partner, tuple(standardized), mean_abs or 1.0, sd or 1.0)
+    return ResidualScale(
+        base,
+        c_ref,
+        b,
+        dict(zip(fixed.own_names, own, strict=True)),
+        dict(zip(fixed.partner_names, partner, strict=True)),
+        tuple(standardized),
+        mean_abs or 1.0,
+        sd or 1.0,
+    )
 
 
 def _clip_ratio(c: float, ref: float) -> float:
@@ -166,107 +176,150 @@ def _clip_ratio(c: float, ref: float) -> float:
     return min(hi, max(lo, c / ref)) if ref > 0.0 else 1.0
 
 
-def _totals(rows: Sequence[ScaleRow]) -> list[float]:
-    """Each row's summed partner shares (the fits below ask them many times over)."""
-    return [sum(w for _, w in r.partners) for r in rows]
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """What the fits below read of the rows, the same in every round and for every exponent, read
+    once (a refit fits 5 exponents x 6 rounds over 512 rows), the types by number: F's types
+    (``own_names``, as they first come) and each row's (-1: none), P's types (``partner_names``,
+    as they first come in rows whose shares sum above 0), each row's partners by number with their
+    shares (``terms``) and their parts of the row's summed shares ``totals`` (``parts``: ``w /
+    total``), both empty where that sum is 0.  The factors are lists in those orders; every sum
+    adds what the same sum over dictionaries by name added, in the same order."""
+
+    own_names: list[str]
+    own_index: list[int]
+    partner_names: list[str]
+    terms: list[tuple[tuple[int, float], ...]]
+    totals: list[float]
+    parts: list[tuple[tuple[int, float], ...]]
+
+    @classmethod
+    def of(cls, rows: Sequence[ScaleRow]) -> _Fixed:
+        own: dict[str, int] = {}
+        partner: dict[str, int] = {}
+        own_index, terms, totals, parts = [], [], [], []
+        for r in rows:
+            own_index.append(own.setdefault(r.task, len(own)) if r.task else -1)
+            total = sum(w for _, w in r.partners)
+            totals.append(total)
+            if total > 0.0:
+                numbered = tuple((partner.setdefault(n, len(partner)), w) for n, w in r.partners)
+                terms.append(numbered)
+                parts.append(tuple((i, w / total) for i, w in numbered))
+            else:
+                terms.append(())
+                parts.append(())
+        return cls(list(own), own_index, list(partner), terms, totals, parts)
 
 
-def _factor(own: Mapping[str, float], partner: Mapping[str, float], r: ScaleRow, total: float) -> float:
-    """``r``'s factor: its type's times its partners' (weighted by share; ``total``: the row's
-    summed shares, :func:`_totals`)."""
-    p = sum([w * partner.get(n, 1.0) for n, w in r.partners]) / total if total > 0.0 else 1.0
-    return own.get(r.task, 1.0) * p
+def _partner_factors(fixed: _Fixed, partner: Sequence[float]) -> list[float]:
+    """Each row's partners' factor (weighted by share), 1 where its shares sum to 0."""
+    return [
+        sum([w * partner[i] for i, w in terms]) / t if t > 0.0 else 1.0
+        for terms, t in zip(fixed.terms, fixed.totals, strict=True)
+    ]
 
 
-_Sums = dict[str, tuple[float, float]]  # type -> (sum of ratios, weight)
+_Sums = tuple[list[float], list[float]]  # per type: (sum of ratios, weight), by number
 
 
-def _own_sums(rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float]) -> _Sums:
-    sums: _Sums = {}
-    for r, a, x in zip(rows, absr, rest, strict=True):
-        if r.task:
-            s, n = sums.get(r.task, (0.0, 0.0))
-            sums[r.task] = (s + (a / x if x > 0.0 else 1.0), n + 1.0)
-    return sums
+def _own_sums(fixed: _Fixed, absr: Sequence[float], rest: Sequence[float]) -> _Sums:
+    sums = [0.0] * len(fixed.own_names)
+    weights = [0.0] * len(fixed.own_names)
+    for i, a, x in zip(fixed.own_index, absr, rest, strict=True):
+        if i >= 0:
+            sums[i] += a / x if x > 0.0 else 1.0
+            weights[i] += 1.0
+    return sums, weights
 
 
-def _partner_sums(
-    rows: Sequence[ScaleRow], absr: Sequence[float], rest: Sequence[float], totals: Sequence[float]
-) -> _Sums:
-    sums: _Sums = {}
-    for r, a, x, total in zip(rows, absr, rest, totals, strict=True):
-        for name, w in r.partners if total > 0.0 else ():
-            s, n = sums.get(name, (0.0, 0.0))
-            sums[name] = (s + w / total * (a / x if x > 0.0 else 1.0), n + w / total)
-    return sums
+def _partner_sums(fixed: _Fixed, absr: Sequence[float], rest: Sequence[float]) -> _Sums:
+    sums = [0.0] * len(fixed.partner_names)
+    weights = [0.0] * len(fixed.partner_names)
+    for parts, a, x in zip(fixed.parts, absr, rest, strict=True):
+        if not parts:
+            continue
+        ratio = a / x if x > 0.0 else 1.0
+        for i, share in parts:
+            sums[i] += share * ratio
+            weights[i] += share
+    return sums, weights
 
 
 def _factors(
-    rows: Sequence[ScaleRow], absr: Sequence[float], cf: Sequence[float], totals: Sequence[float]
-) -> tuple[float, dict[str, float], dict[str, float]]:
-    """A, F and P by alternating shrunk means of the absolute residuals (each over the others)."""
-    own: dict[str, float] = {}
-    partner: dict[str, float] = {}
-    base = sum(absr) / sum(cf)
+    fixed: _Fixed, absr: Sequence[float], cf: Sequence[float]
+) -> tuple[float, list[float], list[float], list[float], list[float]]:
+    """A, F and P by alternating shrunk means of the absolute residuals (each over the others);
+    also each row's own factor (1: no type) and its partners' factor (:func:`_partner_factors`)."""
+    own_index = fixed.own_index
+    total_abs = sum(absr)
+    base = total_abs / sum(cf)
+    own: list[float] = []
+    partner = [1.0] * len(fixed.partner_names)  # none fitted yet: every P is 1
+    own_rows = [1.0] * len(own_index)
+    p = _partner_factors(fixed, partner)
     for _ in range(_ROUNDS):
-        rest = [base * c * _factor({}, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)]
-        own = _shrunk(_own_sums(rows, absr, rest))[0]
-        rest = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
-        partner = _shrunk(_partner_sums(rows, absr, rest, totals))[0]
-        fitted = sum([c * _factor(own, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)])
-        base = sum(absr) / fitted if fitted > 0.0 else base
-    return base, own, partner
+        rest = [base * c * q for c, q in zip(cf, p, strict=True)]
+        own = _shrunk(*_own_sums(fixed, absr, rest))
+        own_rows = [own[i] if i >= 0 else 1.0 for i in own_index]
+        rest = [base * c * f for c, f in zip(cf, own_rows, strict=True)]
+        partner = _shrunk(*_partner_sums(fixed, absr, rest))
+        p = _partner_factors(fixed, partner)
+        fitted = sum([c * (f * q) for c, f, q in zip(cf, own_rows, p, strict=True)])
+        base = total_abs / fitted if fitted > 0.0 else base
+    return base, own, partner, own_rows, p
 
 
-def _shrink_k(sums: _Sums) -> float:
+def _shrink_k(sums: Sequence[float], weights: Sequence[float]) -> float:
     """Pseudo-observations a type's mean ratio is shrunk toward 1 with: the within-type variance
     of one ratio (1: an absolute residual's sd is about its mean) over the between-type variance
     of the means (empirical Bayes), within ``SHRINK_RANGE``."""
-    means = [s / n for s, n in sums.values() if n > 0.0]
+    means = [s / n for s, n in zip(sums, weights, strict=True) if n > 0.0]
     if len(means) < 2:
         return SHRINK_RANGE[1]
     avg = sum(means) / len(means)
     spread = sum((m - avg) ** 2 for m in means) / (len(means) - 1)
-    noise = sum(1.0 / n for _, n in sums.values() if n > 0.0) / len(means)
+    noise = sum(1.0 / n for n in weights if n > 0.0) / len(means)
     between = spread - noise
     return SHRINK_RANGE[1] if between <= 0.0 else min(SHRINK_RANGE[1], max(SHRINK_RANGE[0], 1.0 / between))
 
 
-def _shrunk(sums: _Sums) -> tuple[dict[str, float], float]:
-    k = _shrink_k(sums)
-    return {name: (s + k) / (n + k) for name, (s, n) in sums.items()}, k
+def _shrunk(sums: Sequence[float], weights: Sequence[float]) -> list[float]:
+    k = _shrink_k(sums, weights)
+    return [(s + k) / (n + k) for s, n in zip(sums, weights, strict=True)]
 
 
 def _leave_one_out(
-    rows: Sequence[ScaleRow],
+    fixed: _Fixed,
     absr: Sequence[float],
     cf: Sequence[float],
     base: float,
-    own: Mapping[str, float],
-    partner: Mapping[str, float],
-    totals: Sequence[float],
+    own_rows: Sequence[float],
+    p: Sequence[float],
 ) -> list[float]:
     """Each row's scale with its own residual taken out of its types' factors (their shrunk means
-    without it, the shrinkage and the other factors kept)."""
-    rest_own = [base * c * _factor({}, partner, r, t) for r, c, t in zip(rows, cf, totals, strict=True)]
-    rest_partner = [base * c * own.get(r.task, 1.0) for r, c in zip(rows, cf, strict=True)]
-    own_sums, partner_sums = _own_sums(rows, absr, rest_own), _partner_sums(rows, absr, rest_partner, totals)
-    k_own, k_partner = _shrink_k(own_sums), _shrink_k(partner_sums)
+    without it, the shrinkage and the other factors kept); ``own_rows``, ``p``: each row's own and
+    partners' factors (:func:`_factors`)."""
+    rest_own = [base * c * q for c, q in zip(cf, p, strict=True)]
+    rest_partner = [base * c * f for c, f in zip(cf, own_rows, strict=True)]
+    own_s, own_n = _own_sums(fixed, absr, rest_own)
+    partner_s, partner_n = _partner_sums(fixed, absr, rest_partner)
+    k_own, k_partner = _shrink_k(own_s, own_n), _shrink_k(partner_s, partner_n)
     out = []
-    for r, a, c, x_own, x_partner, total in zip(rows, absr, cf, rest_own, rest_partner, totals, strict=True):
+    for i, parts, a, c, x_own, x_partner, total in zip(
+        fixed.own_index, fixed.parts, absr, cf, rest_own, rest_partner, fixed.totals, strict=True
+    ):
         f = 1.0
-        if r.task in own_sums:
-            s, n = own_sums[r.task]
-            f = (s - (a / x_own if x_own > 0.0 else 1.0) + k_own) / (n - 1.0 + k_own)
-        p = 1.0
+        if i >= 0:
+            f = (own_s[i] - (a / x_own if x_own > 0.0 else 1.0) + k_own) / (own_n[i] - 1.0 + k_own)
+        q = 1.0
         if total > 0.0:
-            p = 0.0
-            for name, w in r.partners:
-                s, n = partner_sums[name]
-                share = w / total
-                mine = share * (a / x_partner if x_partner > 0.0 else 1.0)
-                p += share * (s - mine + k_partner) / (n - share + k_partner)
-        out.append(base * c * f * p)
+            q = 0.0
+            ratio = a / x_partner if x_partner > 0.0 else 1.0
+            for j, share in parts:
+                mine = share * ratio
+                q += share * (partner_s[j] - mine + k_partner) / (partner_n[j] - share + k_partner)
+        out.append(base * c * f * q)
     return out
 
 

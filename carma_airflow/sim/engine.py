@@ -92,6 +92,7 @@ class Simulation:
         self.board.margin_mib = config.settings.headroom_mib
         self.gpus = self.board.gpus
         self.by_uuid = self.board.by_uuid
+        self._models = tuple(sorted({g.spec.name for g in self.gpus}))  # the cluster's GPU models (_vouched)
         self.events: list[tuple[float, int, int, object]] = []
         self.seq = itertools.count()
         self.jobs: dict[int, JobRecord] = {}
@@ -198,7 +199,7 @@ class Simulation:
     def _vouched(self) -> bool:
         """Whether the interference fit is learned for every GPU model of the cluster (core/vouch.py)."""
         model = self.know.interference
-        return all(model.fit_for(name).learned for name in {g.spec.name for g in self.gpus})
+        return all(model.fit_for(name).learned for name in self._models)
 
     def _submit(self, request: TaskRequest) -> None:
         self.cycle.submit(request, self.now)

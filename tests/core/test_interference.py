@@ -246,3 +246,28 @@ def test_a_fit_on_a_few_alike_tries_gives_finite_intervals() -> None:
         p = fit.predict(own, co, task, co_tasks)
         assert all(math.isfinite(x) for x in (p.speed, p.low, p.high, p.confidence))
         assert 0.0 < p.low <= p.high < 1.5  # a try may beat the point a little, not by orders
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_fit_reads_each_observation_as_the_model_form_does_to_the_bit(seed: int) -> None:
+    # the fit reads shares and contentions once and writes the speed and its gradient out (a fit
+    # evaluates each observation a few hundred times): the same floats as the form's log_stretch,
+    # with segments alone, unnormalised or negative shares, and saturated tenants among them
+    from carma_airflow.core.interference_estimate import _log_stretch, _Row
+    from carma_airflow.core.interference_form import log_stretch
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        segments = tuple(
+            Segment(
+                rng.choice([0.0, -0.1, rng.random(), 1.0]),
+                tuple(rng.choice([0.0, rng.random(), 2.0 * rng.random()]) for _ in range(rng.choice([0, 1, 2]))),
+            )
+            for _ in range(rng.choice([1, 2, 3]))
+        )
+        obs = CollocationObservation(rng.lognormvariate(0.2, 0.3), rng.choice([0.05, rng.random(), 1.6]), segments)
+        if not any(s.share > 0.0 for s in segments):
+            continue  # no run time: no stretch to predict
+        beta, scale = rng.uniform(0.0, 2.0), rng.uniform(0.3, 1.5)
+        assert _log_stretch(_Row.of(obs), beta, scale) == log_stretch(obs, beta, scale)
+        assert _Row.of(obs).target == math.log(obs.stretch)
