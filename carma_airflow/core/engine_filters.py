@@ -2,11 +2,14 @@
 rejections: the memory fit, GPUs held for a starved try, a try that needs an idle GPU, idle GPUs
 kept for larger tries.
 
-A scan runs them by the thousand per pass, so it tests their conditions inline (in the order
-:data:`SCAN_ORDER` gives, after the policy's own per-try filters) and records only (GPU, reason);
-the rejection with its numbers is made here, for the decisions that keep their reasons
-(:func:`carma_airflow.core.reasons.scan_verdicts`).  Each filter's :meth:`check` is the same test
-on its own: tests/core/test_engine_filters.py holds the scans to them.
+A scan runs them by the thousand per pass, so it tests their conditions inline and records only
+(GPU, reason); the rejection with its numbers is made here, for the decisions that keep their
+reasons (:func:`carma_airflow.core.reasons.scan_verdicts`).  The scans' order, after the policy's
+own per-try filters (the GPU model): on an idle GPU the starvation hold, the memory fit, the kept
+larger GPUs; on a GPU with tenants the starvation hold, a try that needs an idle GPU, the memory
+fit, the policy's refusal (:meth:`~carma_airflow.core.policies.base.Policy.refuses`).  Each
+filter's :meth:`check` is the same test on its own: tests/core/test_filters.py holds the scans'
+rejections to the filters asked one by one.
 """
 
 from __future__ import annotations
@@ -111,10 +114,5 @@ class KeptForLarger(Filter):
 HELD = HeldForStarved()
 NEEDS_IDLE = NeedsIdle()
 KEPT = KeptForLarger()
-# what a scan tests after the policy's per-try filters: the idle pool, then the collocation pool
-SCAN_ORDER = {
-    "idle": ("starvation-hold", "memory-fit", "kept-for-larger"),
-    "shared": ("starvation-hold", "needs-idle", "memory-fit", "policy refusal"),
-}
 
-__all__ = ["HELD", "KEPT", "NEEDS_IDLE", "SCAN_ORDER", "HeldForStarved", "KeptForLarger", "MemoryFit", "NeedsIdle"]
+__all__ = ["HELD", "KEPT", "NEEDS_IDLE", "HeldForStarved", "KeptForLarger", "MemoryFit", "NeedsIdle"]
