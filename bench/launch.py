@@ -33,7 +33,7 @@ from carma_airflow.testing import make_workload, try_runner_env
 
 
 def launcher_design(tries: int, tmp: Path) -> tuple[list[float], list[float]]:
-    from carma_airflow.executor.launch import LauncherProcess
+    from carma_airflow.launching import LauncherProcess
 
     os.environ.update(try_runner_env(noop_try.run))
     launcher = LauncherProcess()

@@ -42,7 +42,7 @@ from carma_airflow.core.queueing import make_queue
 from carma_airflow.distributed.agent import Agent
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.samples import to_json
-from carma_airflow.executor.view import build_view
+from carma_airflow.executor.gpus import build_view
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.sim import load_catalog, packaged

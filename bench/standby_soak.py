@@ -2,7 +2,7 @@
 
 A throwaway Airflow (carma_airflow/devstack.py) with ``[carma] gpu_backend = nvml`` on a machine
 without an NVIDIA driver: every start of the executor fails, and it is tried again (5 s, doubling
-to 60 s; executor/standby.py).  Only the scheduler runs (no api-server or dag-processor).  After
+to 60 s; executor/airflow/standby.py).  Only the scheduler runs (no api-server or dag-processor).  After
 the first retry and at the end the script reads, from /proc, the scheduler process's threads, its
 open file descriptors and its child processes (all descendants), and prints both; a start that
 leaks leaves more at the end (the issue's target: the same figures at both points).

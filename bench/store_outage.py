@@ -30,8 +30,7 @@ sys.path.insert(0, str(ROOT / "tests" / "executor"))  # the TCP forwarder the te
 import sqlalchemy as sa  # noqa: E402
 from tcp_proxy import TcpProxy  # noqa: E402
 
-from carma_airflow.executor.writer import StoreWriter  # noqa: E402
-from carma_airflow.executor.writes import AddPeak  # noqa: E402
+from carma_airflow.executor.bookkeeping import AddPeak, StoreWriter  # noqa: E402
 from carma_airflow.store.store import Store  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Which executors' live snapshots are current: one per running CarmaExecutor, merged by readers.
 
-Each CarmaExecutor writes its live view (executor/snapshot.py) as ``executor:<executor id>``, the
+Each CarmaExecutor writes its live view (executor/bookkeeping/snapshot.py) as ``executor:<executor id>``, the
 id it beats under in ``carma_executor`` (``host:pid:random``), and names that id in the body
 (``"executor"``).  Two executors on one host (two schedulers on one machine) so write two
 documents, not one they overwrite in turn: the page used to show one of them, then the other.

@@ -16,5 +16,5 @@ def get_provider_info() -> dict[str, Any]:
         "versions": [__version__],
         "config": provider_config_section(),
         "executors": ["carma_airflow.executor.CarmaExecutor"],
-        "cli": ["carma_airflow.executor.cli.carma_cli_commands"],
+        "cli": ["carma_airflow.executor.airflow.cli.carma_cli_commands"],
     }

@@ -37,6 +37,8 @@ FORBIDDEN = ("airflow", "pynvml", "sqlalchemy", "torch")
         "carma_airflow.testing",
         "carma_airflow.taskrun.simulated_training",
         "carma_airflow.launching",
+        "carma_airflow.executor",
+        "carma_airflow.executor.gpus",
         "carma_airflow.store.records",
     ],
 )
@@ -72,7 +74,7 @@ STORE_LIGHT = ("carma_airflow.store.errors", "carma_airflow.store.records", "car
         "carma_airflow.taskrun.retry",
         "carma_airflow.dagparse.cluster_policy",
         "carma_airflow.taskrun.outcome",
-        "carma_airflow.executor.taskenv",
+        "carma_airflow.launching.taskenv",
         "carma_airflow.testing",
         "carma_airflow.taskrun.simulated_training",
     ],
@@ -129,10 +131,6 @@ MODULE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {
     frozenset({"carma_airflow.sim.days", "carma_airflow.sim.engine"}): (
         "2026-12-06: sim/days.py replays a deployment's earlier days through the engine (imported in a "
         "function) while the engine imports days.py for what they carried over"
-    ),
-    frozenset({"carma_airflow.executor.intake", "carma_airflow.executor.ending", "carma_airflow.executor.tries"}): (
-        "2026-12-06: the try book (tries.py) sizes a retry through intake.py (imported in a function); "
-        "ends with one owner for each retry (issue 43, item 2)"
     ),
 }
 
@@ -330,6 +328,41 @@ def test_no_import_circles_at_any_level(grain: str, key: object, allowed: dict[f
     assert not gone, f"these circles are gone: take them out of the allowed list in tests/test_layering.py: {gone}"
 
 
+# Packages that are a public entry: an outsider imports the package (what its ``__init__`` names),
+# never one of its modules; a module of the package imports its siblings directly.
+ENTRY_PACKAGES = ("carma_airflow.launching", "carma_airflow.executor.")
+
+
+def _exported(package: str) -> set[str]:
+    tree = ast.parse(_modules()[package].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def test_outsiders_import_a_sub_package_only_through_its_public_entry() -> None:
+    entries = sorted(
+        name
+        for name in _modules()
+        if _is_package(name) and (name == ENTRY_PACKAGES[0] or name.startswith(ENTRY_PACKAGES[1]))
+    )
+    reached_in = sorted(
+        f"{source}:{line} -> {target}"
+        for source, targets in _imports().items()
+        for target, line in targets.items()
+        for entry in entries
+        if target.startswith(entry + ".")
+        and not source.startswith(entry + ".")
+        and source != entry
+        and target.rsplit(".", 1)[1] not in _exported(entry)
+    )
+    assert not reached_in, (
+        "import these through their package (what its __init__ names; add a name there if outsiders need it): "
+        f"{reached_in}"
+    )
+
+
 def test_production_code_does_not_import_the_test_helpers() -> None:
     users = sorted(
         f"{source}:{line}"
@@ -346,12 +379,8 @@ def test_production_code_does_not_import_the_test_helpers() -> None:
 
 # Small one-class modules with a single user, kept apart because they hold a concern of their own.
 SMALL_PIECES_KEPT: dict[str, str] = {
-    "carma_airflow.executor.faults": "which running tries a GPU fault stops, and when (the flow asks it once a beat)",
-    "carma_airflow.executor.liveview": "when the flow writes its live snapshot and telemetry (a pacing of its own)",
-    "carma_airflow.executor.running": "Airflow's `running` set, a live view of the try book (BaseExecutor's contract)",
-    "carma_airflow.executor.sim_driver": "driver caps on simulated GPUs: NVML's three calls played by the ledger",
-    "carma_airflow.executor.standby": "the executor while its parts cannot start: tries held, the start tried again",
-    "carma_airflow.executor.takeback": "the tries the scheduler takes back (revoked, handed back, superseded)",
+    "carma_airflow.executor.airflow.running": "Airflow's `running` set, a live view of the try book (BaseExecutor's)",
+    "carma_airflow.executor.airflow.standby": "while its parts cannot start: tries held, the start tried again",
     "carma_airflow.store.snapshots": "the carma_snapshot table's calls: one Store mixin per table, as the others",
 }
 

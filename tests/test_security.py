@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import carma_airflow
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.executor.envcheck import check_cuda_visible_devices, check_task_env
+from carma_airflow.launching import check_cuda_visible_devices, check_task_env
 from carma_airflow.store.url import mask_password
 
 PACKAGE = Path(carma_airflow.__file__).parent

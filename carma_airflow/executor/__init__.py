@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from carma_airflow.executor.executor import CarmaExecutor
+    from carma_airflow.executor.airflow import CarmaExecutor
 
 __all__ = ["CarmaExecutor"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "CarmaExecutor":
-        from carma_airflow.executor.executor import CarmaExecutor
+        from carma_airflow.executor.airflow import CarmaExecutor
 
         return CarmaExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

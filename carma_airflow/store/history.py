@@ -54,7 +54,7 @@ class HistoryStore(StoreBase):
 
     def recent_peaks(self, limit: int = 100_000) -> list[tuple[str, str, int | None, int]]:
         """The newest ``limit`` learned peaks of every task, oldest first: (dag_id, task_id,
-        map_index, peak_mib).  Read once when an executor starts (executor/learned.py)."""
+        map_index, peak_mib).  Read once when an executor starts (executor/learning/learned.py)."""
         check_limit(limit)
         stmt = (
             select(

@@ -108,7 +108,7 @@ class SampleStore(StoreBase):
     def prune_samples(self, before: Moment, limit: int | None = None) -> int:
         """Delete samples taken before ``before`` (at most ``limit``, the oldest first, so that one
         transaction stays short); returns how many.  Telemetry retention calls it in the
-        background (executor/writer.py); learned memory and activity are other tables, kept."""
+        background (executor/bookkeeping/writer.py); learned memory and activity are other tables, kept."""
         stmt = delete(GpuSampleRow).where(GpuSampleRow.at < utc(before))
         if limit is not None:
             check_limit(limit)

@@ -79,7 +79,7 @@ class GpuSampleRow(Base):
     """One downsampled GPU reading (at most one per GPU per sampling interval).
 
     Kept for ``[carma] telemetry_retention`` (7 days by default): each executor's writer thread
-    deletes older rows every 10 minutes, in batches (executor/writer.py)."""
+    deletes older rows every 10 minutes, in batches (executor/bookkeeping/writer.py)."""
 
     __tablename__ = "carma_gpu_sample"
     __table_args__ = (Index(None, "gpu_uuid", "at"), Index(None, "at"))

@@ -12,7 +12,7 @@ Two halves, one module, so that the cgroup root and the NVML call are injected i
   and the task it forks inherit it.
 
 **Whose leaf is it?** Each executor makes its leaves under a folder of its own, named by its
-peer id (``<host>:<pid>:<token>``, executor/peers.py, with ``:`` written ``_``), and removes only
+peer id (``<host>:<pid>:<token>``, executor/peers/peers.py, with ``:`` written ``_``), and removes only
 those: two schedulers on one host (Airflow HA) never remove each other's leaves, not even a new
 leaf whose try has not joined it yet.  The folder of an executor that is gone from this host (its
 process no longer exists) is swept by the next executor that looks: its empty leaves (soft limits

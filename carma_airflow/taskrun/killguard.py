@@ -11,7 +11,7 @@ supervisor's end state of a process that reported nothing is FAILED.
 
 The executor cannot count the tries of the current round: the workload carries no ``max_tries``,
 which Airflow raises past the task's retries when a try did not end by the task's doing (a clear;
-a reset try that never ran before a scheduler restart, executor/restart.py).  So it also sends
+a reset try that never ran before a scheduler restart, executor/flow/restart.py).  So it also sends
 the budget (KILL_BUDGET_ENV: author's retries, OOM retries, OOM tries so far) and the guard
 decides with the ``max_tries`` the Execution API returned when the try started, as Airflow's own
 ``should_retry`` does and as the retry policy does for a failure it sees (retry.py): after a

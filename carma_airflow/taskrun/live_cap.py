@@ -103,7 +103,7 @@ class SimulatedCaps:
       pinned limit set at the start stays beneath it, so the try may hold the lower of the two
       (core/fencing.py ``FenceModel.start_bound``);
     * under ``driver``, the leaf's hard limit, which the ledger keeps and the executor re-sets
-      (executor/sim_driver.py); the process names its leaf on each allocation.
+      (executor/starting/sim_driver.py); the process names its leaf on each allocation.
 
     The ledger re-reads nothing on an allocation beyond what the mechanism set.
     """

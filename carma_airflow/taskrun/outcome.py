@@ -20,7 +20,7 @@ from typing import Any
 
 from carma_airflow.core.recovery import OOM_KINDS, Failure, FailureKind
 
-# what the executor puts in a try's environment for the task side to read (executor/taskenv.py)
+# what the executor puts in a try's environment for the task side to read (launching/taskenv.py)
 RESULT_ENV = "CARMA_RESULT_FILE"
 PLACEMENT_ENV = "CARMA_PLACEMENT"
 PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"

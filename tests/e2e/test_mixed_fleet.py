@@ -218,7 +218,7 @@ def test_solo_runs_are_learned_per_task_and_model_and_survive_a_restart(fleet: F
 @pytest.mark.xfail(
     strict=True,
     reason="issue 44 item 4: the executor does not price each model's speed yet (it hands the policy solo "
-    "run times without their GPU model, executor/learned.py use_durations; `carma why` shows no predicted "
+    "run times without their GPU model, executor/learning/learned.py use_durations; `carma why` shows no predicted "
     "run per model)",
 )
 def test_the_second_run_sends_the_gaining_task_to_the_fast_model(fleet: Fleet, speed_runs: SpeedRuns) -> None:

@@ -66,7 +66,7 @@ def test_the_state_dir_read_before_the_start_is_the_one_the_start_reads(
     raw: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the callbacks' results folder is made in __init__, before the settings are read in start()
-    from carma_airflow.executor.runtime import state_dir_of
+    from carma_airflow.executor.flow import state_dir_of
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     conf = _Conf() if raw is None else _Conf(state_dir=raw)
@@ -110,7 +110,7 @@ def test_the_clis_settings_are_airflows_without_importing_airflow(tmp_path: Path
 def test_min_gain_sets_the_floor_of_the_policies_that_have_one(tmp_path: Path) -> None:
     from carma_airflow.core.policies.completion_time import CompletionTime
     from carma_airflow.core.policies.predictive import Predictive
-    from carma_airflow.executor.parts import configured_policy
+    from carma_airflow.executor.flow import configured_policy
 
     def settings(**values: str) -> CarmaSettings:
         return CarmaSettings.load(values.get, str(tmp_path))

@@ -1,4 +1,4 @@
-"""What an ended try teaches (executor/learning.py, telemetry.py): its observation of interference
+"""What an ended try teaches (executor/learning/learning.py, telemetry.py): its observation of interference
 names its co-tenants' task types, so their pressure is fitted (issue 23), and its learned
 activity is stored with them."""
 
@@ -12,10 +12,9 @@ from executor_helpers import make_workload, run_until, running_try, submit
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import CollocationObservation, InterferenceModel, Segment
 from carma_airflow.core.policies.completion_time import CompletionTime
-from carma_airflow.executor.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned
-from carma_airflow.executor.learning import learn_from_success
-from carma_airflow.executor.telemetry import Seen
-from carma_airflow.executor.writes import AddActivity, SaveDocument
+from carma_airflow.executor.bookkeeping import AddActivity, SaveDocument
+from carma_airflow.executor.learning import Seen, learn_from_success
+from carma_airflow.executor.learning.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned
 from carma_airflow.store.store import Store
 
 

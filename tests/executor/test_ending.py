@@ -10,8 +10,7 @@ import pytest
 from carma_airflow.checkpoint import CheckpointFolders
 from carma_airflow.core.recovery import RecoverySettings
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor.ending import close_checkpoint, conclude
-from carma_airflow.executor.tries import Try, TryState
+from carma_airflow.executor.tries import Try, TryState, close_checkpoint, conclude
 from carma_airflow.launching import Ended
 from carma_airflow.store.records import TryOutcome
 from carma_airflow.taskrun.outcome import TryResult
@@ -120,7 +119,7 @@ def test_a_cap_oom_keeps_the_checkpoint_folder_for_the_retry(tmp_path: Path) -> 
 def test_a_gone_executors_try_that_ended_past_its_cap_is_told_so(tmp_path: Path, result: TryResult, says: str) -> None:
     """A try whose process ended while no executor watched it (peer_leftovers.conclude): its end,
     from its result file, tells a cap OOM apart from a full GPU as the executor's own summary does."""
-    from carma_airflow.executor.peer_leftovers import conclude as conclude_gone
+    from carma_airflow.executor.peers.peer_leftovers import conclude as conclude_gone
     from carma_airflow.taskrun.outcome import write_result
 
     write_result(result, tmp_path / "results" / "ti-1.json")

@@ -1,4 +1,4 @@
-"""A pass sends all its placed tries to the launcher before it waits for any (executor/launch.py).
+"""A pass sends all its placed tries to the launcher before it waits for any (launching/local.py).
 
 Waiting for the launcher's fork after each try cost every try of a batch a scheduling slice of
 the launcher on a loaded machine: in the 200-task dispatch benchmark a try waited a median
@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from executor_helpers import fake_run_workload, make_workload, run_until, seen_env, submit
 
-from carma_airflow.executor.launch import LauncherProcess, confirm
-from carma_airflow.launching import LauncherError
+from carma_airflow.launching import LauncherError, LauncherProcess, confirm
 from carma_airflow.testing import try_runner_env
 
 

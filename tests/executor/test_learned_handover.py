@@ -6,7 +6,7 @@ from __future__ import annotations
 from carma_airflow.core.interference import CollocationObservation
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
-from carma_airflow.executor.learned import HANDOVER_S, Learned
+from carma_airflow.executor.learning.learned import HANDOVER_S, Learned
 
 
 def _policy() -> CompletionTime:

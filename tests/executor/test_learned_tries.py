@@ -1,4 +1,4 @@
-"""The ended tries of a task instance as the recovery planner reads them (executor/learned.py):
+"""The ended tries of a task instance as the recovery planner reads them (executor/learning/learned.py):
 the store's truth whichever scheduler ran them and whenever their end reached the store (issue
 24), with no store read when every earlier try is known here, and a bounded memory."""
 
@@ -13,9 +13,9 @@ import pytest
 
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor import learned as learned_mod
-from carma_airflow.executor.intake import recovered
-from carma_airflow.executor.learned import EndedTry, Family, Learned
+from carma_airflow.executor.learning import EndedTry, Family, Learned
+from carma_airflow.executor.learning import learned as learned_mod
+from carma_airflow.executor.tries import recovered
 from carma_airflow.store.records import PlacementRecord, TryOutcome
 from carma_airflow.store.store import Store
 

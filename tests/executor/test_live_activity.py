@@ -1,4 +1,4 @@
-"""A running try's measured SM activity is used while it runs (executor/learning.py,
+"""A running try's measured SM activity is used while it runs (executor/learning/learning.py,
 ``tell_while_running``): it counts with it as a co-tenant, and a waiting try of the same task is
 decided with it, before the first try has ended."""
 
@@ -8,7 +8,7 @@ import time
 
 from executor_helpers import make_workload, run_until, submit
 
-from carma_airflow.executor.learning import LIVE_SAMPLES
+from carma_airflow.executor.learning.learning import LIVE_SAMPLES
 
 
 def test_a_waiting_try_of_the_same_task_learns_the_running_ones_activity(executor_factory) -> None:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from airflow.sdk import DAG, task_group
 from executor_helpers import make_workload, run_until, seen_env, submit
 
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.executor.intake import first_request
+from carma_airflow.executor.tries import first_request
 from carma_airflow.task_config import check_task, gpu_task, is_mapped_task, parse_task_config
 
 
@@ -119,7 +119,7 @@ def test_airflow_refuses_executor_config_in_expand_at_parse_time() -> None:
 
 
 def _request(ex: Any, w: Any) -> Any:
-    """What the executor's intake asks of the placer for this try (executor/intake.py)."""
+    """What the executor's intake asks of the placer for this try (executor/tries/intake.py)."""
     config = parse_task_config(w.ti.executor_config, mapped=w.ti.map_index >= 0)
     return first_request(w.ti, config, ex.parts.estimator, ex.flow.learned, time.time())
 

@@ -1,4 +1,4 @@
-"""MPS pitfalls (executor/mps_guard.py, executor/launch.py): a faulted MPS server is quarantined
+"""MPS pitfalls (executor/gpus/mps_guard.py, launching/local.py): a faulted MPS server is quarantined
 for new placements until its daemon restarts or a timeout, its other clients are stopped for a
 retry, and an MPS client gets a longer SIGTERM grace before SIGKILL."""
 
@@ -14,9 +14,9 @@ import pytest
 from carma_airflow.core.gpu import GpuHealth, GpuState, gpu_spec
 from carma_airflow.core.recovery import FailureKind, classify_failure
 from carma_airflow.core.risk import MetricWindow
-from carma_airflow.executor import launch
-from carma_airflow.executor.launch import KILL_GRACE_S, MPS_KILL_GRACE_S, kill_grace_s
-from carma_airflow.executor.mps_guard import MpsGuard, control_pipe_id, mps_fault_of
+from carma_airflow.executor.gpus import MpsGuard, control_pipe_id, mps_fault_of
+from carma_airflow.launching import KILL_GRACE_S, MPS_KILL_GRACE_S, kill_grace_s
+from carma_airflow.launching import local as launch
 from carma_airflow.taskrun.outcome import ResultState, TryResult
 
 MPS_ERROR = "RuntimeError: CUDA error: CUDA_ERROR_MPS_CLIENT_TERMINATED"
@@ -107,7 +107,7 @@ def test_an_mps_client_gets_sigterm_and_a_longer_wait_before_sigkill(monkeypatch
     sent: list[signal.Signals] = []
     clock = [1000.0]
     monkeypatch.setattr(launch, "_signal_group", lambda pid, sig: sent.append(sig))
-    monkeypatch.setattr("carma_airflow.executor.launch.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("carma_airflow.launching.local.time.monotonic", lambda: clock[0])
     stop = launch._GroupStop(kill_grace_s({"CARMA_ISOLATION": "mps"}))
     stop.start(42)
     clock[0] += KILL_GRACE_S + 1  # a framework try would be killed by now; an MPS client is not

@@ -290,7 +290,7 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
 def test_a_heartbeat_lapsed_past_the_peer_timeout_is_said_and_counted(executor_factory, caplog, monkeypatch) -> None:
     """A scheduler stalled (stopped, swapped out, a store outage) past the peer timeout may have been
     taken for gone by its peers and by Airflow: its next beat says so in the log and the metric."""
-    from carma_airflow.executor import metrics
+    from carma_airflow.executor.bookkeeping import metrics
 
     ex = executor_factory(gpus="1xA100-40GB", peer_timeout_seconds="60")  # a beat every 20 s: ours only
     peers = _peers(ex)

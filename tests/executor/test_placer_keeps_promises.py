@@ -1,7 +1,7 @@
 """The executor's placer keeps each fenced tenant's promise for its life, as the simulator's does
 (core/facts.py): each tenant by the fence it runs under, its own mode (its ``executor_config``'s
 ``isolation``, else the host's) with the host's cap rule (``TaskRequest.kept_margin_mib``, from
-executor/starter.py ``TryStarter.kept_margin_mib``).  A newcomer is never offered the rest of a
+executor/starting/starter.py ``TryStarter.kept_margin_mib``).  A newcomer is never offered the rest of a
 co-tenant's promise that the co-tenant's fence lets it grow into, and is offered what an
 unfenced co-tenant does not hold.
 
@@ -20,7 +20,7 @@ from executor_helpers import make_workload, release, submit
 from carma_airflow.core import Outcome
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.shared_ledger import SharedLedger, record_of
+from carma_airflow.executor.peers import SharedLedger, record_of
 from carma_airflow.keys import request_key
 from carma_airflow.store.peers import ReservationRecord
 from carma_airflow.store.records import fence_of
@@ -119,7 +119,7 @@ def test_a_try_found_running_at_a_restart_is_kept_the_fence_it_started_with() ->
     (revision 0008), whatever its own host's fence is now; a record from before: the host's."""
     from datetime import datetime, timezone
 
-    from carma_airflow.executor.restart import request_of
+    from carma_airflow.executor.flow.restart import request_of
     from carma_airflow.store import PlacementRecord
 
     rec = PlacementRecord("d/t/r/-1/1", "d", "t", "r", 1, datetime(2026, 12, 2, tzinfo=timezone.utc))

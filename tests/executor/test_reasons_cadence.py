@@ -1,11 +1,11 @@
 """Why each try waits is decided at every pass for a short queue, once a second for a deep one
-(executor/liveview.py); placements do not depend on it (tests/core/test_deep_queue_paths.py)."""
+(executor/bookkeeping/liveview.py); placements do not depend on it (tests/core/test_deep_queue_paths.py)."""
 
 from __future__ import annotations
 
 from executor_helpers import make_workload, run_until, submit
 
-from carma_airflow.executor.liveview import REASONS_ALWAYS_BELOW, REASONS_EVERY_S, LiveView
+from carma_airflow.executor.bookkeeping.liveview import REASONS_ALWAYS_BELOW, REASONS_EVERY_S, LiveView
 from carma_airflow.settings import CarmaSettings
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from airflow.utils.state import TaskInstanceState
 
-from carma_airflow.executor.restart import declined_keeping_retries
+from carma_airflow.executor.flow import declined_keeping_retries
 
 
 def _ti(task_id: str, state: TaskInstanceState, max_tries: int) -> SimpleNamespace:

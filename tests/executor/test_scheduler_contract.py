@@ -17,7 +17,7 @@ from airflow.utils.state import CallbackState, TaskInstanceState
 from executor_helpers import make_callback, make_workload, out_dir, run_until, seen_env, submit
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.flow import SUPERSEDED_GRACE_S
+from carma_airflow.executor.flow.flow import SUPERSEDED_GRACE_S
 
 
 def test_a_callback_runs_as_a_cpu_process_and_reports_its_state(executor_factory) -> None:
@@ -148,7 +148,7 @@ def test_a_heartbeat_that_raises_is_logged_and_the_scheduler_runs_on(executor_fa
 
 
 def test_a_hand_over_that_raises_is_held_and_counted_once_each_time(executor_factory, monkeypatch, caplog) -> None:
-    from carma_airflow.executor import metrics
+    from carma_airflow.executor.bookkeeping import metrics
 
     ex = executor_factory(gpus="1xA100-40GB", behaviour={"t": {"seconds": 0.2}})
     counted: list[str] = []  # the StatsD boundary: what carma.executor_errors would send, by step

@@ -1,6 +1,6 @@
 """Activity learned while shared reads low (issue 41): a task's learned activity must not depend on
 whom it ran beside.  A try's own per-process readings while it shared its GPUs are kept apart from
-those while it was alone (executor/telemetry.py); a task's tries that never shared win over its
+those while it was alone (executor/learning/telemetry.py); a task's tries that never shared win over its
 shared ones (core/activity.py); the store keeps which were shared (``co_tasks``), so a restarted
 executor learns the same."""
 
@@ -14,8 +14,7 @@ from executor_helpers import make_workload, run_until, submit
 from carma_airflow.core.activity import ActivitySample, estimate_activity, hinted_activity
 from carma_airflow.core.gpu import Tenant
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.learned import Learned
-from carma_airflow.executor.telemetry import Attribution
+from carma_airflow.executor.learning import Attribution, Learned
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.monitor.base import GpuSample, ProcessUsage
 from carma_airflow.store import Store

@@ -9,10 +9,8 @@ from executor_helpers import running_try
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import Segment
-from carma_airflow.executor.learned import Learned
-from carma_airflow.executor.learning import learn_from_success
-from carma_airflow.executor.telemetry import Seen
-from carma_airflow.executor.writes import AddActivity
+from carma_airflow.executor.bookkeeping import AddActivity
+from carma_airflow.executor.learning import Learned, Seen, learn_from_success
 from carma_airflow.store.store import Store
 
 ALONE = Seen(ActivitySample(0.4, "process"), True, (Segment(1.0, ()),), ())

@@ -1,11 +1,11 @@
-"""Telemetry attributed to tries (executor/telemetry.py): per process by launcher session, else
+"""Telemetry attributed to tries (executor/learning/telemetry.py): per process by launcher session, else
 the GPU's activity while the try is alone; co-tenants counted per sample; each sample once."""
 
 from __future__ import annotations
 
 from carma_airflow.core.activity import hinted_activity
 from carma_airflow.core.gpu import Tenant
-from carma_airflow.executor.telemetry import Attribution
+from carma_airflow.executor.learning import Attribution
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.monitor.base import GpuSample, ProcessUsage
 

@@ -1,4 +1,4 @@
-"""A try's state machine (executor/tries.py): the moves it makes, the ones it refuses, the views."""
+"""A try's state machine (executor/tries/book.py): the moves it makes, the ones it refuses, the views."""
 
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def test_a_refused_or_orphaned_try_can_be_stopped_and_a_key_stops_once() -> None
 
 
 def test_the_earlier_tries_of_a_task_instance_and_a_newer_try_stopping_those_that_run() -> None:
-    from carma_airflow.executor.restart import StoredTi
-    from carma_airflow.executor.takeback import TakeBack
+    from carma_airflow.executor.flow.restart import StoredTi
+    from carma_airflow.executor.tries import TakeBack
 
     book = TryBook()
 

@@ -21,8 +21,8 @@ from airflow.utils.state import CallbackState, TaskInstanceState
 from executor_helpers import make_callback, make_workload, out_dir, run_until, submit
 
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.launch import LaunchedHandle
-from carma_airflow.executor.standby import Standby
+from carma_airflow.executor.airflow.standby import Standby
+from carma_airflow.launching import LaunchedHandle
 from carma_airflow.store.store import Store
 
 
@@ -171,8 +171,8 @@ def test_failed_flow_starts_leak_nothing_and_stay_on_standby(tmp_path: Path, mon
 
 
 def test_a_launcher_that_does_not_come_up_leaves_no_process_or_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
-    from carma_airflow.executor import launch
     from carma_airflow.launching import LauncherError
+    from carma_airflow.launching import local as launch
 
     monkeypatch.setattr(launch, "LAUNCHER_START_S", 0.01)  # far less than its interpreter needs to start
     _, children, fds = _resources()
@@ -343,7 +343,7 @@ def test_a_fault_in_learning_from_an_end_loses_neither_the_end_nor_its_gpus(
     and its GPUs' release are all still there, and the heartbeat goes on."""
     import logging
 
-    from carma_airflow.executor import flow as flow_module
+    from carma_airflow.executor.flow import flow as flow_module
     from carma_airflow.keys import request_key
     from carma_airflow.store.records import TryOutcome
 

@@ -20,9 +20,7 @@ import pytest
 import sqlalchemy as sa
 from tcp_proxy import TcpProxy
 
-from carma_airflow.executor import journal
-from carma_airflow.executor.writer import HELD_FILE, PARKED_FILE, PRUNE_EVERY_S, StoreWriter
-from carma_airflow.executor.writes import (
+from carma_airflow.executor.bookkeeping import (
     AddActivity,
     AddPeak,
     MarkEnded,
@@ -31,7 +29,9 @@ from carma_airflow.executor.writes import (
     UpsertPlacement,
     decode_write,
     encode_write,
+    journal,
 )
+from carma_airflow.executor.bookkeeping.writer import HELD_FILE, PARKED_FILE, PRUNE_EVERY_S, StoreWriter
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.store import Store
 
@@ -127,7 +127,7 @@ def _at(ts: float) -> datetime:
 def test_a_snapshot_is_not_held_behind_a_busy_queue(tmp_path: Path) -> None:
     # found by the 1,000-task load run: with placement rows always queued, the UI's snapshot
     # (best effort, made when the queue is empty) was never written
-    from carma_airflow.executor.writes import PutSnapshot
+    from carma_airflow.executor.bookkeeping import PutSnapshot
 
     slow = SlowStore(f"sqlite:///{tmp_path / 'slow.db'}")
     slow.migrate()
@@ -341,8 +341,8 @@ def test_a_held_write_that_cannot_be_read_back_is_parked_not_lost(tmp_path: Path
 _KILLED_WRITER = """
 import os, signal, sys, time
 from datetime import datetime, timezone
-from carma_airflow.executor.writer import StoreWriter
-from carma_airflow.executor.writes import AddPeak, MarkEnded, RecordOom, UpsertPlacement
+from carma_airflow.executor.bookkeeping import StoreWriter
+from carma_airflow.executor.bookkeeping import AddPeak, MarkEnded, RecordOom, UpsertPlacement
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.store import Store
 
@@ -466,8 +466,8 @@ def test_every_ordered_write_survives_the_held_file(tmp_path: Path) -> None:
 def _simulate_telemetry(store: Store, retention: str, hours: float, gpus: int = 8) -> tuple[int, StoreWriter]:
     """What an executor writes for ``hours`` of simulated time: a row per GPU every 30 s (the live
     view's cadence), with the writer's background pruning on the same simulated clock."""
-    from carma_airflow.executor.liveview import SAMPLES_EVERY_S
-    from carma_airflow.executor.writes import RecordSamples
+    from carma_airflow.executor.bookkeeping import RecordSamples
+    from carma_airflow.executor.bookkeeping.liveview import SAMPLES_EVERY_S
     from carma_airflow.settings import CarmaSettings
     from carma_airflow.store.records import SampleRecord
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.executor.envcheck import check_task_env
+from carma_airflow.launching import check_task_env
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.task_config import parse_task_config
 

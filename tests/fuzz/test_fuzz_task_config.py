@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.units import MAX_MIB
-from carma_airflow.executor.envcheck import check_task_env
+from carma_airflow.launching import check_task_env
 from carma_airflow.task_config import EXECUTOR_NAME, GpuTaskConfig, gpu_task, parse_task_config
 from carma_airflow.task_config import FIELDS as ALL_FIELDS
 

@@ -49,7 +49,7 @@ def test_light_mode_gives_tasks_the_executors_environment() -> None:
     import sys
     from pathlib import Path
 
-    from carma_airflow.executor import taskenv
+    from carma_airflow.launching import taskenv
 
     assert GUARDS is taskenv.GUARDS  # one definition, shared with CarmaExecutor
     kit = Path(__file__).resolve().parents[2] / "bench" / "gpu"

@@ -26,7 +26,7 @@ from carma_airflow.core.gpu import ClusterView, GpuHealth, GpuState, Tenant, gpu
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.risk import MetricWindow
-from carma_airflow.executor import metrics
+from carma_airflow.executor.bookkeeping import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 A100 = gpu_spec("A100-40GB")

@@ -24,7 +24,7 @@ from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import FailureKind, classify_failure
 from carma_airflow.core.sharing import ActivityProfile
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor.starter import TryStarter
+from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.ledger import Ledger, SimulatedCudaOOM, sim_uuid
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.fence_env import fence_from_env

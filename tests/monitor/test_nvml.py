@@ -429,7 +429,7 @@ def test_an_nvml_error_in_per_process_utilisation_never_fails_the_sample(
 def test_idle_intervals_count_in_a_tries_measured_activity(fake: FakeNvml) -> None:
     """Issue 24 item 8: a try busy in one interval of four and idle ("not found") in three is
     measured at a quarter of its busy share, not at the busy share (only busy intervals counted)."""
-    from carma_airflow.executor.telemetry import Attribution
+    from carma_airflow.executor.learning import Attribution
     from carma_airflow.executor.tries import Try, TryState
 
     class Handle:

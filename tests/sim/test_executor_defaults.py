@@ -4,7 +4,7 @@ share is compared programmatically, so a default changed on one side alone fails
 estimate, the policy and its tenant cap and floor, the queue and its starvation bound, the placer's
 constants (reserve, headroom, floor, lock), the OOM recovery (retries, headroom, the request
 bound), the fence (mechanism, cap rule, margin).  Then both are fed the same tries and must decide
-the same: the executor's intake and placement parts (executor/intake.py, executor/parts.py) and
+the same: the executor's intake and placement parts (executor/tries/intake.py, executor/flow/parts.py) and
 the simulator's (sim/engine.py), each through core's SchedulingCycle with its default settings."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
 from carma_airflow.core.fence_host import resolve
 from carma_airflow.core.fencing import CapRule, FenceModel, IsolationMode
 from carma_airflow.core.recovery import RetryMode, max_retry_request_mib
-from carma_airflow.executor.intake import first_request
-from carma_airflow.executor.learned import Learned
-from carma_airflow.executor.parts import placement_parts, recovery_settings
+from carma_airflow.executor.flow import placement_parts, recovery_settings
+from carma_airflow.executor.learning import Learned
+from carma_airflow.executor.tries import first_request
 from carma_airflow.options import OPTIONS
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.sim import Arrival, SimConfig, Simulation

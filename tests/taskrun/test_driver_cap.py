@@ -1,4 +1,4 @@
-"""Driver caps (taskrun/driver_cap.py, executor/starter.py): each try in its own cgroup leaf with
+"""Driver caps (taskrun/driver_cap.py, executor/starting/starter.py): each try in its own cgroup leaf with
 its NVML limits, with a fake NVML function and a temporary directory as the cgroup root."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor.starter import TryStarter
+from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.nvml import NvmlProbe
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.driver_cap import (
@@ -73,7 +73,7 @@ class FakeNvml:
         self.calls.append((uuid, leaf, soft, hard))
 
 
-ME = f"gpuhost:{os.getpid()}:aaaa1111"  # an executor's peer id (executor/peers.py): host, pid, token
+ME = f"gpuhost:{os.getpid()}:aaaa1111"  # an executor's peer id (executor/peers/peers.py): host, pid, token
 PEER = f"gpuhost:{os.getppid()}:bbbb2222"  # another live executor on the same host
 
 
@@ -190,7 +190,7 @@ def test_a_gone_executors_leaves_get_their_soft_limits_cleared_on_every_gpu_of_t
 def test_the_starter_gives_its_driver_caps_every_gpu_of_the_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from carma_airflow.executor import starter as starter_module
+    from carma_airflow.executor.starting import starter as starter_module
 
     nvml = FakeNvml()
     monkeypatch.setattr(starter_module, "nvml_set_limit", lambda owner: nvml)
@@ -323,7 +323,7 @@ def test_the_starter_sets_limits_through_the_monitors_probe(tmp_path: Path, monk
         def set_memory_limits(self, uuid: str, namespace: str, soft: int, hard: int) -> None:
             seen.append((uuid, namespace, soft, hard))
 
-    from carma_airflow.executor import starter as starter_module
+    from carma_airflow.executor.starting import starter as starter_module
 
     monkeypatch.setattr(starter_module, "DriverCaps", functools.partial(DriverCaps, root=tmp_path / "cgroup"))
     s = starter(tmp_path, isolation="driver")

@@ -1,4 +1,4 @@
-"""A fenced try's environment (taskrun/fence_env.py, executor/taskenv.py) and the mode chosen
+"""A fenced try's environment (taskrun/fence_env.py, launching/taskenv.py) and the mode chosen
 for a host (taskrun/isolation.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import CapRule, Fence, IsolationMode
-from carma_airflow.executor.taskenv import gpu_task_env
+from carma_airflow.launching import gpu_task_env
 from carma_airflow.taskrun.fence_env import fence_from_env
 from carma_airflow.taskrun.isolation import HostIsolation, Resolved, fence_for, mps_daemon_running, resolve
 

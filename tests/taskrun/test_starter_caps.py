@@ -1,4 +1,4 @@
-"""The executor's side of the caps (executor/starter.py): each placed try's fence in its
+"""The executor's side of the caps (executor/starting/starter.py): each placed try's fence in its
 environment, each GPU's cap from that GPU's co-tenants, ``isolation_cap = live`` keeping a
 PyTorch try's cap file current from the moment a co-tenant is placed, the driver's limits on
 simulated GPUs, the CUDA context counted, and the line that says so in the scheduler's log."""
@@ -16,7 +16,7 @@ from carma_airflow.core.cuda_context import DEFAULT_CONTEXT_MIB
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.task import MemoryNeed, TaskRequest
-from carma_airflow.executor.starter import TryStarter
+from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.ledger import Ledger, sim_uuid
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.live_cap import read_caps

@@ -12,7 +12,7 @@ import pytest
 from ui_helpers import HOST, UUIDS, snapshot_body
 
 from carma_airflow.core.gpu import ClusterView
-from carma_airflow.executor.liveview import LiveView
+from carma_airflow.executor.bookkeeping import LiveView
 from carma_airflow.live_snapshots import current, name_of
 from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.peers import ExecutorRecord

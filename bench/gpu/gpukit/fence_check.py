@@ -5,7 +5,7 @@ First the CUDA context one process holds, measured once per GPU model of the hos
 process less ``torch.cuda.memory_reserved()``), printed beside what core/cuda_context.py counts.
 
 Then two processes share GPU 0, each with the environment CarmaExecutor gives a fenced try
-(carma_airflow.executor.taskenv + the fence of carma_airflow.taskrun.isolation, the CUDA context
+(carma_airflow.launching.taskenv + the fence of carma_airflow.taskrun.isolation, the CUDA context
 counted as the executor counts it): a neighbour that declares and uses 12 GiB (half first, the
 rest after the grower grew) and a grower that declares 8 GiB and then asks for most of the GPU.
 Each scenario passes when:
@@ -16,7 +16,7 @@ Each scenario passes when:
   finishes;
 * ``framework live`` (the default rule, ``isolation_cap = live``): the grower starts alone, its
   cap the whole GPU less the reserve; when the neighbour is placed the kit re-sets the grower's
-  cap file to the GPU less the neighbour's promise, as the executor does (executor/starter.py),
+  cap file to the GPU less the neighbour's promise, as the executor does (executor/starting/starter.py),
   and the grower's follower thread re-sets PyTorch's fraction; then as ``framework``, and the
   grower's log must say its cap moved;
 * ``driver`` (where the host has NVML's per-cgroup limit call; skipped with a line that says why
@@ -27,7 +27,7 @@ Each scenario passes when:
 
 The grower's OOM is classified with its fence (core/recovery.py ``KnownFence``), as a try
 classifies its own.  Dry run: the simulated ledger plays the GPU (an A100-40GB), the caps, a
-driver leaf's limit (executor/sim_driver.py) and a CUDA context of ``SIM_CONTEXT_MIB``.  Exit 0
+driver leaf's limit (executor/starting/sim_driver.py) and a CUDA context of ``SIM_CONTEXT_MIB``.  Exit 0
 when every scenario that ran passed and every context was measured, 1 otherwise.
 """
 
@@ -50,7 +50,7 @@ from carma_airflow.core.cuda_context import context_source, cuda_context_mib
 from carma_airflow.core.fencing import CapRule, Fence, FenceModel, IsolationMode, Tenant
 from carma_airflow.core.oom_figures import KnownFence
 from carma_airflow.core.recovery import FailureKind, classify_failure
-from carma_airflow.executor.taskenv import gpu_task_env
+from carma_airflow.launching import gpu_task_env
 from carma_airflow.monitor.nvml import DriverLimits
 from carma_airflow.taskrun.driver_cap import CGROUP_LEAF_ENV, DriverCapError
 from carma_airflow.taskrun.fence_env import CONTEXT_ENV, RULE_ENV, SIM_LEAF_ENV
@@ -115,7 +115,7 @@ def _fence(
 
 
 def _env(fence: Fence, gpu: Gpu, sync: Path, rule: CapRule) -> dict[str, str]:
-    """What the executor's starter gives a placed try with this fence (executor/starter.py)."""
+    """What the executor's starter gives a placed try with this fence (executor/starting/starter.py)."""
     env = _base_env()
     env.update(gpu_task_env([gpu.uuid], result_path=str(sync / "unused.json"), placement="fence check", fence=fence))
     if fence.fenced:
@@ -245,7 +245,7 @@ def live_scenario(host: HostIsolation, gpu: Gpu, ledger: str | None) -> Outcome:
 
 def driver_scenario(host: HostIsolation, gpu: Gpu, ledger: str | None) -> Outcome:
     """``driver``: each process in a cgroup leaf of its own, its limits set as the executor sets them;
-    on simulated GPUs the ledger keeps them (executor/sim_driver.py)."""
+    on simulated GPUs the ledger keeps them (executor/starting/sim_driver.py)."""
     phases = {
         "neighbour": [[None, NEIGHBOUR_MIB // 2, "half"], ["grown-or-failed", NEIGHBOUR_MIB // 2, None]],
         "grower": [["half", GROWER_MIB, None], [None, _grow_mib(gpu), "grown-or-failed"]],
@@ -257,7 +257,7 @@ def driver_scenario(host: HostIsolation, gpu: Gpu, ledger: str | None) -> Outcom
     sync = Path(tempfile.mkdtemp(prefix="fence-driver-"))
     caps: Any
     if ledger:
-        from carma_airflow.executor.sim_driver import SimulatedDriverCaps
+        from carma_airflow.executor.starting import SimulatedDriverCaps
         from carma_airflow.monitor.ledger import Ledger
 
         caps, where = SimulatedDriverCaps(Ledger(ledger)), SIM_LEAF_ENV
