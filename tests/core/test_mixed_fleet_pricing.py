@@ -133,3 +133,19 @@ def test_a_try_waits_for_a_faster_gpu_about_to_drain_rather_than_run_on_a_slow_i
     policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 620.0}})
     d = _decided(policy, view(*gpus))
     assert d.gpu_uuids == ("GPU-1",)
+
+
+def test_the_lifted_floor_refuses_nothing_while_the_cluster_is_saturated() -> None:
+    from dataclasses import replace
+
+    from carma_airflow.core.policies.floor import short
+    from carma_airflow.core.policies.forecast import Occupant
+
+    policy = _learned({"tenant0-0": {"A100-40GB": 1000.0}, "label-r": {"A100-40GB": 1000.0}})
+    policy.settings = replace(policy.settings, min_gain=0.9, lift_floor_saturated=True)
+    f = Placer(policy)._pass(view(busy_gpu(0, 30_000))).facts[0]
+    new = Occupant("label-r", 0.9, 1000.0)
+    policy.begin_pass(0.0, waiting=2, gpus=1)  # 1 waiting besides it: not saturated (cap 3 x 1 GPU)
+    assert not policy.saturated and short(policy, f, new) is not None
+    policy.begin_pass(0.0, waiting=4, gpus=1)  # 3 besides it: the GPUs at the cap could not hold them
+    assert policy.saturated and short(policy, f, new) is None
