@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from executor_helpers import make_workload, run_until, running_try, submit
 
 from carma_airflow.core.activity import ActivitySample
@@ -14,7 +15,7 @@ from carma_airflow.core.interference import CollocationObservation, Interference
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.executor.bookkeeping import AddActivity, SaveDocument
 from carma_airflow.executor.learning import Seen, learn_from_success
-from carma_airflow.executor.learning.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned
+from carma_airflow.executor.learning.learned import HANDOVER_S, MODEL_DOC, SOLO_KEPT, Learned, use_durations
 from carma_airflow.store.store import Store
 
 
@@ -170,6 +171,29 @@ def test_a_start_hands_the_policy_only_the_run_times_each_task_keeps(tmp_path: P
     learned.load(store)
     store.close()
     handed = learned.take_new_solos()
-    assert sorted(s for k, s in handed if k == "dag.t") == [100.0 + i for i in range(5, SOLO_KEPT + 5)]
-    assert [s for k, s in handed if k == "dag.u"] == [40.0]
+    assert sorted(s for k, s, _ in handed if k == "dag.t") == [100.0 + i for i in range(5, SOLO_KEPT + 5)]
+    assert [s for k, s, _ in handed if k == "dag.u"] == [40.0]
+    assert {m for _, _, m in handed} == {None}  # no GPU model stored: none handed
     assert learned.solo_seconds("dag", "t") == 100.0 + (5 + SOLO_KEPT + 4) / 2
+
+
+def test_a_start_hands_the_policy_each_solo_run_with_its_gpu_model(tmp_path: Path) -> None:
+    # issue 44: a restarted executor prices each GPU model on what the earlier one measured there,
+    # so the solo runs it reads back go to the policy with the model they ran on
+    store = Store(f"sqlite:///{tmp_path / 'carma.db'}")
+    store.migrate()
+    for i, (model, seconds) in enumerate([("A100-80GB", 30.0), ("V100-32GB", 120.0), ("A100-80GB", 32.0)]):
+        store.add_activity(
+            "dag", "gains", 0.5, "process", 1_900_000_000.0 + i, co_tasks=[], solo_s=seconds, gpu_model=model
+        )
+    learned = Learned()
+    learned.load(store)
+    store.close()
+    policy = CompletionTime()
+    use_durations(policy, learned)
+    fast = policy.learned.by_model.predict("dag.gains", "A100-80GB")
+    slow = policy.learned.by_model.predict("dag.gains", "V100-32GB")
+    assert fast is not None and slow is not None
+    assert fast.seconds == pytest.approx(31.0, rel=0.05)
+    assert slow.seconds == pytest.approx(120.0, rel=0.05)
+    assert learned.take_new_solos() == []  # handed once

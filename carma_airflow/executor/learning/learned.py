@@ -77,7 +77,8 @@ class Learned:
         self._tries: dict[Family, dict[int, EndedTry]] = {}  # by try number; in order of use (LRU)
         self._activity: dict[tuple[str, str], deque[ActivitySample]] = {}
         self._solo: dict[tuple[str, str], deque[float]] = {}
-        self._new_solo: list[tuple[str, float]] = []
+        # (task type, seconds, GPU model where known): what the next hand-over gives the policy
+        self._new_solo: list[tuple[str, float, str | None]] = []
         # per task (``dag.task``) and GPU model, and the ratios between models (core/model_speed.py)
         self.by_model = SoloRunTimes()
         self.model = InterferenceModel()
@@ -94,10 +95,19 @@ class Learned:
             self.add_activity(dag_id, task_id, ActivitySample(value, source, shared))
         for dag_id, task_id, seconds in store.recent_solo_runs():
             self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
+        on_model: dict[str, deque[tuple[float, str]]] = {}
         for dag_id, task_id, gpu_model, seconds in store.recent_solo_runs_by_model():
             self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
-        # the policy's at the first hand-over: the kept ones only (each costs the policy a median)
-        self._new_solo += [(f"{d}.{t}", s) for (d, t), runs in self._solo.items() for s in runs]
+            on_model.setdefault(f"{dag_id}.{task_id}", deque(maxlen=SOLO_KEPT)).append((seconds, gpu_model))
+        # the policy's at the first hand-over: the kept ones only (each costs the policy a median),
+        # with their GPU models where the store has them, so a restarted executor prices each model
+        # on what the earlier one measured there (issue 44)
+        for (d, t), runs in self._solo.items():
+            kind = f"{d}.{t}"
+            if kind in on_model:
+                self._new_solo += [(kind, s, m) for s, m in on_model[kind]]
+            else:
+                self._new_solo += [(kind, s, None) for s in runs]
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
         if doc is not None:
             self.model = InterferenceModel.from_dict(doc[1])
@@ -151,13 +161,14 @@ class Learned:
 
     def add_solo(self, dag_id: str, task_id: str, seconds: float, gpu_model: str | None = None) -> None:
         self._solo.setdefault((dag_id, task_id), deque(maxlen=SOLO_KEPT)).append(seconds)
-        self._new_solo.append((f"{dag_id}.{task_id}", seconds))
+        self._new_solo.append((f"{dag_id}.{task_id}", seconds, gpu_model or None))
         if gpu_model:
             self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
 
-    def take_new_solos(self) -> list[tuple[str, float]]:
-        """The solo run times measured since the last call, by task type (``dag.task``): what a
-        policy that forecasts completion times learns durations from (:func:`use_durations`)."""
+    def take_new_solos(self) -> list[tuple[str, float, str | None]]:
+        """The solo run times measured since the last call, by task type (``dag.task``), with the
+        GPU model each ran on where known: what a policy that forecasts completion times learns
+        durations from, per model (:func:`use_durations`)."""
         taken, self._new_solo = self._new_solo, []
         return taken
 
@@ -237,9 +248,9 @@ def use_durations(policy: object, learned: Learned) -> None:
     """Hand the solo run times measured since the last call to a policy that forecasts completion
     times (core/policies/completion_time.py), as the simulator does when a job ends."""
     learn = getattr(policy, "learn_duration", None)
-    for kind, seconds in learned.take_new_solos():
+    for kind, seconds, gpu_model in learned.take_new_solos():
         if learn is not None:
-            learn(kind, seconds)
+            learn(kind, seconds, gpu_model)
 
 
 __all__ = ["EndedTry", "Family", "Learned", "ended_try", "use_durations", "use_model"]
