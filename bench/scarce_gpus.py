@@ -5,7 +5,9 @@ Per cell (a cluster, a trace, an interference truth and a speed truth) three run
 queue (backfill) and estimator (``history+gpumemnet``, as bench/robustness.py's grid):
 most-free-memory (``mfm``, the baseline: lowest index among idle GPUs), the default
 (completion-time) with ``CompletionSettings.keep_scarce`` off (``ct-index``: the idle order as before
-issue 44) and on (``ct``).  Printed: each one's mean JCT and makespan as a ratio of mfm's, side by
+issue 44) and on (``ct``; since item 4 the idle order is fastest first on several models, and idle GPUs
+are kept by the tries' speeds too: bench/mixed_fleet.py compares the rule with speed-aware baselines).
+Printed: each one's mean JCT and makespan as a ratio of mfm's, side by
 side, and tasks lost.  Traces: the paper's t1 and t2, and synthetic traces (seeds 100-101, 15
 tasks per GPU, 2.0x exclusive load).  Speed truths: ``alike`` (every model the same speed) and
 ``spec:0`` (sim/speed.py).
