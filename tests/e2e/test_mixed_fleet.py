@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 from carma_airflow.monitor.ledger import sim_uuid
 from carma_airflow.store.records import PlacementRecord, TryOutcome
 from carma_airflow.store.store import Store
@@ -215,12 +215,6 @@ def test_solo_runs_are_learned_per_task_and_model_and_survive_a_restart(fleet: F
     assert f"{SLOW} vs {FAST}:" in text and "learned from 2 task(s) run on both" in text, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 44 item 4: the executor does not price each model's speed yet (it hands the policy solo "
-    "run times without their GPU model, executor/learning/learned.py use_durations; `carma why` shows no predicted "
-    "run per model)",
-)
 def test_the_second_run_sends_the_gaining_task_to_the_fast_model(fleet: Fleet, speed_runs: SpeedRuns) -> None:
     """After the restart, from what the store kept: ``gains``'s small instance (4x faster on an
     A100-80GB) goes to the fast model (sharing it, or waiting for it where that wins), ``flat``'s
