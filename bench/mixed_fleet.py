@@ -282,10 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{'/'.join(str(lost[x]) for x in RUNS):14} | {'W' if w else '-'} {'H' if h else '-'} {'B' if b else '-'}"
         )
         rows.append({"cell": c.__dict__, "runs": {k: list(v) for k, v in r.items()}, "targets": [w, h, b]})
-    for (kind, day), (n, w, h, b) in sorted(counts.items()):
+    for (kind, day), (n, nw, nh, nb) in sorted(counts.items()):
         print(
-            f"{kind} day {day}: never worse than mfm {w}/{n}; within half-way to the oracle {h}/{n};"
-            f" below the best other baseline {b}/{n}"
+            f"{kind} day {day}: never worse than mfm {nw}/{n}; within half-way to the oracle {nh}/{n};"
+            f" below the best other baseline {nb}/{n}"
         )
     for run in RUNS[1:]:
         gm = statistics.geometric_mean(got[(c, run, args.knob)][0] / got[(c, "mfm", args.knob)][0] for c in cells)
