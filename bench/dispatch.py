@@ -20,7 +20,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
 

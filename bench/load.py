@@ -35,7 +35,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = ROOT / "bench" / "dags" / "load_bench.py"

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from speed import NOW, catalog_requests
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import make_policy
 from carma_airflow.core.queueing import make_queue
@@ -44,7 +45,6 @@ from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.samples import to_json
 from carma_airflow.executor.gpus import build_view
 from carma_airflow.monitor.base import GpuSample
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.sim import load_catalog, packaged
 from carma_airflow.store.store import Store
 

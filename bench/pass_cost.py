@@ -34,8 +34,8 @@ import noop_try
 from airflow.executors.workloads import ExecuteTask
 from load import drop_pg_database, make_pg_database  # bench/load.py: a fresh database on 127.0.0.1:5432
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
 from carma_airflow.testing import make_workload, try_runner_env
 

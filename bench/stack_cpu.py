@@ -1,4 +1,4 @@
-"""What one test deployment (carma_airflow/devstack.py) costs: the CPU seconds of each Airflow
+"""What one test deployment (carma_airflow/dev/devstack.py) costs: the CPU seconds of each Airflow
 component up to a healthy api-server with its DAGs parsed, then its CPU per second while idle,
 and how long ``stop()`` takes.  Extra settings as KEY=VALUE (``AIRFLOW__...`` or ``[carma]``
 names) compare one configuration with another in the same run of the machine.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_FOLDERS = [ROOT / "tests" / "e2e" / "dags", ROOT / "tests" / "e2e" / "checkpoint_dags"]

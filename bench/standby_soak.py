@@ -1,6 +1,6 @@
 """Standby soak: a real scheduler whose CarmaExecutor cannot start (no NVML driver) for minutes.
 
-A throwaway Airflow (carma_airflow/devstack.py) with ``[carma] gpu_backend = nvml`` on a machine
+A throwaway Airflow (carma_airflow/dev/devstack.py) with ``[carma] gpu_backend = nvml`` on a machine
 without an NVIDIA driver: every start of the executor fails, and it is tried again (5 s, doubling
 to 60 s; executor/airflow/standby.py).  Only the scheduler runs (no api-server or dag-processor).  After
 the first retry and at the end the script reads, from /proc, the scheduler process's threads, its
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from carma_airflow.devstack import AirflowStack  # noqa: E402
+from carma_airflow.dev.devstack import AirflowStack  # noqa: E402
 
 FAILED_START = "CarmaExecutor could not start"
 

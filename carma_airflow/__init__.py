@@ -27,7 +27,7 @@ _CHECKPOINT = ("atomic_path", "checkpoint_dir", "last_checkpoint", "record_check
 def __getattr__(name: str) -> Any:
     # Lazy: importing carma_airflow.core must not pull in pydantic (or anything else).
     if name in ("GpuTaskConfig", "gpu_task", "parse_task_config"):
-        from carma_airflow import task_config
+        from carma_airflow.config import task_config
 
         return getattr(task_config, name)
     if name in _CHECKPOINT:  # a task's checkpoint folder (docs/checkpoints.md)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from carma_airflow import __version__
-from carma_airflow.options import provider_config_section
+from carma_airflow.config.options import provider_config_section
 
 
 def get_provider_info() -> dict[str, Any]:

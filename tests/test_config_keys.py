@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from carma_airflow.config_keys import nearest
+from carma_airflow.config.task_config import FIELDS, gpu_task, parse_task_config
+from carma_airflow.config.unknown_keys import nearest
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.task_config import FIELDS, gpu_task, parse_task_config
 
 WHERE = "task 'train': executor_config"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from carma_airflow.config.options import OPTIONS, option_default
+from carma_airflow.config.settings import parse_duration
 from carma_airflow.core.estimators import OUTGROWN_RUNS, OUTGROWN_TOLERANCE, History, TaskMemoryInfo, outgrown_peaks
 from carma_airflow.core.interference_estimate import DEFAULT_INTERFERENCE_SETTINGS as PRIOR
 from carma_airflow.core.policies import DEFAULT_POLICY, policy_names
-from carma_airflow.options import OPTIONS, option_default
-from carma_airflow.settings import parse_duration
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -13,7 +13,7 @@ from carma_airflow.core.interference import (
     InterferenceModel,
     slowdown,
 )
-from carma_airflow.learned_view import (
+from carma_airflow.views.learned import (
     INTERFERENCE_DOCUMENT,
     activity,
     activity_line,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from carma_airflow.queue_place import place_of
+from carma_airflow.views.queue_place import place_of
 
 
 def _entry(key: str, priority: int, tie_break: int = 0) -> dict[str, object]:

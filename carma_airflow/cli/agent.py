@@ -23,8 +23,8 @@ def agent_cmd(
     Run one per GPU host, next to `airflow celery worker --queues <queue_prefix><host>`; the
     CarmaExecutor (dispatch = celery) places tries on the hosts whose agent and worker are alive.
     """
+    from carma_airflow.config.settings import CarmaSettings
     from carma_airflow.distributed.agent import Agent
-    from carma_airflow.settings import CarmaSettings
 
     settings = CarmaSettings.from_airflow()
     alembic_log = logging.getLogger("alembic")

@@ -33,7 +33,7 @@ def model_cmd(ctx: typer.Context, as_json: Annotated[bool, typer.Option("--json"
     and the speed ratios between GPU models learned from solo run times (issue 44)."""
     if ctx.invoked_subcommand is not None:
         return
-    from carma_airflow.learned_view import MODEL_PREFIX, fit_lines, interference, nothing_learned_line
+    from carma_airflow.views.learned import MODEL_PREFIX, fit_lines, interference, nothing_learned_line
 
     store = _store(_settings())
     try:
@@ -84,7 +84,7 @@ def export_cmd(
     """Write the learned fits to a file that `carma model import` reads in another deployment.
 
     Every GPU model's fit (or those of --gpu-model), with the observations it rests on."""
-    from carma_airflow.learned_view import INTERFERENCE_DOCUMENT, export_document
+    from carma_airflow.views.learned import INTERFERENCE_DOCUMENT, export_document
 
     store = _store(_settings())
     try:
@@ -111,7 +111,7 @@ def import_cmd(
 
     Until its own tries teach it, the placer predicts collocations with them instead of the prior.
     Run it while no CarmaExecutor runs: a running one would overwrite them at its next refit."""
-    from carma_airflow.learned_view import INTERFERENCE_DOCUMENT, merge_import, read_export
+    from carma_airflow.views.learned import INTERFERENCE_DOCUMENT, merge_import, read_export
 
     try:
         data = json.loads(path.read_text())

@@ -15,7 +15,7 @@ from carma_airflow.cli import app, fail, one_line_errors
 
 
 def _settings() -> Any:
-    from carma_airflow.settings import CarmaSettings
+    from carma_airflow.config.settings import CarmaSettings
 
     return CarmaSettings.from_config_file()  # without importing Airflow: a command starts in a second less
 
@@ -158,7 +158,7 @@ def _isolation_line(settings: Any) -> str:
 
 def _current_snapshots(store: Any, settings: Any) -> dict[str, tuple[datetime, dict[str, Any]]]:
     """The live snapshots of the executors that run (a gone one's only where its host has no other)."""
-    from carma_airflow.live_snapshots import PREFIX, current
+    from carma_airflow.store.live_snapshots import PREFIX, current
 
     snapshots = store.snapshots(PREFIX)
     return current(snapshots, store.executors(), datetime.now(timezone.utc).timestamp(), settings.peer_timeout_seconds)
@@ -241,7 +241,7 @@ def why_cmd(
     from carma_airflow.core.estimators import outgrew_declaration
     from carma_airflow.core.fencing import FENCE_REASON, fence_line
     from carma_airflow.core.grown import grown_line
-    from carma_airflow.learned_view import activity, activity_line
+    from carma_airflow.views.learned import activity, activity_line
 
     dag_id, task_id = task.split(".", 1)
     map_index = None  # ``dag.task[3]``: one mapped instance, named as `carma placements` prints it
@@ -315,7 +315,7 @@ def why_cmd(
 
 def _queue_places(records: list[Any], store: Any, settings: Any) -> dict[str, Any]:
     """Placement key -> its QueuePlace, for each waiting one of ``records`` an executor lists."""
-    from carma_airflow.queue_place import place_of
+    from carma_airflow.views.queue_place import place_of
 
     if not any(r.outcome == "waiting" for r in records):
         return {}
@@ -345,7 +345,7 @@ def _peak(rec: Any, ended: bool) -> str:
 
 def _wait_view(store: Any, settings: Any) -> Any:
     """Every executor's waiting tries and heartbeats, from the store (waiting_view.py)."""
-    from carma_airflow.waiting_view import read
+    from carma_airflow.views.waiting import read
 
     return read(store, datetime.now(timezone.utc), settings.peer_timeout_seconds)
 
@@ -368,7 +368,7 @@ def demo_cmd(
     """Run the main job: Airflow + CarmaExecutor on simulated 4xA100-40GB, the demo DAG, a report."""
     from pathlib import Path
 
-    from carma_airflow.demo import run_demo, stop_demo
+    from carma_airflow.dev.demo import run_demo, stop_demo
 
     if stop:
         stop_demo(Path(home))

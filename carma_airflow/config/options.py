@@ -3,7 +3,7 @@ made from it.
 
 The table feeds the provider info (so ``airflow config list`` shows every option with its
 description and default), the configuration reference (docs/configuration.md) and
-:class:`~carma_airflow.settings.CarmaSettings` (the validated settings the executor reads in
+:class:`~carma_airflow.config.settings.CarmaSettings` (the validated settings the executor reads in
 ``start()``), which turns each raw value into its type with :func:`parse_value`.
 """
 
@@ -316,7 +316,8 @@ def options_markdown() -> str:
     lines = [
         "# Configuration reference: the `[carma]` section",
         "",
-        "Generated from `carma_airflow/options.py` (`python -m carma_airflow.options > docs/configuration.md`).",
+        "Generated from `carma_airflow/config/options.py`"
+        " (`python -m carma_airflow.config.options > docs/configuration.md`).",
         "Every option can also be set as `AIRFLOW__CARMA__<OPTION>`; `airflow config list --section carma` shows them.",
         "",
         "| option | type | default | what it does |",

@@ -1,7 +1,7 @@
 """The settings of the ``[carma]`` section, read once, validated: :class:`CarmaSettings`.
 
 The options themselves (names, types, defaults, descriptions) are one table in
-:mod:`carma_airflow.options`; :meth:`CarmaSettings.from_airflow` reads each from Airflow's
+:mod:`carma_airflow.config.options`; :meth:`CarmaSettings.from_airflow` reads each from Airflow's
 configuration (so also as ``AIRFLOW__CARMA__<OPTION>``), fills the defaults that depend on the
 host and on ``AIRFLOW_HOME``, and validates the values together.
 """
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from carma_airflow.config.options import OPTIONS, parse_value
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.core.fencing import DEFAULT_CAP_RULE
 from carma_airflow.core.policies.floor import FLOORED_POLICIES
-from carma_airflow.options import OPTIONS, parse_value
 from carma_airflow.store.url import default_url
 
 
@@ -46,7 +46,7 @@ def default_state_dir(airflow_home: str | None = None) -> str:
 @dataclass(frozen=True, slots=True)
 class CarmaSettings:
     """The ``[carma]`` section as typed values: one field per option of
-    :data:`~carma_airflow.options.OPTIONS`."""
+    :data:`~carma_airflow.config.options.OPTIONS`."""
 
     gpu_backend: str
     simulated_gpus: str

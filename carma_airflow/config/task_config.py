@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from carma_airflow.config_keys import section_problems, unknown_key_problems
+from carma_airflow.config.unknown_keys import section_problems, unknown_key_problems
 from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.units import parse_mib

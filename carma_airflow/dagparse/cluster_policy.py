@@ -28,9 +28,9 @@ from typing import Any
 from airflow.exceptions import AirflowClusterPolicyViolation
 from airflow.policies import hookimpl
 
+from carma_airflow.config.options import option_default
+from carma_airflow.config.task_config import EXECUTOR_NAME, check_task
 from carma_airflow.core.errors import ConfigError, TaskRefusedError
-from carma_airflow.options import option_default
-from carma_airflow.task_config import EXECUTOR_NAME, check_task
 
 AUTHOR_RETRIES_KEY = "carma_author_retries"  # top-level executor_config key, written by this policy
 REFUSED_ENV = "CARMA_REFUSED"  # JSON {"dag_id", "task_id", "reason"}: the executor will not run this try

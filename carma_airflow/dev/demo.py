@@ -31,6 +31,8 @@ from rich.table import Table
 from carma_airflow.core.policies import DEFAULT_POLICY
 from carma_airflow.core.shorten import whole_clauses
 
+DEMO_DAGS = Path(__file__).resolve().parents[1] / "demo_dags"  # carma_airflow/demo_dags: the shipped demo DAG
+
 GPUS = "4xA100-40GB"
 SHARED_POLICY = DEFAULT_POLICY  # what the demo's executor places by ([carma] policy left at its default)
 DAG_ID = "carma_demo"
@@ -59,7 +61,7 @@ DEMO_TASKS = (  # task types of the paper's catalogue that dags/carma_demo.py tr
 
 def _stop_previous(home: Path) -> None:
     """Stop what an earlier ``carma demo --keep`` left running (its process groups, then its tasks)."""
-    from carma_airflow.devstack import kill_task_processes
+    from carma_airflow.dev.devstack import kill_task_processes
 
     pids: list[int] = []
     with suppress(ValueError, OSError):
@@ -147,7 +149,7 @@ def _simulated_makespans(startup_s: float = 0.0) -> tuple[float, float]:
 
 
 def run_demo(home: Path, keep: bool = False, out_dir: Path | None = None, timeout_s: float = 600) -> int:
-    from carma_airflow.devstack import AirflowStack
+    from carma_airflow.dev.devstack import AirflowStack
     from carma_airflow.store.store import Store
 
     probe = Console()
@@ -161,7 +163,7 @@ def run_demo(home: Path, keep: bool = False, out_dir: Path | None = None, timeou
     out.mkdir(parents=True, exist_ok=True)
     stack = AirflowStack(
         home,
-        Path(__file__).with_name("demo_dags"),
+        DEMO_DAGS,
         simulated_gpus=GPUS,
         AIRFLOW__CORE__PARALLELISM="32",
     )

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.distributed.samples import to_json
 from carma_airflow.distributed.simgpus import host_probe
 from carma_airflow.monitor.base import GpuSample, Probe
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import HostRecord
 from carma_airflow.store.store import Store
 

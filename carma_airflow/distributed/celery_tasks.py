@@ -34,9 +34,9 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.distributed.errors import WrongHostError
 from carma_airflow.distributed.simgpus import ledger_path
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
 from carma_airflow.taskrun.outcome import RESULT_ENV, SIM_LEDGER_ENV, read_result
 

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.distributed.agent import queue_for
 from carma_airflow.distributed.cluster import ClusterMonitor
@@ -37,7 +38,6 @@ from carma_airflow.distributed.results import Chores, ResultFetcher
 from carma_airflow.keys import request_key
 from carma_airflow.launching import Ended, Launcher, TaskHandle
 from carma_airflow.monitor.base import GpuSource
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import DispatchRecord
 from carma_airflow.store.store import Store
 from carma_airflow.taskrun.outcome import TryResult

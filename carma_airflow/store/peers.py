@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
-from carma_airflow.live_snapshots import name_of
 from carma_airflow.store.engine import Moment, StoreBase, utc
 from carma_airflow.store.errors import RecordError
+from carma_airflow.store.live_snapshots import name_of
 from carma_airflow.store.schema import ExecutorRow, ReservationRow, SnapshotRow
 
 

@@ -56,7 +56,7 @@ class StoreHolder:
 
 
 def _store_from_airflow() -> Store:
-    from carma_airflow.settings import CarmaSettings
+    from carma_airflow.config.settings import CarmaSettings
     from carma_airflow.store.errors import StoreError
     from carma_airflow.store.store import Store
 

@@ -13,18 +13,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from carma_airflow import live_snapshots, waiting_view
 from carma_airflow.core.checkpoints import resume_line
 from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.core.fencing import fence_line
 from carma_airflow.core.grown import grown_line
 from carma_airflow.core.shorten import whole_clauses
-from carma_airflow.learned_view import MODEL_PREFIX, interference
-from carma_airflow.queue_place import place_of
+from carma_airflow.store import live_snapshots
 from carma_airflow.store.records import OomRecord, PlacementRecord, TryOutcome
 from carma_airflow.store.url import mask_password
 from carma_airflow.ui import coerce as c
 from carma_airflow.ui.timeline import Lane, TimelineBar, layout
+from carma_airflow.views import waiting as waiting_view
+from carma_airflow.views.learned import MODEL_PREFIX, interference
+from carma_airflow.views.queue_place import place_of
 
 if TYPE_CHECKING:
     from carma_airflow.store.store import Store

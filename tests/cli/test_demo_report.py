@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from carma_airflow.demo import _failures
+from carma_airflow.dev.demo import _failures
 from carma_airflow.store.records import PlacementRecord, TryOutcome
 
 T0 = datetime(2026, 12, 2, tzinfo=UTC)
@@ -67,8 +67,8 @@ def test_a_long_reason_is_cut_between_clauses_never_mid_sentence() -> None:
 def test_the_makespan_table_names_the_policy_the_demo_runs(monkeypatch) -> None:
     from rich.console import Console
 
-    from carma_airflow import demo
-    from carma_airflow.options import option_default
+    from carma_airflow.config.options import option_default
+    from carma_airflow.dev import demo
 
     monkeypatch.setattr(demo, "_simulated_makespans", lambda startup_s=0.0: (100.0, 80.0))
     console = Console(record=True, width=200)

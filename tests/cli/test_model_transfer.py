@@ -11,8 +11,8 @@ from test_ops import _learned_model, _open, carma, env  # noqa: F401  (env: the 
 
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.core.interference import InterferenceModel
-from carma_airflow.learned_view import EXPORT_FORMAT, export_document, merge_import, read_export
 from carma_airflow.store.peers import ExecutorRecord
+from carma_airflow.views.learned import EXPORT_FORMAT, export_document, merge_import, read_export
 
 DOC = "model:interference"
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.store.records import HostRecord
 from carma_airflow.store.store import Store
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.distributed.agent import Agent
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.store import Store
 
 pytestmark = pytest.mark.db

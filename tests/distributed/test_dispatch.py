@@ -13,11 +13,11 @@ import pytest
 from celery import Celery
 from dist_helpers import Workload, carma_settings, live_host
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.distributed import celery_tasks
 from carma_airflow.distributed.cluster import ClusterMonitor
 from carma_airflow.distributed.dispatch import CeleryLauncher
 from carma_airflow.distributed.errors import WrongHostError
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import DispatchRecord
 from carma_airflow.store.store import Store
 

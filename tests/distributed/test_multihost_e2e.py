@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from dist_helpers import drop_pg_database, make_pg_database
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 from carma_airflow.monitor.ledger import Ledger
 from carma_airflow.store.store import Store
 

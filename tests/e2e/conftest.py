@@ -8,7 +8,7 @@
   CPU and 30-60 s on a loaded 2-core machine (bench/stack_cpu.py); sharing it is what keeps the
   suite within its budget.
 * PostgreSQL deployments get a database copied from a migrated template (``_pg_template``), as
-  SQLite ones get a copied file (carma_airflow/devstack.py): no ``airflow db migrate`` per boot.
+  SQLite ones get a copied file (carma_airflow/dev/devstack.py): no ``airflow db migrate`` per boot.
 * ``airflow_stack``: a throwaway Airflow per test, for tests that must own theirs (a killed or
   restarted scheduler, two schedulers, a config of their own).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 DAGS = Path(__file__).with_name("dags")
 CHECKPOINT_DAGS = Path(__file__).with_name("checkpoint_dags")
@@ -89,7 +89,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=key)  # stable: a file's tests keep their order
 
 
-# as for SQLite (carma_airflow/devstack.py): set, every PostgreSQL deployment is migrated at its boot
+# as for SQLite (carma_airflow/dev/devstack.py): set, every PostgreSQL deployment is migrated at its boot
 PG_TEMPLATE = not os.environ.get("CARMA_STACK_FRESH_DB")
 
 

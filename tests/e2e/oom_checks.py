@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 PLACEMENT_KEYS = (
     "dag_id",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 pytestmark = [pytest.mark.e2e]
 
@@ -62,7 +62,7 @@ def test_login_is_required_and_the_api_server_listens_on_loopback_only(default_s
 def test_the_login_the_demo_prints_gets_a_token(default_stack: AirflowStack) -> None:
     from rich.console import Console
 
-    from carma_airflow.demo import _print_login
+    from carma_airflow.dev.demo import _print_login
 
     stack = default_stack
     console = Console(record=True, width=300)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

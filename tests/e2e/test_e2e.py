@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from oom_checks import oom_retried_elsewhere
 
-from carma_airflow.devstack import EXECUTOR_LINE
+from carma_airflow.dev.devstack import EXECUTOR_LINE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

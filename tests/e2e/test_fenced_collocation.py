@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

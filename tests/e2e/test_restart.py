@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from carma_airflow.live_snapshots import PREFIX, name_of
 from carma_airflow.store import Store
+from carma_airflow.store.live_snapshots import PREFIX, name_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 

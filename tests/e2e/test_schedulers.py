@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from oom_checks import oom_retried_elsewhere
 
-from carma_airflow.devstack import AirflowStack
+from carma_airflow.dev.devstack import AirflowStack
 from carma_airflow.store import PlacementRecord, Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db, pytest.mark.postgres]

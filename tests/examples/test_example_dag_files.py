@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import json, sys
 from airflow.models.dagbag import DagBag
-from carma_airflow.task_config import parse_task_config
+from carma_airflow.config.task_config import parse_task_config
 
 bag = DagBag(dag_folder={folder!r})
 out = {{"errors": {{k: str(v) for k, v in bag.import_errors.items()}}, "dags": {{}}}}

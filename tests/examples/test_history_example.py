@@ -25,8 +25,8 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 
 from airflow.executors.workloads import ExecuteTask
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.settings import CarmaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_ID, TASK_ID = "carma_history_example", "train"

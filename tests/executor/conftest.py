@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from executor_helpers import fake_run_workload
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.testing import try_runner_env
 
 

@@ -18,8 +18,8 @@ from airflow.models.taskinstancekey import TaskInstanceKey
 from airflow.utils.state import TaskInstanceState
 from executor_helpers import make_workload, run_until, submit
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.executor import CarmaExecutor
-from carma_airflow.settings import CarmaSettings
 
 
 def test_class_flags_say_what_the_executor_supports() -> None:

@@ -180,8 +180,8 @@ def test_a_failed_try_leaves_its_folder_for_the_next(checkpointing) -> None:
 
 
 def test_a_checkpoint_root_must_be_absolute(tmp_path: Path) -> None:
+    from carma_airflow.config.settings import CarmaSettings
     from carma_airflow.core.errors import ConfigError
-    from carma_airflow.settings import CarmaSettings
 
     settings = CarmaSettings.load({"gpu_backend": "simulated"}.get, str(tmp_path))
     assert settings.checkpoint_root == str(tmp_path / "carma" / "checkpoints")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from carma_airflow.config.options import OPTIONS, options_markdown
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.options import OPTIONS, options_markdown
-from carma_airflow.settings import CarmaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_the_state_dir_read_before_the_start_is_the_one_the_start_reads(
 
 _BOTH_READINGS = """
 import dataclasses, json, sys
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.config.settings import CarmaSettings
 light = dataclasses.asdict(CarmaSettings.from_config_file())
 imported = "airflow" in sys.modules
 full = dataclasses.asdict(CarmaSettings.from_airflow())

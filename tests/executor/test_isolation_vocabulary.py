@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from carma_airflow.config.settings import CarmaSettings
+from carma_airflow.config.task_config import gpu_task, parse_task_config
 from carma_airflow.core.errors import ConfigError
-from carma_airflow.settings import CarmaSettings
-from carma_airflow.task_config import gpu_task, parse_task_config
 
 MODES = "auto, framework, mps, driver, none"
 

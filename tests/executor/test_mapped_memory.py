@@ -11,9 +11,9 @@ from airflow.providers.standard.operators.bash import BashOperator
 from airflow.sdk import DAG, task_group
 from executor_helpers import make_workload, run_until, seen_env, submit
 
+from carma_airflow.config.task_config import check_task, gpu_task, is_mapped_task, parse_task_config
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.executor.tries import first_request
-from carma_airflow.task_config import check_task, gpu_task, is_mapped_task, parse_task_config
 
 
 def _mapped(task_id: str, map_index: int, config: dict[str, Any] | None, try_number: int = 1) -> Any:

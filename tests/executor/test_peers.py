@@ -139,7 +139,7 @@ def test_a_gone_executors_ended_try_stops_counting_and_its_end_is_recorded(tmp_p
     from dataclasses import replace
     from datetime import datetime, timezone
 
-    from carma_airflow.settings import CarmaSettings
+    from carma_airflow.config.settings import CarmaSettings
     from carma_airflow.store import PlacementRecord, Store, TryOutcome
     from carma_airflow.store.peers import ExecutorRecord, ReservationRecord
     from carma_airflow.taskrun.outcome import ResultState, TryResult, write_result

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from executor_helpers import make_workload, run_until, submit
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.executor.bookkeeping.liveview import REASONS_ALWAYS_BELOW, REASONS_EVERY_S, LiveView
-from carma_airflow.settings import CarmaSettings
 
 
 def _live(tmp_path) -> LiveView:  # type: ignore[no-untyped-def]

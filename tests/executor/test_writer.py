@@ -466,9 +466,9 @@ def test_every_ordered_write_survives_the_held_file(tmp_path: Path) -> None:
 def _simulate_telemetry(store: Store, retention: str, hours: float, gpus: int = 8) -> tuple[int, StoreWriter]:
     """What an executor writes for ``hours`` of simulated time: a row per GPU every 30 s (the live
     view's cadence), with the writer's background pruning on the same simulated clock."""
+    from carma_airflow.config.settings import CarmaSettings
     from carma_airflow.executor.bookkeeping import RecordSamples
     from carma_airflow.executor.bookkeeping.liveview import SAMPLES_EVERY_S
-    from carma_airflow.settings import CarmaSettings
     from carma_airflow.store.records import SampleRecord
 
     settings = CarmaSettings.load({"telemetry_retention": retention}.get, "/nonexistent")

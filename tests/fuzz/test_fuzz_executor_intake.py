@@ -28,11 +28,11 @@ from airflow.utils.state import TaskInstanceState
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from carma_airflow.config.settings import CarmaSettings
+from carma_airflow.config.task_config import parse_task_config
 from carma_airflow.core.errors import ConfigError
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.launching import check_task_env
-from carma_airflow.settings import CarmaSettings
-from carma_airflow.task_config import parse_task_config
 
 FUZZ = settings.get_profile("carma-fuzz")
 _ids = itertools.count()

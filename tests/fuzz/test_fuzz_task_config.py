@@ -13,11 +13,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from carma_airflow.config.task_config import EXECUTOR_NAME, GpuTaskConfig, gpu_task, parse_task_config
+from carma_airflow.config.task_config import FIELDS as ALL_FIELDS
 from carma_airflow.core.errors import ConfigError, brief
 from carma_airflow.core.units import MAX_MIB
 from carma_airflow.launching import check_task_env
-from carma_airflow.task_config import EXECUTOR_NAME, GpuTaskConfig, gpu_task, parse_task_config
-from carma_airflow.task_config import FIELDS as ALL_FIELDS
 
 FUZZ = settings.get_profile("carma-fuzz")
 FIELDS = ("gpus", "memory", "memory_by_index", "exclusive", "gpu_model", "priority")

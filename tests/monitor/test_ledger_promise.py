@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.recovery import FailureKind, classify_failure
@@ -26,7 +27,6 @@ from carma_airflow.core.sharing import ActivityProfile
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.ledger import Ledger, SimulatedCudaOOM, sim_uuid
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.fence_env import fence_from_env
 from carma_airflow.taskrun.live_cap import SimulatedCaps
 

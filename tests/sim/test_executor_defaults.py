@@ -15,6 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from carma_airflow.config.options import OPTIONS
+from carma_airflow.config.settings import CarmaSettings
+from carma_airflow.config.task_config import GpuTaskConfig
 from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
@@ -24,12 +27,9 @@ from carma_airflow.core.recovery import RetryMode, max_retry_request_mib
 from carma_airflow.executor.flow import placement_parts, recovery_settings
 from carma_airflow.executor.learning import Learned
 from carma_airflow.executor.tries import first_request
-from carma_airflow.options import OPTIONS
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.sim import Arrival, SimConfig, Simulation
 from carma_airflow.sim.fencing import host_profile, parse_host, sim_fence
 from carma_airflow.sim.workload import TaskType
-from carma_airflow.task_config import GpuTaskConfig
 
 GPUS = tuple(parse_gpu_list("4xA100-40GB"))
 # catalogue rows with every estimator's figure, as the packaged catalogue has them: the executor

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.fencing import IsolationMode
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.nvml import NvmlProbe
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.driver_cap import (
     CGROUP_LEAF_ENV,
     FENCE_NOTE_ENV,

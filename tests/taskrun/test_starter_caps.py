@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.cuda_context import DEFAULT_CONTEXT_MIB
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome
 from carma_airflow.core.gpu import gpu_spec
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.starting import TryStarter
 from carma_airflow.monitor.ledger import Ledger, sim_uuid
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.live_cap import read_caps
 
 GPU = "GPU-11111111-2222-3333-4444-555555555555"

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-import carma_airflow.demo
-from carma_airflow.devstack import AirflowStack
+import carma_airflow.dev.demo
+from carma_airflow.dev.devstack import AirflowStack
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +68,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     passwords.write_text(json.dumps({USER: PASSWORD}))
     stack = AirflowStack(
         home,
-        Path(carma_airflow.demo.__file__).with_name("demo_dags"),
+        carma_airflow.dev.demo.DEMO_DAGS,
         simulated_gpus="4xA100-40GB",
         AIRFLOW__CORE__PARALLELISM="32",
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="False",

@@ -1,5 +1,5 @@
 """Two CarmaExecutors on one host: each writes its own live snapshot (``executor:<id>``) and the
-page merges them (carma_airflow/live_snapshots.py); a gone executor's snapshot is dropped while
+page merges them (carma_airflow/store/live_snapshots.py); a gone executor's snapshot is dropped while
 another on its host runs, and kept (stale) while none does."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from ui_helpers import HOST, UUIDS, snapshot_body
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.gpu import ClusterView
 from carma_airflow.executor.bookkeeping import LiveView
-from carma_airflow.live_snapshots import current, name_of
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.store.live_snapshots import current, name_of
 from carma_airflow.store.peers import ExecutorRecord
 from carma_airflow.store.store import Store
 from carma_airflow.ui.state import build_state

@@ -1,7 +1,7 @@
 """Airflow mode: the kit's DAG through a real Airflow 3.3 with CarmaExecutor, once per policy.
 
 For each policy a throwaway Airflow (api-server, scheduler, dag-processor; SQLite; carma's
-:class:`~carma_airflow.devstack.AirflowStack`) starts with ``[carma] policy`` set, runs
+:class:`~carma_airflow.dev.devstack.AirflowStack`) starts with ``[carma] policy`` set, runs
 ``carma_gpu_kit`` (bench/gpu/dags) and stops.  The tries come from carma's store (where the
 executor put them, with GPUs, times, outcome and peak), each task's figures from its XCom, and
 GPU telemetry from the kit's own monitor sampling beside the executor's.  The figures are then
@@ -73,7 +73,7 @@ class _Sampler:
 def _one_run(
     args: argparse.Namespace, out: Path, policy: str, tasks: list[TaskSpec], probe: Probe, state_dir: Path
 ) -> RunResult:
-    from carma_airflow.devstack import AirflowStack
+    from carma_airflow.dev.devstack import AirflowStack
     from carma_airflow.store.store import Store
 
     run_dir = out / "work" / policy

@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.executors.base_executor import BaseExecutor
 from airflow.utils.state import CallbackState, TaskInstanceState
 
+from carma_airflow.config.options import option_default
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.gpu import Tenant
 from carma_airflow.executor.airflow.callbacks import CallbackRunner
 from carma_airflow.executor.airflow.running import Running
@@ -49,8 +51,6 @@ from carma_airflow.executor.flow import (
 from carma_airflow.executor.tries import WAIT_RECORD_S, Try
 from carma_airflow.keys import request_key
 from carma_airflow.launching import KILL_GRACE_S, Launcher, LauncherProcess
-from carma_airflow.options import option_default
-from carma_airflow.settings import CarmaSettings
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.gpu import ClusterView
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.executor.bookkeeping.snapshot import build_snapshot
 from carma_airflow.executor.bookkeeping.writes import PutSnapshot, RecordSamples, utc
-from carma_airflow.live_snapshots import name_of
 from carma_airflow.monitor.base import GpuSample
-from carma_airflow.settings import CarmaSettings
+from carma_airflow.store.live_snapshots import name_of
 from carma_airflow.store.records import SampleRecord
 
 SAMPLES_EVERY_S = 30.0  # one row of GPU telemetry history per GPU this often

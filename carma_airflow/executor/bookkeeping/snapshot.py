@@ -1,7 +1,7 @@
 """The executor's live view as one JSON document (version 1), for the UI page and `carma` tools.
 
 Written into the store as ``executor:<executor id>`` every ``[carma] snapshot_period`` seconds
-(carma_airflow/live_snapshots.py: one per executor, even two on one host); the api-server
+(carma_airflow/store/live_snapshots.py: one per executor, even two on one host); the api-server
 (another process, maybe another host) reads it.  Plain data only: no secrets, no
 database URLs.
 """
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.gpu import ClusterView
 from carma_airflow.core.task import TaskRequest
-from carma_airflow.settings import CarmaSettings
 
 VERSION = 1
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from carma_airflow.config.settings import CarmaSettings
+from carma_airflow.config.task_config import parse_task_config
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.decision import Decision
 from carma_airflow.core.errors import CarmaError, ConfigError
@@ -46,9 +48,7 @@ from carma_airflow.executor.tries import (
 from carma_airflow.keys import request_key
 from carma_airflow.launching import Ended, LauncherError, confirm
 from carma_airflow.monitor.base import Reading
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.records import TryOutcome
-from carma_airflow.task_config import parse_task_config
 from carma_airflow.taskrun.driver_cap import nvml_owner
 
 log = logging.getLogger("carma_airflow.executor")

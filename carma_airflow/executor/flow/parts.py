@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.estimators import MemoryEstimator, make_estimator
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies import Policy, make_policy
@@ -25,7 +26,6 @@ from carma_airflow.core.recovery import RecoverySettings, max_retry_request_mib
 from carma_airflow.core.settings import PlacementSettings
 from carma_airflow.executor.bookkeeping import StoreWriter
 from carma_airflow.launching import Launcher, LauncherProcess
-from carma_airflow.settings import CarmaSettings
 
 if TYPE_CHECKING:
     from carma_airflow.monitor.base import GpuSource

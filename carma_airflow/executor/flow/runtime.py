@@ -15,10 +15,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow.config.settings import CarmaSettings, default_state_dir
 from carma_airflow.core.errors import CarmaError
 from carma_airflow.executor.flow.flow import TryFlow
 from carma_airflow.executor.flow.parts import Parts, build_parts
-from carma_airflow.settings import CarmaSettings, default_state_dir
 
 if TYPE_CHECKING:
     from carma_airflow.monitor.base import GpuSource

@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.cycle import CycleResult, SchedulingCycle
 from carma_airflow.core.decision import Decision, Outcome
 from carma_airflow.core.errors import CarmaError
@@ -61,7 +62,6 @@ from carma_airflow.executor.peers.peer_view import (
     refusal_text,
 )
 from carma_airflow.executor.peers.shared_ledger import SharedLedger, record_of
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.store.peers import ExecutorRecord, ReservationPass
 
 if TYPE_CHECKING:

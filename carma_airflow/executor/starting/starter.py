@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from carma_airflow.checkpoint import CheckpointFolders
+from carma_airflow.config.settings import CarmaSettings
 from carma_airflow.core.cuda_context import cuda_context_mib
 from carma_airflow.core.decision import Decision
 from carma_airflow.core.errors import ConfigError, UnknownGpuSpecError
@@ -23,7 +24,6 @@ from carma_airflow.executor.starting.sim_driver import SimulatedDriverCaps
 from carma_airflow.executor.tries import Try
 from carma_airflow.launching import Launcher, TaskHandle, check_task_env, gpu_task_env
 from carma_airflow.monitor.ledger import Ledger
-from carma_airflow.settings import CarmaSettings
 from carma_airflow.taskrun.driver_cap import (
     CGROUP_LEAF_ENV,
     DriverCapError,

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 from carma_airflow.core.errors import CarmaError
 
 if TYPE_CHECKING:
+    from carma_airflow.config.task_config import GpuTaskConfig
     from carma_airflow.core.task import TaskRequest
     from carma_airflow.launching import TaskHandle
-    from carma_airflow.task_config import GpuTaskConfig
 
 
 WAIT_RECORD_S = 60.0  # a waiting try's unchanged kind of reason is written at most this often

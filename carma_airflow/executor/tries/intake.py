@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from carma_airflow.config.task_config import GpuTaskConfig
 from carma_airflow.core.estimators import MemoryEstimator, TaskMemoryInfo
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryPlan
 from carma_airflow.core.task import TaskRequest
@@ -16,7 +17,6 @@ from carma_airflow.core.vouch import vouched_need
 from carma_airflow.executor.bookkeeping import UpsertPlacement, utc
 from carma_airflow.keys import request_key
 from carma_airflow.store.records import PlacementRecord, TryOutcome
-from carma_airflow.task_config import GpuTaskConfig
 
 if TYPE_CHECKING:
     from carma_airflow.executor.learning import Family, Learned
