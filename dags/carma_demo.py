@@ -15,7 +15,7 @@ from airflow.sdk import dag, task
 
 from carma_airflow import gpu_task
 from carma_airflow.core.sharing import activity_profile
-from carma_airflow.demo import DEMO_TASKS, SCALE_S_PER_MINUTE
+from carma_airflow.dev.demo import DEMO_TASKS, SCALE_S_PER_MINUTE
 from carma_airflow.sim.workload import load_catalog, packaged
 
 # The four largest (each over 12 GiB, the longest runs) go first, one per idle GPU; maskrcnn is
