@@ -182,7 +182,7 @@ def parse_task_config(
     ``mapped``: whether the task is mapped (its instances have a map index); False refuses
     ``memory_by_index``, None (not known) does not check.  ``allow_unknown``: keep keys carma
     does not know (``[carma] allow_unknown_keys``) instead of refusing each with the nearest
-    valid one (config_keys.py).
+    valid one (unknown_keys.py).
     """
     config = _parse_block(executor_config, where, allow_unknown)
     if mapped is False and config.memory_by_index is not None:

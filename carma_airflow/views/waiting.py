@@ -3,7 +3,7 @@
 Each CarmaExecutor records its waiting tries in ``carma_placement`` (outcome ``waiting``, its id
 as ``owner``) and beats in ``carma_executor``.  The GPU page, ``carma gpus`` and ``carma why``
 read both from there, every executor's rows together, not one process's memory; the live
-snapshots (one per executor, live_snapshots.py) add what only they know (GPUs, tenants, the
+snapshots (one per executor, store/live_snapshots.py) add what only they know (GPUs, tenants, the
 latest reason) to these rows.
 """
 

@@ -11,7 +11,7 @@ process ends, the try's result file says success / OOM / other, the GPUs are rel
 store learns.
 
 This class is the Airflow adapter; the life of the tries is :class:`~carma_airflow.executor.flow.flow.TryFlow`,
-whose book (tries.py) owns every try's state: ``running`` and ``has_task`` are read from it.  The
+whose book (tries/book.py) owns every try's state: ``running`` and ``has_task`` are read from it.  The
 executor holds either its standby (standby.py) or a fully started runtime (runtime.py), never half.
 
 A try waits as QUEUED in Airflow.  Past ``[scheduler] task_queued_timeout`` the scheduler

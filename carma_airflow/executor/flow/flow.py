@@ -3,7 +3,7 @@ core cycle, launching, ends, GPU faults, tries the scheduler takes back, restart
 
 The executor (executor.py) is the Airflow adapter around it: it hands tries over, calls
 :meth:`TryFlow.sync` once per heartbeat and passes on what :meth:`report` is told.  The try book
-(tries.py) owns every try's state; every end goes through :meth:`TryFlow.end`.  Nothing here
+(tries/book.py) owns every try's state; every end goes through :meth:`TryFlow.end`.  Nothing here
 does store or network I/O in the caller's thread: writes go to the writer thread, learned memory
 is held in memory, remote tries are fetched in bulk by their launcher.
 """
@@ -436,7 +436,7 @@ class TryFlow:
     def _record(
         self, attempt: Try, *, outcome: TryOutcome, summary: str, host: str | None = None, **extra: Any
     ) -> None:
-        """The try's placement record as it stands now (bookkeeping.py), written by the writer."""
+        """The try's placement record as it stands now (tries/records.py), written by the writer."""
         policy, host = self.placer.policy.name, host or self.settings.host
         self.write(placement_record(attempt, outcome=outcome, summary=summary, policy=policy, host=host, **extra))
 

@@ -2,7 +2,7 @@
 superseded by a newer try of the same task instance.
 
 A collaborator of the flow (flow.py) with no state of its own: it moves tries through the try
-book (tries.py), which owns their states, and ends them through the flow's one end path.
+book (book.py), which owns their states, and ends them through the flow's one end path.
 """
 
 from __future__ import annotations
