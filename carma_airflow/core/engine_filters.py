@@ -39,18 +39,11 @@ class MemoryFit(Filter):
         need = request.memory.filter_mib(self.headroom_mib) if shared else request.memory.mib
         return None if need <= facts.usable_free_mib else self.rejection(facts, need, shared)
 
-    def rejection(self, facts: GpuFacts, need: int, shared: bool) -> Rejection:
+    @classmethod
+    def rejection(cls, facts: GpuFacts, need: int, shared: bool) -> Rejection:
         """The rejection of a GPU that lacks ``need`` usable MiB (``shared``: with headroom)."""
         form = "{have} usable < {requested} (estimate + headroom)" if shared else "{have} usable < {requested} needed"
-        return Rejection(
-            self.name,
-            self.reason,
-            form,
-            "MiB",
-            requested=need,
-            have=facts.usable_free_mib,
-            capacity=facts.state.spec.memory_mib,
-        )
+        return Rejection(cls.name, cls.reason, form, "MiB", need, facts.usable_free_mib, facts.state.spec.memory_mib)
 
 
 class HeldForStarved(Filter):

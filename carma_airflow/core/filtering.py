@@ -26,9 +26,10 @@ per pass; their rejections are stated by the filters in :mod:`carma_airflow.core
 
 from __future__ import annotations
 
+import functools
+import string
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from carma_airflow.core.decision import Reason
 from carma_airflow.core.facts import GpuFacts
@@ -41,13 +42,13 @@ Number = int | float
 NO_REQUEST = TaskRequest(key="", label="", memory=MemoryNeed(1, "none"))
 
 
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """One filter's "not this GPU for this try", with its numbers.
+class Rejection(NamedTuple):
+    """One filter's "not this GPU for this try", with its numbers (immutable, compared by value).
 
     ``form`` is the text with fields for the numbers: ``{requested}``, ``{have}`` (what the GPU
     has or uses now), ``{capacity}``, ``{limit}`` and the names in ``more``; numbers in MiB
     (``unit == "MiB"``) are rendered as :func:`~carma_airflow.core.units.format_mib` renders them.
+    A tuple, not a frozen dataclass: a pass makes one for each GPU a filter rejects.
     """
 
     filter: str
@@ -61,21 +62,19 @@ class Rejection:
     more: tuple[tuple[str, Number | str], ...] = ()
 
     def text(self) -> str:
-        """The rejection as ``carma why`` shows it."""
+        """The rejection as ``carma why`` shows it (only the numbers its text names are rendered)."""
         form = self.form
         if "{" not in form:
             return form
+        values: dict[str, object] = dict(self.more) if self.more else {}
         if self.unit == "MiB":
-            return form.format(
-                requested=_mib(self.requested),
-                have=_mib(self.have),
-                capacity=_mib(self.capacity),
-                limit=_mib(self.limit),
-                **dict(self.more),
-            )
-        return form.format(
-            requested=self.requested, have=self.have, capacity=self.capacity, limit=self.limit, **dict(self.more)
-        )
+            for name in _fields(form):
+                value = getattr(self, name)
+                values[name] = format_mib(value) if isinstance(value, _REAL) else value
+        else:
+            for name in _fields(form):
+                values[name] = getattr(self, name)
+        return form.format_map(values)
 
     @classmethod
     def said(cls, filter: str, reason: Reason, text: str) -> Rejection:
@@ -83,8 +82,15 @@ class Rejection:
         return cls(filter, reason, text.replace("{", "{{").replace("}", "}}"))
 
 
-def _mib(value: Number | str | None) -> object:
-    return format_mib(value) if isinstance(value, int | float) else value
+_NUMBERS = frozenset(("requested", "have", "capacity", "limit"))
+_REAL = (int, float)
+
+
+@functools.cache
+def _fields(form: str) -> tuple[str, ...]:
+    """The numbers (of requested, have, capacity, limit) a rejection's text names (a pure function
+    of the text: cached, as a pass renders the same few texts for many GPUs)."""
+    return tuple(sorted({name for _, name, _, _ in string.Formatter().parse(form) if name} & _NUMBERS))
 
 
 class Filter:

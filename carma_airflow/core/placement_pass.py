@@ -17,6 +17,8 @@ from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, full_scan
 from carma_airflow.core.reasons import (
     describe,
+    rejected,
+    scan_rejection,
     scan_verdicts,
     summary_of_counts,
     verdict,
@@ -59,7 +61,7 @@ class PlacementPass(DrainPass):
         self.where = base.where
         self.static = base.static
         self.filters, self.every_gpu, self.shared_gpu = base.filters, base.every_gpu, base.shared_gpu
-        self.every_checks, self.shared_checks = base.every_checks, base.shared_checks
+        self.every_checks, self.shared_checks, self.texts = base.every_checks, base.shared_checks, base.texts
         self.memory_fit, self.try_filters, self.asked_of = base.memory_fit, base.try_filters, base.asked_of
         self._owned = False
         self._static_tuple = base.static_rejections()
@@ -351,7 +353,7 @@ class PlacementPass(DrainPass):
             key = (id(f), f.usable_free_mib, f.tenants, id(reason), shared, named)
             got = said.get(key)
             if got is None or got[0] is not f:
-                got = said[key] = (f, scan_verdicts((record,), request, headroom)[0])
+                got = said[key] = (f, rejected(f, scan_rejection(f, reason, shared, request, headroom, None)))
             out.append(got[1])
         return tuple(out)
 

@@ -129,6 +129,7 @@ class Pools:
         self.memory_fit = next((f for f in per_try if isinstance(f, MemoryFit)), None)
         self.try_filters = tuple(f for f in per_try if not isinstance(f, MemoryFit))
         self.asked_of: dict[int, tuple[TaskRequest, tuple[Filter, ...]]] = {}
+        self.texts: dict[int, tuple[Rejection, str]] = {}
         self.by_uuid = {f.uuid: f for f in facts}
         # tie-break after the policy's key: the GPU's place in the view (unique across hosts,
         # where GPU indices repeat; on one host it is the index order)
@@ -161,14 +162,25 @@ class Pools:
         for check in self.every_checks:
             refused = check(f, NO_REQUEST)
             if refused is not None:
-                return rejected(f, refused)
+                return self._rejected(f, refused)
         if f.idle:
             return True
         for check in self.shared_checks:
             refused = check(f, NO_REQUEST)
             if refused is not None:
-                return rejected(f, refused)
+                return self._rejected(f, refused)
         return False
+
+    def _rejected(self, f: GpuFacts, refused: Rejection) -> GpuVerdict:
+        """:func:`~carma_airflow.core.reasons.rejected`, the text kept per rejection object (the
+        filters hand out one object per number they state, such as a tenant count)."""
+        texts = self.texts
+        got = texts.get(id(refused))
+        if got is None or got[0] is not refused:
+            if len(texts) > 4096:
+                texts.clear()
+            got = texts[id(refused)] = (refused, refused.text())  # kept alive: its id stays its own
+        return rejected(f, refused, got[1])
 
     def asked(self, request: TaskRequest) -> tuple[Filter, ...]:
         """The policy's per-try filters (the memory fit aside) that ``request`` needs (kept per

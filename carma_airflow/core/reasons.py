@@ -25,11 +25,12 @@ def verdict(facts: GpuFacts, reason: Reason | None, detail: str) -> GpuVerdict:
     return GpuVerdict(st.uuid, st.index, st.spec.name, reason, detail)
 
 
-def rejected(facts: GpuFacts, rejection: Rejection) -> GpuVerdict:
-    """The verdict of a GPU a filter rejected: its reason, the text rendered from its numbers, and
-    the rejection itself."""
+def rejected(facts: GpuFacts, rejection: Rejection, text: str | None = None) -> GpuVerdict:
+    """The verdict of a GPU a filter rejected: its reason, the text rendered from its numbers
+    (``text``: rendered already), and the rejection itself."""
     st = facts.state
-    return GpuVerdict(st.uuid, st.index, st.spec.name, rejection.reason, rejection.text(), rejection)
+    detail = rejection.text() if text is None else text
+    return GpuVerdict(st.uuid, st.index, st.spec.name, rejection.reason, detail, rejection)
 
 
 def describe(facts: GpuFacts, tenants: Sequence[str]) -> str:
@@ -58,7 +59,7 @@ def scan_rejection(
         return NEEDS_IDLE.rejection(f)
     if reason is Reason.MEMORY:
         need = request.memory.filter_mib(headroom_mib) if shared else request.memory.mib
-        return MemoryFit(headroom_mib).rejection(f, need, shared)
+        return MemoryFit.rejection(f, need, shared)
     return Rejection.said("scan", reason, reason.value)
 
 

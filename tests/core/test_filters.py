@@ -178,3 +178,8 @@ def test_every_rejection_of_a_waiting_try_is_the_first_filter_that_refuses_the_g
         if d.outcome is Outcome.NOT_NOW:  # a waiting try lists every GPU
             assert {v.uuid for v in d.rejected} == set(facts)
     assert checked > 50
+
+
+def test_a_rejection_known_by_its_text_keeps_it_as_written() -> None:
+    said = Rejection.said("completion-time", Reason.INTERFERENCE, "cost {x} 6.4 min}")
+    assert said.text() == "cost {x} 6.4 min}" and said.requested is None

@@ -16,10 +16,11 @@ class Healthy(Filter):
     reason = Reason.UNHEALTHY
     idle_too = True
 
+    def __init__(self) -> None:
+        self._rejection = Rejection(self.name, self.reason, "quarantined after GPU errors", have="quarantined")
+
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
-        if facts.state.health is not GpuHealth.QUARANTINED:
-            return None
-        return Rejection(self.name, self.reason, "quarantined after GPU errors", have=facts.state.health.value)
+        return self._rejection if facts.state.health is GpuHealth.QUARANTINED else None
 
 
 class FreshTelemetry(Filter):
@@ -28,10 +29,11 @@ class FreshTelemetry(Filter):
     name = "fresh-telemetry"
     reason = Reason.STALE
 
+    def __init__(self) -> None:
+        self._rejection = Rejection(self.name, self.reason, "no fresh samples: collocation stopped", have="stale")
+
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
-        if facts.state.health is not GpuHealth.STALE:
-            return None
-        return Rejection(self.name, self.reason, "no fresh samples: collocation stopped", have=facts.state.health.value)
+        return self._rejection if facts.state.health is GpuHealth.STALE else None
 
 
 __all__ = ["FreshTelemetry", "Healthy"]

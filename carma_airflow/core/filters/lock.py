@@ -17,11 +17,11 @@ class RecentPlacementLock(Filter):
 
     def __init__(self, lock_s: float) -> None:
         self.lock_s = lock_s
+        form = "placed on recently; waiting for its window"
+        self._rejection = Rejection(self.name, self.reason, form, "s", limit=lock_s)
 
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
-        if not facts.locked:
-            return None
-        return Rejection(self.name, self.reason, "placed on recently; waiting for its window", "s", limit=self.lock_s)
+        return self._rejection if facts.locked else None
 
 
 __all__ = ["RecentPlacementLock"]

@@ -18,10 +18,22 @@ class RiskRule(Filter):
 
     def __init__(self, risk: RiskSettings) -> None:
         self.risk = risk
+        # one rejection per (activity, occupancy, DRAM): a GPU's window scores stay while its
+        # samples do, and the pool cache classifies it again whenever its state is a new object
+        self._by_scores: dict[tuple[float, float, float], Rejection] = {}
 
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
         if not facts.high_risk:
             return None
+        scores = (facts.smact, facts.smocc, facts.drama)
+        got = self._by_scores.get(scores)
+        if got is None:
+            if len(self._by_scores) > 4096:
+                self._by_scores.clear()
+            got = self._by_scores[scores] = self._rejection(facts)
+        return got
+
+    def _rejection(self, facts: GpuFacts) -> Rejection:
         r = self.risk
         return Rejection(
             self.name,

@@ -15,10 +15,16 @@ class NoSharing(Filter):
     name = "no-sharing"
     reason = Reason.BUSY
 
+    def __init__(self) -> None:
+        self._by_tenants: dict[int, Rejection] = {}  # one rejection per tenant count (a pass classifies many GPUs)
+
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
-        return Rejection(
-            self.name, self.reason, "has {have} tenant(s); exclusive policy", "tenants", have=facts.tenants, limit=0
-        )
+        tenants = facts.tenants
+        got = self._by_tenants.get(tenants)
+        if got is None:
+            form = "has {have} tenant(s); exclusive policy"
+            got = self._by_tenants[tenants] = Rejection(self.name, self.reason, form, "tenants", have=tenants, limit=0)
+        return got
 
 
 class ExclusiveTenant(Filter):
@@ -27,10 +33,18 @@ class ExclusiveTenant(Filter):
     name = "exclusive-tenant"
     reason = Reason.EXCLUSIVE_TENANT
 
+    def __init__(self) -> None:
+        self._by_tenants: dict[int, Rejection] = {}
+
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
         if not facts.exclusive_tenant:
             return None
-        return Rejection(self.name, self.reason, "held by an exclusive task", "tenants", have=facts.tenants, limit=1)
+        tenants = facts.tenants
+        got = self._by_tenants.get(tenants)
+        if got is None:
+            form = "held by an exclusive task"
+            got = self._by_tenants[tenants] = Rejection(self.name, self.reason, form, "tenants", have=tenants, limit=1)
+        return got
 
 
 class TenantCap(Filter):

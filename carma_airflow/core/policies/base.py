@@ -34,9 +34,11 @@ class Refusal(Rejection):
     """A policy's "not this GPU for this request" known by its text (:meth:`Policy.refuses`): a
     :class:`~carma_airflow.core.filtering.Rejection` of the policy's own, without numbers."""
 
-    def __init__(self, reason: Reason, detail: str) -> None:
+    __slots__ = ()
+
+    def __new__(cls, reason: Reason, detail: str) -> Refusal:
         escaped = detail.replace("{", "{{").replace("}", "}}")
-        Rejection.__init__(self, "policy", reason, escaped)
+        return super().__new__(cls, "policy", reason, escaped)
 
     @property
     def detail(self) -> str:
