@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 import carma_airflow
 from carma_airflow.core.errors import ConfigError
+from carma_airflow.core.recovery import plan_try_end
 from carma_airflow.launching import check_cuda_visible_devices, check_task_env
 from carma_airflow.store.url import mask_password
+from carma_airflow.taskrun.outcome import end_plan_env
 
 PACKAGE = Path(carma_airflow.__file__).parent
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None)
@@ -211,7 +213,7 @@ def test_what_the_executor_sets_today_passes() -> None:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CARMA_RESULT_FILE": "/home/airflow/carma/results/0192.json",
         "CARMA_PLACEMENT": "placed on GPU 0 (A100-40GB): 39.5 GiB free, SM activity 0.00, co-tenants: none",
-        "CARMA_PRIOR_OOM_TRIES": "0",
+        "CARMA_END_PLAN": end_plan_env(plan_try_end(2, None, 1, 2, 1))["CARMA_END_PLAN"],
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",

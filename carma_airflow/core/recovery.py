@@ -23,6 +23,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, replace
+from typing import Any
 
 from carma_airflow.core.fencing import PAST_CAP, IsolationMode
 from carma_airflow.core.oom_figures import KnownFence, against_cap, needed_mib, oom_figures
@@ -261,6 +262,151 @@ def oom_advice(tries: int, reached_mib: int | None, settings: RecoverySettings =
         f"Declare executor_config={{'carma': {{'memory': '{suggest}GiB'}}}} (or exclusive=True, or a larger "
         f"gpu_model) for this task"
     )
+
+
+class EndWay(enum.Enum):
+    """The ways a try can end that its retry depends on (:class:`EndPlan`)."""
+
+    CAP_OOM = "cap-oom"  # a CUDA OOM past its own cap
+    GPU_OOM = "gpu-oom"  # a CUDA OOM on a full GPU (a probable OOM included)
+    GPU_FAULT = "gpu-fault"  # the GPU failed under it
+    KILLED = "killed"  # killed by a signal (by CARMA, the host's OOM killer, an operator)
+    OTHER = "other"  # any other failure (an exception, a refusal)
+
+    @classmethod
+    def of(cls, kind: FailureKind) -> EndWay:
+        if kind is FailureKind.CAP_OOM:
+            return cls.CAP_OOM
+        if kind in OOM_KINDS:
+            return cls.GPU_OOM
+        if kind is FailureKind.GPU_FAULT:
+            return cls.GPU_FAULT
+        return cls.KILLED if kind is FailureKind.KILLED else cls.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Retry or fail, and the reason Airflow shows for it.  ``reason`` names the two things only
+    the task knows where they go: ``{kind}`` (its failure's kind) and ``{evidence}`` (what the
+    classifier saw).  ``advice_tries``: a CUDA OOM whose retries are spent, told what to declare
+    from the memory it reached (:func:`oom_advice`, with that many tries)."""
+
+    retry: bool
+    reason: str
+    advice_tries: int | None = None
+
+    def words(self, failure: Failure, reached_mib: int | None = None) -> str:
+        """The reason Airflow shows for ``failure`` (``reached_mib``: what the try reached, for advice)."""
+        if self.advice_tries is not None:
+            return oom_advice(self.advice_tries, reached_mib)
+        return self.reason.replace("{kind}", failure.kind.value).replace("{evidence}", failure.evidence)
+
+
+@dataclass(frozen=True, slots=True)
+class EndPlan:
+    """A try's retry, decided once before it runs for each way it can end (:func:`plan_try_end`).
+
+    ``max_tries``: Airflow's, as it was planned with; None where the planner did not know it (the
+    executor's workload does not carry it) and the round is counted from try 1.
+    """
+
+    try_number: int
+    max_tries: int | None
+    author_retries: int
+    oom_retries: int
+    prior_ooms: int  # CUDA OOM tries of the same run before this one
+    verdicts: tuple[tuple[EndWay, Verdict], ...]
+
+    def verdict(self, failure: Failure) -> Verdict:
+        way = EndWay.of(failure.kind)
+        return next(v for w, v in self.verdicts if w is way)
+
+    def with_max_tries(self, max_tries: int | None) -> EndPlan:
+        """The same plan counted with Airflow's ``max_tries`` where the try learned it (a clear or a
+        restart's reset raised it past the task's retries); the OOM verdicts never change."""
+        if max_tries is None or max_tries == self.counted_max_tries:
+            return self
+        return plan_try_end(self.try_number, max_tries, self.author_retries, self.oom_retries, self.prior_ooms)
+
+    @property
+    def counted_max_tries(self) -> int:
+        return self.max_tries if self.max_tries is not None else self.author_retries + self.oom_retries
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "try_number": self.try_number,
+            "max_tries": self.max_tries,
+            "author_retries": self.author_retries,
+            "oom_retries": self.oom_retries,
+            "prior_ooms": self.prior_ooms,
+            "verdicts": {
+                w.value: {"retry": v.retry, "reason": v.reason, "advice_tries": v.advice_tries}
+                for w, v in self.verdicts
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> EndPlan | None:
+        """The plan ``data`` holds (:meth:`as_json`); None where it is not one."""
+        if not isinstance(data, dict):
+            return None
+        numbers = [data.get(k) for k in ("try_number", "author_retries", "oom_retries", "prior_ooms")]
+        max_tries, verdicts = data.get("max_tries"), data.get("verdicts")
+        if not all(_count(n) for n in numbers) or not (max_tries is None or _count(max_tries)):
+            return None
+        if not isinstance(verdicts, dict):
+            return None
+        read: list[tuple[EndWay, Verdict]] = []
+        for way in EndWay:
+            v = verdicts.get(way.value)
+            if not isinstance(v, dict) or not isinstance(v.get("retry"), bool) or not isinstance(v.get("reason"), str):
+                return None
+            advice = v.get("advice_tries")
+            if advice is not None and not _count(advice):
+                return None
+            read.append((way, Verdict(v["retry"], v["reason"], advice)))
+        try_number, author, oom, prior = (int(n) for n in numbers)  # type: ignore[arg-type]
+        return cls(try_number, max_tries, author, oom, prior, tuple(read))
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def plan_try_end(
+    try_number: int, max_tries: int | None, author_retries: int, oom_retries: int, prior_ooms: int
+) -> EndPlan:
+    """The try's retry for each way it can end: the one place it is decided.  A CUDA OOM is retried
+    while OOM tries remain (``prior_ooms``: OOM tries of the same run before this one, against
+    ``oom_retries``); every other failure while the author's ``retries`` allow, counted over the
+    tries of this round that did not end in an OOM (``max_tries``: Airflow's, None: the round
+    counted from try 1).  The reasons are the words Airflow shows."""
+    counted = max_tries if max_tries is not None else author_retries + oom_retries
+    tries = tries_this_round(try_number, counted, author_retries + oom_retries)
+    other_failures = tries - prior_ooms  # tries that failed for other reasons, this one included
+    author_left = author_retry_left(tries, prior_ooms, author_retries)
+    spent = Verdict(False, f"{{kind}} ({{evidence}}); the author's {author_retries} retries are spent")
+    numbered = f"(author's retry {other_failures} of {author_retries})"
+    if oom_retry_left(prior_ooms, oom_retries):
+        oom_of = f"(OOM retry {prior_ooms + 1} of {oom_retries})"
+        cap = Verdict(
+            True, f"CUDA out of memory {PAST_CAP} ({{evidence}}); CARMA retries it with a larger cap {oom_of}"
+        )
+        full = Verdict(
+            True, f"CUDA out of memory ({{evidence}}); CARMA retries it on a GPU with more free memory {oom_of}"
+        )
+    else:
+        cap = full = Verdict(False, oom_advice(prior_ooms + 1, None), advice_tries=prior_ooms + 1)
+    fault = Verdict(True, f"the GPU failed under the task ({{evidence}}); CARMA retries it on a healthy GPU {numbered}")
+    other = Verdict(True, f"{{kind}}: author's retry {other_failures} of {author_retries}")
+    verdicts = (
+        (EndWay.CAP_OOM, cap),
+        (EndWay.GPU_OOM, full),
+        (EndWay.GPU_FAULT, fault if author_left else spent),
+        (EndWay.KILLED, other if author_left else spent),
+        (EndWay.OTHER, other if author_left else spent),
+    )
+    return EndPlan(try_number, max_tries, author_retries, oom_retries, prior_ooms, verdicts)
 
 
 def plan_recovery(

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from carma_airflow.checkpoint import CHECKPOINT_ENV, TRY_NUMBER_ENV
 from carma_airflow.core.fencing import Fence
 from carma_airflow.taskrun.fence_env import fence_env
-from carma_airflow.taskrun.outcome import PLACEMENT_ENV, PRIOR_OOMS_ENV, RESULT_ENV, SIM_LEDGER_ENV
+from carma_airflow.taskrun.outcome import PLACEMENT_ENV, RESULT_ENV, SIM_LEDGER_ENV
 
 # Frameworks otherwise take the whole card (TensorFlow, JAX) or fragment it (PyTorch).
 GUARDS: dict[str, str] = {
@@ -26,7 +26,6 @@ def gpu_task_env(
     *,
     result_path: str,
     placement: str,
-    prior_ooms: int = 0,
     guards: bool = True,
     sim_ledger: str | None = None,
     fence: Fence | None = None,
@@ -34,13 +33,13 @@ def gpu_task_env(
     try_number: int | None = None,
 ) -> dict[str, str]:
     """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order,
-    and the cap it is held to (``fence``, carma_airflow/taskrun/fence_env.py)."""
+    and the cap it is held to (``fence``, carma_airflow/taskrun/fence_env.py).  Its retry plan is
+    the executor's to add (executor/starting/starter.py, taskrun/outcome.py ``END_PLAN_ENV``)."""
     env = {
         "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         RESULT_ENV: result_path,
         PLACEMENT_ENV: placement,
-        PRIOR_OOMS_ENV: str(prior_ooms),
     }
     if guards:
         env.update(GUARDS)
@@ -55,4 +54,4 @@ def gpu_task_env(
     return env
 
 
-__all__ = ["GUARDS", "PLACEMENT_ENV", "PRIOR_OOMS_ENV", "SIM_LEDGER_ENV", "gpu_task_env"]
+__all__ = ["GUARDS", "PLACEMENT_ENV", "SIM_LEDGER_ENV", "gpu_task_env"]

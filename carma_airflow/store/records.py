@@ -118,6 +118,9 @@ class PlacementRecord:
     id: int | None = None
     owner: str | None = None  # the executor that placed (or adopted) it; None: written before 0006
     fence: dict[str, Any] | None = None  # the try's fence as placed (:func:`fence_of`); None: before 0008
+    # the try's retry for each way it can end, as its executor launched it (core/recovery.EndPlan.as_json);
+    # None: not launched yet, or before 0011
+    end_plan: dict[str, Any] | None = None
 
     @classmethod
     def from_decision(

@@ -138,6 +138,7 @@ class PlacementRow(Base):
     ti_id: Mapped[str | None] = mapped_column(String(64))  # Airflow's task-instance UUID
     owner: Mapped[str | None] = mapped_column(String(HOST_LEN))  # the executor that placed it (0006)
     fence: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"kept_margin_mib": ...} (0008)
+    end_plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # its retry plan, as launched (0011)
 
 
 class OomEventRow(Base):

@@ -39,6 +39,7 @@ def _placement_record(row: PlacementRow) -> PlacementRecord:
         id=row.id,
         owner=row.owner,
         fence=dict(row.fence) if row.fence is not None else None,
+        end_plan=dict(row.end_plan) if row.end_plan is not None else None,
     )
 
 
@@ -69,6 +70,7 @@ def _placement_values(rec: PlacementRecord) -> dict[str, Any]:
         "pid_start": rec.pid_start,
         "ti_id": rec.ti_id,
         "fence": rec.fence,
+        "end_plan": rec.end_plan,
     }
 
 

@@ -4,19 +4,22 @@ Runs in a try's supervisor process (the per-try process of launch.py, or a Celer
 on a GPU host), never in the scheduler.  The cluster policy raises a GPU task's ``retries`` by
 ``[carma] oom_retries`` so that a CUDA OOM can be retried; Airflow's supervisor then marks a
 task process that died of a signal (the host's OOM killer, an operator's ``kill -9``)
-UP_FOR_RETRY whenever that raised count allows it.  The executor knows the author's own count
-(the cluster policy records it in ``executor_config``) and tells the try through
-RETRY_ON_KILL_ENV whether a non-OOM failure may still be retried; where it may not, the
-supervisor's end state of a process that reported nothing is FAILED.
+UP_FOR_RETRY whenever that raised count allows it.
 
-The executor cannot count the tries of the current round: the workload carries no ``max_tries``,
-which Airflow raises past the task's retries when a try did not end by the task's doing (a clear;
-a reset try that never ran before a scheduler restart, executor/flow/restart.py).  So it also sends
-the budget (KILL_BUDGET_ENV: author's retries, OOM retries, OOM tries so far) and the guard
-decides with the ``max_tries`` the Execution API returned when the try started, as Airflow's own
+The executor plans each try's retry when it launches it (core/recovery.plan_try_end) and hands
+the plan over in END_PLAN_ENV (taskrun/outcome.py): its verdict for a try killed by a signal is
+the author's retries of this round.  The executor cannot count the tries of the current round:
+the workload carries no ``max_tries``, which Airflow raises past the task's retries when a try
+did not end by the task's doing (a clear; a reset try that never ran before a scheduler restart,
+executor/flow/restart.py).  So the guard recounts the plan with the ``max_tries`` the Execution
+API returned when the try started (``EndPlan.with_max_tries``), as Airflow's own
 ``should_retry`` does and as the retry policy does for a failure it sees (retry.py): after a
 restart a killed try whose reset predecessor never ran still has all the author's retries.
-Where that ``max_tries`` is not known the executor's own estimate (RETRY_ON_KILL_ENV) stands.
+Where that ``max_tries`` is not known the executor's plan stands as it was handed.
+
+A try started by an older executor has no plan but the kill rule that executor sent:
+RETRY_ON_KILL_ENV (its estimate) and KILL_BUDGET_ENV (author's retries, OOM retries, OOM tries
+so far), read as before.
 
 The supervisor offers no hook for this, so its ``final_state`` property and the API client's
 ``task_instances.start`` are wrapped: one place, checked against the installed Airflow by
@@ -29,17 +32,21 @@ import logging
 import os
 from typing import Any
 
-from carma_airflow.core.recovery import author_retry_left, tries_this_round
+from carma_airflow.core.recovery import Failure, FailureKind, author_retry_left, tries_this_round
+from carma_airflow.taskrun.outcome import end_plan_here
 
+# what an older executor sent instead of the plan (outcome.END_PLAN_ENV)
 RETRY_ON_KILL_ENV = "CARMA_RETRY_ON_KILL"  # "0": a try that dies without a word is not retried
 KILL_BUDGET_ENV = "CARMA_KILL_BUDGET"  # "author retries:OOM retries:OOM tries so far"
+_KILLED = Failure(FailureKind.KILLED, "killed by a signal")
 _MARK = "_carma_kill_guard"
 _max_tries: dict[str, int] = {}  # task instance id -> max_tries, as its try's start returned it
 log = logging.getLogger("carma")
 
 
 def retry_on_kill_env(may_retry: bool, author: int | None = None, oom: int = 0, prior_ooms: int = 0) -> dict[str, str]:
-    """The try's environment: the executor's estimate and, with ``author``, the budget itself."""
+    """What an older executor put in a try's environment: its estimate and, with ``author``, the
+    budget itself (the guard still reads it from a try started so)."""
     env = {RETRY_ON_KILL_ENV: "1" if may_retry else "0"}
     if author is not None:
         env[KILL_BUDGET_ENV] = f"{author}:{oom}:{prior_ooms}"
@@ -47,7 +54,10 @@ def retry_on_kill_env(may_retry: bool, author: int | None = None, oom: int = 0, 
 
 
 def may_retry_killed(try_number: int, max_tries: int | None) -> bool | None:
-    """Whether a try that died of a signal is retried (None: Airflow decides, no CARMA budget)."""
+    """Whether a try that died of a signal is retried (None: Airflow decides, no CARMA plan)."""
+    plan = end_plan_here()
+    if plan is not None:
+        return plan.with_max_tries(max_tries).verdict(_KILLED).retry
     budget = os.environ.get(KILL_BUDGET_ENV, "").split(":")
     if max_tries is None or len(budget) != 3 or not all(b.isdigit() for b in budget):
         said = os.environ.get(RETRY_ON_KILL_ENV)

@@ -18,13 +18,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from carma_airflow.core.recovery import OOM_KINDS, Failure, FailureKind
+from carma_airflow.core.recovery import OOM_KINDS, EndPlan, Failure, FailureKind
 
 # what the executor puts in a try's environment for the task side to read (launching/taskenv.py)
 RESULT_ENV = "CARMA_RESULT_FILE"
 PLACEMENT_ENV = "CARMA_PLACEMENT"
-PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+END_PLAN_ENV = "CARMA_END_PLAN"  # the try's retry for each way it can end (core/recovery.EndPlan), JSON
 SIM_LEDGER_ENV = "CARMA_SIM_LEDGER"
+# what an older executor put there instead of END_PLAN_ENV (a try it started is read so)
+PRIOR_OOMS_ENV = "CARMA_PRIOR_OOM_TRIES"
+
+
+def end_plan_env(plan: EndPlan) -> dict[str, str]:
+    """The try's environment that hands it its plan."""
+    return {END_PLAN_ENV: json.dumps(plan.as_json(), separators=(",", ":"))}
+
+
+def end_plan_here() -> EndPlan | None:
+    """The plan this try was handed; None where it was started without one (by an older executor,
+    or outside CarmaExecutor) or the value is not one."""
+    said = os.environ.get(END_PLAN_ENV)
+    if not said:
+        return None
+    try:
+        return EndPlan.from_json(json.loads(said))
+    except ValueError:
+        return None
 
 
 class ResultState(str, enum.Enum):
@@ -133,12 +152,15 @@ def remembered_failure(exception: object) -> Failure | None:
 
 
 __all__ = [
+    "END_PLAN_ENV",
     "PLACEMENT_ENV",
     "PRIOR_OOMS_ENV",
     "RESULT_ENV",
     "SIM_LEDGER_ENV",
     "ResultState",
     "TryResult",
+    "end_plan_env",
+    "end_plan_here",
     "read_result",
     "remember_failure",
     "remembered_failure",

@@ -21,6 +21,7 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "unit-test-secret")
 from airflow.executors.workloads import ExecuteTask
 
 from carma_airflow import testing
+from carma_airflow.core.recovery import EndPlan, Failure, FailureKind
 from carma_airflow.executor import CarmaExecutor
 from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.taskrun.outcome import TryResult, write_result
@@ -92,9 +93,8 @@ def fake_run_workload(workload: ExecuteTask, **_: Any) -> int:
             "CARMA_PLACEMENT",
             "TF_FORCE_GPU_ALLOW_GROWTH",
             "CARMA_CONFIG_ERROR",
-            "CARMA_PRIOR_OOM_TRIES",
+            "CARMA_END_PLAN",
             "CARMA_REFUSED",
-            "CARMA_RETRY_ON_KILL",
         )
     }
     env["token"] = workload.token
@@ -164,6 +164,22 @@ def out_dir() -> Path:
 
 def seen_env(task_id: str, try_number: int = 1) -> dict[str, Any]:
     return json.loads((out_dir() / f"{task_id}.{try_number}.json").read_text())
+
+
+def seen_plan(task_id: str, try_number: int = 1) -> EndPlan:
+    """The retry plan the try was handed (CARMA_END_PLAN, core/recovery.EndPlan)."""
+    return plan_in(seen_env(task_id, try_number))
+
+
+def plan_in(env: dict[str, Any]) -> EndPlan:
+    plan = EndPlan.from_json(json.loads(env["CARMA_END_PLAN"]))
+    assert plan is not None, env["CARMA_END_PLAN"]
+    return plan
+
+
+def may_retry_kill(env: dict[str, Any]) -> bool:
+    """Whether the try's plan retries it if it is killed by a signal (what the kill guard applies)."""
+    return plan_in(env).verdict(Failure(FailureKind.KILLED, "killed")).retry
 
 
 def submit(ex: CarmaExecutor, *workloads: ExecuteTask) -> None:

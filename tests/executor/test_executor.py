@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from airflow.utils.state import TaskInstanceState
-from executor_helpers import make_workload, release, run_until, seen_env, submit
+from executor_helpers import make_workload, may_retry_kill, release, run_until, seen_env, seen_plan, submit
 
 
 def test_tasks_that_fit_share_one_gpu_and_see_only_it(executor_factory) -> None:
@@ -99,7 +99,7 @@ def test_never_fitting_task_runs_as_a_process_that_fails_with_the_reason(executo
     refused = json.loads(env["CARMA_REFUSED"])
     assert (refused["dag_id"], refused["task_id"]) == ("dag", "wide")
     assert refused["reason"].startswith("never fits: asks for 4 GPUs")
-    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["CARMA_RETRY_ON_KILL"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and may_retry_kill(env) is False
     assert w.key not in ex.running
 
 
@@ -112,9 +112,9 @@ def test_a_killed_try_may_retry_only_within_the_authors_retries(executor_factory
     )
     submit(ex, plain, once, again)
     run_until(ex, lambda: not ex.active)
-    assert seen_env("plain")["CARMA_RETRY_ON_KILL"] == "0"
-    assert seen_env("once")["CARMA_RETRY_ON_KILL"] == "1"
-    assert seen_env("again", 2)["CARMA_RETRY_ON_KILL"] == "0"  # try 1 failed (no OOM): the one retry is spent
+    assert may_retry_kill(seen_env("plain")) is False
+    assert may_retry_kill(seen_env("once")) is True
+    assert may_retry_kill(seen_env("again", 2)) is False  # try 1 failed (no OOM): the one retry is spent
 
 
 def test_oom_is_recorded_and_the_next_try_goes_elsewhere_with_more_memory(executor_factory) -> None:
@@ -126,21 +126,21 @@ def test_oom_is_recorded_and_the_next_try_goes_elsewhere_with_more_memory(execut
         "peak_mib": 10000,
     }
     ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.2, "result": oom}})
-    first = make_workload("t", config={"memory": "2GiB"})
+    first = make_workload("t", config={"memory": "2GiB"}, author_retries=0)  # as the cluster policy records it
     submit(ex, first)
     run_until(ex, lambda: not ex.active)
     crashed = seen_env("t")["CUDA_VISIBLE_DEVICES"]
     rec = ex.store.latest_for("dag", "t")[0]
     # what it held (its peak: the message does not say) plus the 2 GiB it asked for (issue 41)
     assert rec.outcome.value == "oom" and rec.peak_mib == 10000 + 2048
-    second = make_workload("t", try_number=2, config={"memory": "2GiB"})
+    second = make_workload("t", try_number=2, config={"memory": "2GiB"}, author_retries=0)
     submit(ex, second)
     assert second.key in ex.active
     retry = ex.active[second.key].request
     assert retry.memory.mib >= (10000 + 2048) * 1.25 and retry.recovered
     assert ex.active[second.key].gpu_uuids != (crashed,)
     run_until(ex, lambda: not ex.active)
-    assert seen_env("t", 2)["CARMA_PRIOR_OOM_TRIES"] == "1"
+    assert seen_plan("t", 2).prior_ooms == 1
 
 
 def test_successful_runs_teach_the_history_estimator(executor_factory) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from executor_helpers import abandon, make_workload, release, run_until, seen_env, submit
+from executor_helpers import abandon, make_workload, release, run_until, seen_env, seen_plan, submit
 
 from carma_airflow.executor.peers import Peers
 from carma_airflow.keys import request_key
@@ -236,21 +236,21 @@ def test_the_next_try_after_an_oom_follows_the_recovery_plan_on_the_other_schedu
     behaviour = {"t": {"seconds": 0.3, "result": OOM}}
     a = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
     b = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
-    first = make_workload("t", config={"memory": "2GiB"})
+    first = make_workload("t", config={"memory": "2GiB"}, author_retries=0)
     submit(a, first)
     run_until(a, lambda: a.get_event_buffer().get(first.key) is not None or not (a.active or a.waiting), timeout=30)
     run_until(a, lambda: not a.active and not a.waiting, timeout=30)
     assert a.writer.flush()
     crashed = seen_env("t")["CUDA_VISIBLE_DEVICES"]
     assert a.store.latest_for("dag", "t")[0].outcome.value == "oom"
-    second = make_workload("t", try_number=2, config={"memory": "2GiB"})
+    second = make_workload("t", try_number=2, config={"memory": "2GiB"}, author_retries=0)
     submit(b, second)
     run_until(b, lambda: (a.sync() or True) and second.key in b.active, timeout=30)
     retry = b.active[second.key].request
     assert retry is not None and retry.recovered and retry.memory.mib >= 12500
     assert b.active[second.key].gpu_uuids != (crashed,) and crashed in retry.avoid_gpus
     run_until(b, lambda: not b.active, timeout=30)
-    assert seen_env("t", 2)["CARMA_PRIOR_OOM_TRIES"] == "1"
+    assert seen_plan("t", 2).prior_ooms == 1
     _close(a, b)
 
 
@@ -261,11 +261,11 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     # big runs until try 3's plan is checked (60 s at most): it outlives b's start and adoption
     behaviour = {"big": {"seconds": 60, "until": "planned"}, "w": {"seconds": 0.3, "result": OOM}}
     a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, peer_timeout_seconds="3")
-    first = make_workload("w", config={"memory": "8GiB"})
+    first = make_workload("w", config={"memory": "8GiB"}, author_retries=0)
     submit(a, first)
     run_until(a, lambda: not a.active and not a.waiting, timeout=30)
     big = make_workload("big", config={"memory": "30GiB"})
-    second = make_workload("w", try_number=2, config={"memory": "8GiB"})
+    second = make_workload("w", try_number=2, config={"memory": "8GiB"}, author_retries=0)
     submit(a, big)
     submit(a, second)
     assert big.key in a.active and second.key in a.waiting  # planned at 12.5 GiB+: no room beside big
@@ -276,14 +276,14 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     closed = b.store.placement(request_key(second.key))
     assert closed is not None and closed.outcome.value == "failed" and closed.started_at is None
     assert b.try_adopt_task_instances([big.ti]) == []  # the running one is adopted
-    third = make_workload("w", try_number=3, config={"memory": "8GiB"})
+    third = make_workload("w", try_number=3, config={"memory": "8GiB"}, author_retries=0)
     submit(b, third)
     attempt = b.active.get(third.key) or b.waiting[third.key]
     assert attempt.request is not None and attempt.request.recovered  # planned from try 1's OOM
     assert attempt.request.memory.mib >= 12500 and attempt.prior_ooms == 1
     release("planned")
     run_until(b, lambda: not b.active and not b.waiting, timeout=60)
-    assert seen_env("w", 3)["CARMA_PRIOR_OOM_TRIES"] == "1"  # one OOM retry spent, the never-run try none
+    assert seen_plan("w", 3).prior_ooms == 1  # one OOM retry spent, the never-run try none
     _close(b)
 
 

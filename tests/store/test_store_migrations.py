@@ -312,7 +312,7 @@ def test_upgrade_to_0010_keeps_solo_run_times_without_their_gpu_model(db_url: st
         )
     engine.dispose()
     store.migrate()
-    assert store.revision() == HEAD == "0010"
+    assert store.revision() == HEAD
     store.add_activity(
         "d", "t", 0.5, "process", 1_900_000_001.0, "r2", -1, co_tasks=[], solo_s=200.0, gpu_model="H100-80GB"
     )
@@ -332,3 +332,32 @@ def test_downgrade_from_0010_to_0009_drops_only_the_gpu_model(store: Store, any_
     assert "gpu_model" not in columns and "solo_s" in columns and store.revision() == "0009"
     store.migrate()
     assert store.recent_solo_runs() == [("d", "t", 30.0)] and store.recent_solo_runs_by_model() == []
+
+
+def test_upgrade_to_0011_keeps_placements_without_a_retry_plan(store: Store, any_url: str) -> None:
+    from carma_airflow.core.recovery import EndPlan, plan_try_end
+
+    store.upsert_placement(placement("old"))
+    _downgrade(any_url, "0010")  # the row as an older executor left it
+    store.migrate()
+    assert store.revision() == HEAD == "0011"
+    old = store.placement("old")
+    assert old is not None and old.end_plan is None and old.estimate_mib == 12288
+    plan = plan_try_end(2, None, author_retries=1, oom_retries=2, prior_ooms=1)
+    store.upsert_placement(placement("new", end_plan=plan.as_json()))
+    again = Store(any_url)  # a restarted executor reads the plan the try was launched with
+    new = again.placement("new")
+    assert new is not None and EndPlan.from_json(new.end_plan) == plan
+    again.close()
+
+
+def test_downgrade_from_0011_to_0010_drops_only_the_retry_plan(store: Store, any_url: str) -> None:
+    from carma_airflow.core.recovery import plan_try_end
+
+    store.upsert_placement(placement("k", end_plan=plan_try_end(1, None, 0, 2, 0).as_json()))
+    _downgrade(any_url, "0010")
+    columns = _columns(any_url, "carma_placement")
+    assert "end_plan" not in columns and "fence" in columns and store.revision() == "0010"
+    store.migrate()
+    kept = store.placement("k")
+    assert kept is not None and kept.end_plan is None and kept.estimate_mib == 12288

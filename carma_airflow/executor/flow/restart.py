@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from carma_airflow.core.errors import CarmaError
+from carma_airflow.core.recovery import EndPlan
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 from carma_airflow.executor.bookkeeping import MarkEnded
 from carma_airflow.executor.tries import Try, TryState
@@ -73,6 +74,7 @@ def reattach(rec: PlacementRecord, host: str, result_file: Path, launcher: Any) 
 
 
 def orphan_of(rec: PlacementRecord, handle: TaskHandle, now: float, default_kept_margin_mib: int | None) -> Try:
+    plan = EndPlan.from_json(rec.end_plan)
     return Try(
         key=None,
         rkey=rec.key,
@@ -82,6 +84,9 @@ def orphan_of(rec: PlacementRecord, handle: TaskHandle, now: float, default_kept
         gpu_uuids=tuple(rec.gpu_uuids),
         handle=handle,
         started_at=rec.started_at.timestamp() if rec.started_at else now,
+        # the retry plan it was launched with: its end is told by it (tries/ending.py), with its OOM count
+        plan=plan,
+        prior_ooms=plan.prior_ooms if plan is not None else 0,
     )
 
 

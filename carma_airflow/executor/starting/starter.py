@@ -1,4 +1,4 @@
-"""How a try becomes a process: its environment (its GPUs, the kill rule, or the refusal), a
+"""How a try becomes a process: its environment (its GPUs, its retry plan, or the refusal), a
 fresh token, and the launcher of the host it goes to."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from carma_airflow.core.errors import ConfigError, UnknownGpuSpecError
 from carma_airflow.core.estimators import outgrew_declaration
 from carma_airflow.core.fencing import FENCE_REASON, CapRule, Fence, FenceModel, IsolationMode, Tenant
 from carma_airflow.core.gpu import gpu_spec
-from carma_airflow.core.recovery import author_retry_left
+from carma_airflow.core.recovery import EndPlan, plan_try_end
 from carma_airflow.dagparse.cluster_policy import author_retries_of
 from carma_airflow.executor.starting.sim_driver import SimulatedDriverCaps
 from carma_airflow.executor.tries import Try
@@ -41,8 +41,8 @@ from carma_airflow.taskrun.isolation import (
     mechanism_cap_mib,
     resolve,
 )
-from carma_airflow.taskrun.killguard import retry_on_kill_env
 from carma_airflow.taskrun.live_cap import CAP_FILE_ENV, read_caps, write_caps
+from carma_airflow.taskrun.outcome import end_plan_env
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -50,14 +50,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("carma_airflow.executor")
 
 
-def kill_env(ti: Any, prior_ooms: int, oom_retries: int = 0) -> dict[str, str]:
-    """Whether a try that dies of a signal may be retried: only within the author's retries of
-    this round.  The estimate counts from try 1; the try's supervisor recounts with its
-    ``max_tries`` (raised by a clear or a restart's reset) from the budget (killguard.py)."""
+def end_plan(ti: Any, prior_ooms: int, oom_retries: int) -> EndPlan | None:
+    """The try's retry for each way it can end (core/recovery.plan_try_end), decided here once when
+    it is launched: ``prior_ooms`` is the book's count of the run's earlier OOM tries (from the
+    store, executor/learning/learned.py ``tries_for``).  Airflow's ``max_tries`` is not in the
+    workload: the round is counted from try 1, and the try recounts it with the ``max_tries`` it
+    learns (taskrun/retry.py, killguard.py).  None where the DAG was parsed without our cluster
+    policy: Airflow's own retries are the author's, and the try gets no plan."""
     author = author_retries_of(getattr(ti, "executor_config", None))
-    if author is None:  # parsed without our cluster policy: Airflow's max_tries is the author's
-        return {}
-    return retry_on_kill_env(author_retry_left(ti.try_number, prior_ooms, author), author, oom_retries, prior_ooms)
+    if author is None:
+        return None
+    return plan_try_end(ti.try_number, None, author, oom_retries, prior_ooms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +321,6 @@ class TryStarter:
             decision.gpu_uuids,
             result_path=str(result_path),
             placement=placement_note(attempt, decision, time.time()) + (f"; {resume}" if resume else ""),
-            prior_ooms=attempt.prior_ooms,
             guards=self.settings.framework_guards,
             sim_ledger=str(self.ledger_path) if self.settings.gpu_backend == "simulated" else None,
             fence=(fence := self.fence(attempt, decision)),
@@ -333,7 +335,6 @@ class TryStarter:
         # a promise holds from placement: the live caps of the tries already on these GPUs count
         # this one now, before its process has touched the GPU (not only at the next heartbeat)
         self._refresh(None, set(decision.gpu_uuids))
-        env.update(kill_env(attempt.ti, attempt.prior_ooms, self.settings.oom_retries))
         said = fence_from_env(env, len(decision.gpu_uuids))
         if said is not None:
             words = describe_try_fence(said, env)
@@ -366,11 +367,15 @@ class TryStarter:
         return hosts.get(first, self.settings.host) if first else self.settings.host
 
     def start(self, attempt: Try, env: dict[str, str], host: str | None = None) -> TaskHandle:
-        """Start the try's process on ``host`` (this one by default); the token is issued anew:
+        """Start the try's process on ``host`` (this one by default) with its retry plan
+        (:func:`end_plan`, kept on the try for its end and its record); the token is issued anew:
         the try may have waited longer than the one it was handed over with lives."""
         workload: ExecuteTask = attempt.workload
         workload.token = self.token_for(str(workload.ti.id))
-        env = {**env, **kill_env(attempt.ti, attempt.prior_ooms, self.settings.oom_retries)}
+        if attempt.plan is None:  # once per try (a try not started at once is started again, same plan)
+            attempt.plan = end_plan(attempt.ti, attempt.prior_ooms, self.settings.oom_retries)
+        if attempt.plan is not None:
+            env = {**env, **end_plan_env(attempt.plan)}
         return self.launcher.launch(workload, env, self.result_file(str(workload.ti.id)), host or self.settings.host)
 
 
@@ -386,4 +391,4 @@ def _total_mib(spec: str) -> int:
         return 0
 
 
-__all__ = ["Launch", "TryStarter", "kill_env"]
+__all__ = ["Launch", "TryStarter", "end_plan"]

@@ -32,6 +32,7 @@ from carma_airflow.core.errors import CarmaError
 
 if TYPE_CHECKING:
     from carma_airflow.config.task_config import GpuTaskConfig
+    from carma_airflow.core.recovery import EndPlan
     from carma_airflow.core.task import TaskRequest
     from carma_airflow.launching import TaskHandle
 
@@ -87,7 +88,8 @@ class Try:
     workload: Any = None
     config: GpuTaskConfig | None = None
     request: TaskRequest | None = None
-    prior_ooms: int = 0
+    prior_ooms: int = 0  # CUDA OOM tries of its run before it: the store's count (intake.recovered)
+    plan: EndPlan | None = None  # its retry for each way it can end, decided at its launch (starter.py)
     gpu_uuids: tuple[str, ...] = ()
     handle: TaskHandle | None = None
     started_at: float = 0.0

@@ -1,5 +1,7 @@
 """How an ended try is told: its typed outcome, the words the store and the log keep, and the
-store writes that follow (the OOM event, the learned peak).  No I/O: the executor makes them
+store writes that follow (the OOM event, the learned peak).  Whether a CUDA OOM is retried is
+not decided here: the try's retry plan says it (decided at its launch, executor/starting/starter.py,
+core/recovery.plan_try_end), the one the try itself applied.  No I/O: the executor makes the writes
 (the one exception, :func:`close_checkpoint`, removes a succeeded task's checkpoint folder)."""
 
 from __future__ import annotations
@@ -10,14 +12,15 @@ from dataclasses import dataclass, replace
 from carma_airflow.checkpoint import CheckpointFolders
 from carma_airflow.core.fencing import PAST_CAP
 from carma_airflow.core.recovery import (
+    EndPlan,
     Failure,
     FailureKind,
     RecoverySettings,
     RetryPlan,
     oom_advice,
     oom_reached,
-    oom_retry_left,
     plan_recovery,
+    plan_try_end,
 )
 from carma_airflow.core.shorten import whole_clauses
 from carma_airflow.executor.bookkeeping import AddPeak, MarkEnded, RecordOom, StoreWrite, utc
@@ -55,6 +58,16 @@ def result_of(ended: Ended) -> TryResult:
     )
 
 
+def plan_of(attempt: Try, recovery: RecoverySettings) -> EndPlan:
+    """The try's retry plan as it was handed to it; for a try that has none (adopted from an
+    executor that recorded none, or never launched by a starter) the same planner's, from the
+    store's count of its earlier OOM tries: a CUDA OOM's verdict depends on nothing else."""
+    if attempt.plan is not None:
+        return attempt.plan
+    number = getattr(attempt.ti, "try_number", None)
+    return plan_try_end(number if isinstance(number, int) else 1, None, 0, recovery.max_oom_retries, attempt.prior_ooms)
+
+
 def conclude(attempt: Try, ended: Ended, recovery: RecoverySettings) -> TryEnd:
     result = result_of(ended)
     if result.succeeded:
@@ -64,13 +77,15 @@ def conclude(attempt: Try, ended: Ended, recovery: RecoverySettings) -> TryEnd:
         return TryEnd(TryOutcome.FAILED, result, f"stopped: {attempt.fault}; the retry goes to a healthy GPU")
     if result.is_oom:
         reached = result.peak_mib or (attempt.request.memory.mib if attempt.request else None)
-        if oom_retry_left(attempt.prior_ooms, recovery.max_oom_retries):
+        assert result.failure is not None  # an OOM
+        verdict = plan_of(attempt, recovery).verdict(Failure(result.failure, result.message or ""))
+        if verdict.retry:
             if result.past_cap:  # its own cap, while the GPU had room: it was underestimated
                 return TryEnd(TryOutcome.OOM, result, past_cap_summary(attempt, result, reached, where, recovery))
             return TryEnd(
                 TryOutcome.OOM, result, f"CUDA OOM at {reached} MiB on {where}; retried on a GPU with more free memory"
             )
-        advice = oom_advice(attempt.prior_ooms + 1, reached, recovery)
+        advice = oom_advice(verdict.advice_tries or attempt.prior_ooms + 1, reached, recovery)
         if result.past_cap:  # the last OOM try was stopped by its own cap too
             why = f"{advice} (on {where}; {PAST_CAP}: {stopped_at_cap(result, 'the last try')})"
             return TryEnd(TryOutcome.OOM, result, why, True)
@@ -191,6 +206,7 @@ __all__ = [
     "count_end",
     "end_writes",
     "past_cap_summary",
+    "plan_of",
     "result_of",
     "stopped_at_cap",
 ]

@@ -47,6 +47,8 @@ def placement_record(
             pid_start=handle.pid_start if handle is not None and outcome is TryOutcome.RUNNING else None,
             ti_id=str(ti.id) if getattr(ti, "id", None) else None,
             fence=fence_of(request.kept_margin_mib),  # what a restarted executor keeps it (restart.py)
+            # its retry plan as handed to it (starter.py): what its end is told by, here or after a restart
+            end_plan=attempt.plan.as_json() if attempt.plan is not None else None,
         )
     )
 
