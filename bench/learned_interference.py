@@ -22,7 +22,7 @@ and counts the targets each of them meets.  The paper's policies keep plain GPUM
 
     .venv/bin/python bench/learned_interference.py [--candidate predictive] [--min-gain 0.25]
         [--max-slowdown 2.5] [--max-tenants 3] [--fallback interference-aware] [--no-progress]
-        [--learned-memory] [--seeds 12] [--json out/learned.json]
+        [--learned-memory] [--seeds 12] [--json out/learned.json] [--smoke]
 """
 
 from __future__ import annotations
@@ -52,11 +52,16 @@ Row = dict[str, float]
 HEADS = ("t1 mksp", "t1 JCT", "t2 mksp", "t2 JCT", "sw mksp", "sw JCT")
 
 
-def workloads(seeds: int) -> dict[str, list[Arrival]]:
+SMOKE_TASKS = 20  # --smoke: every trace cut to its first tasks (a run-through: the figures mean nothing)
+
+
+def workloads(seeds: int, smoke: bool = False) -> dict[str, list[Arrival]]:
     catalog = load_catalog(packaged("task_catalog.csv"))
     out = {t: load_trace(packaged(f"trace_{t}.csv"), catalog) for t in ("t1", "t2")}
     for seed in range(seeds):
         out[f"s{seed}"] = synthetic_trace(catalog, 60, gpus=4, load=2.0, seed=seed)
+    if smoke:
+        out = {name: arrivals[:SMOKE_TASKS] for name, arrivals in out.items()}
     return out
 
 
@@ -120,11 +125,16 @@ def main() -> int:
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"every trace cut to its first {SMOKE_TASKS} tasks (the tests' run-through)",
+    )
     args = parser.parse_args()
     knobs = PredictiveSettings(
         args.min_gain, args.max_slowdown, args.min_confidence, args.gain_step, args.max_tenants, args.fallback
     )
-    loads = workloads(args.seeds)
+    loads = workloads(args.seeds, args.smoke)
     cfgs = configs(args.candidate, knobs, args.learned_memory)
     if args.no_progress:
         cfgs = {name: replace(cfg, progress_reports=False) for name, cfg in cfgs.items()}

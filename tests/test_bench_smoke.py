@@ -64,7 +64,7 @@ def test_learned_interference_prints_what_the_placer_knew_and_the_targets(tmp_pa
     target = tmp_path / "learned.json"
     script = str(ROOT / "bench" / "learned_interference.py")
     out = subprocess.run(
-        [sys.executable, script, "--seeds", "1", "--workers", "1", "--learned-memory", "--json", str(target)],
+        [sys.executable, script, "--seeds=1", "--workers=1", "--learned-memory", "--smoke", "--json", str(target)],
         capture_output=True,
         text=True,
         check=True,
