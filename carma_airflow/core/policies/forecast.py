@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from math import inf
 from typing import NamedTuple, Protocol
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings, unknown_activity
@@ -351,7 +352,13 @@ class LearnedForecast:
             return 0.0
         if not self.timed():
             return max(w for _, _, w, _ in rows)
-        return max(self._works_left(self._plan(rows, sp), now))
+        # :meth:`_works_left`'s maximum, written out without its list (each pass, every GPU walked)
+        longest = -inf
+        for _, _, w, p, s, least, measured_k in self._plan(rows, sp):
+            done = 0.0 if p is None else max(0.0, now - p) * s
+            left = max(w - done, least) if done < w else MIN_LEFT * done if measured_k else done
+            longest = max(longest, left)
+        return longest
 
     def quick_left(self, facts: GpuFacts, now: float) -> tuple[float, bool]:
         """:meth:`longest_left` where the GPU's speeds are kept or no speed is needed (True), else
