@@ -11,10 +11,12 @@ import time.
 
 Retries: a CUDA OOM gets ``[carma] oom_retries`` tries of its own, on top of the author's
 ``retries``.  Airflow decides at the start of a try whether it may be retried (from
-``max_tries``), so the policy raises ``retries`` by ``oom_retries`` and attaches
-CudaOomRetryPolicy, which holds every other exception to the author's count; the author's count
-also travels in ``executor_config`` (AUTHOR_RETRIES_KEY) so that the executor can hold a try
-killed by a signal to it too (launch.py).  A try the executor refuses (never fits) runs as a
+``max_tries``), so the policy raises ``retries`` by ``oom_retries`` (room only: which failure
+uses it is not decided here) and attaches CudaOomRetryPolicy, which applies the retry plan the
+executor hands each try (taskrun/retry.py); the author's count travels in ``executor_config``
+(AUTHOR_RETRIES_KEY) for the executor to plan with (executor/starting/starter.py ``end_plan``,
+core/recovery.plan_try_end): every failure but a CUDA OOM, a kill by a signal included, is held
+to it.  A try the executor refuses (never fits) runs as a
 process that fails at once with the reason: the worker's parse of the DAG sees REFUSED_ENV.
 """
 
