@@ -67,7 +67,11 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def carma(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CARMA, *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+    """``carma ARGS`` run in this process (why_helpers.carma); the console script itself runs in
+    test_placements_json_filters_by_dag."""
+    from why_helpers import carma as in_process
+
+    return in_process(env, *args)
 
 
 def test_gpus_lists_every_gpu_with_its_tenants(env: dict[str, str]) -> None:
@@ -94,11 +98,13 @@ def test_why_explains_waiting_and_placed_tasks(env: dict[str, str]) -> None:
 
 
 def test_placements_json_filters_by_dag(env: dict[str, str]) -> None:
-    out = carma(env, "placements", "--dag-id", "train", "--json")
+    from why_helpers import carma_script  # the console script, in a process of its own as a user runs it
+
+    out = carma_script(env, "placements", "--dag-id", "train", "--json")
     rows = json.loads(out.stdout)
     assert {r["task_id"] for r in rows} == {"bert", "gpt"}
     assert {r["outcome"] for r in rows} == {"running", "waiting"}
-    assert json.loads(carma(env, "placements", "--dag-id", "other", "--json").stdout) == []
+    assert json.loads(carma_script(env, "placements", "--dag-id", "other", "--json").stdout) == []
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # rich's styles on a terminal

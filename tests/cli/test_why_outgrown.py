@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from why_helpers import carma  # in this process: the console script runs in test_ops
 
 from carma_airflow.core.estimators import TaskMemoryInfo, make_estimator
 from carma_airflow.store.records import PlacementRecord, TryOutcome
@@ -19,7 +18,6 @@ from carma_airflow.ui.state import build_state
 
 pytestmark = pytest.mark.db
 
-CARMA = str(Path(sys.executable).with_name("carma"))
 AT = datetime(2026, 12, 2, 3, 0, 0, tzinfo=timezone.utc)
 
 
@@ -52,7 +50,7 @@ def test_why_says_the_declaration_was_outgrown_and_what_was_reserved(tmp_path: P
     _store(tmp_path).close()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(AIRFLOW_HOME=str(tmp_path), AIRFLOW__CARMA__GPU_BACKEND="simulated")
-    out = subprocess.run([CARMA, "why", "nightly.grower"], env=env, capture_output=True, text=True, check=False)
+    out = carma(env, "why", "nightly.grower")
     assert out.returncode == 0, out.stderr
     assert (
         "  memory estimate 33024 MiB: outgrew its declaration: declared 8192 MiB; its last 2 runs peaked at"
@@ -60,11 +58,7 @@ def test_why_says_the_declaration_was_outgrown_and_what_was_reserved(tmp_path: P
         " memory_policy='declared';"
         " peak 30000 MiB"
     ) in out.stdout
-    rows = json.loads(
-        subprocess.run(
-            [CARMA, "why", "nightly.grower", "--json"], env=env, capture_output=True, text=True, check=True
-        ).stdout
-    )
+    rows = json.loads(carma(env, "why", "nightly.grower", "--json", check=True).stdout)
     assert rows[0]["estimate_source"].startswith("outgrew its declaration: declared 8192 MiB")
 
 
