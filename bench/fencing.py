@@ -24,7 +24,7 @@ re-set (core/fencing.py ``FenceModel``): framework and driver caps under ``promi
 ``protective`` are the same model, so each distinct model runs once and its figures stand for
 every host that has it.
 
-    .venv/bin/python bench/fencing.py [--truth-seeds 20] [--sweep 12] [--jobs 2] [--quick] [--json out.json]
+    .venv/bin/python bench/fencing.py [--truth-seeds 20] [--sweep 12] [--jobs 2] [--quick | --smoke] [--json out.json]
         [--policy NAME] [--estimator NAME]   (default: the simulator's, which are the executor's)
 """
 
@@ -55,6 +55,7 @@ GROWTHS = (0.0, 0.1, 0.3)
 CHECKPOINTS = (0.0, 600.0)
 TARGET_GROWTH = 0.3
 TARGET_JCT = {0.0: 1.03, 600.0: 1.00}  # issue 22: mean JCT ratio to none, without / with checkpoints
+SMOKE_TASKS = 20  # --smoke: each trace's first tasks (a run-through: the figures mean nothing)
 
 
 def rules_of(host: str) -> list[CapRule]:
@@ -84,6 +85,7 @@ class Job:
     rule: str | None
     policy: str = ""  # "": the default
     estimator: str = ""
+    tasks: int = 0  # 0: the whole trace; else its first tasks (--smoke)
 
 
 _TRACES: dict[str, list[Arrival]] = {}
@@ -114,7 +116,8 @@ def run_one(job: Job) -> tuple[Job, dict[str, Any]]:
         cap_rule=job.rule,
         checkpoint_every_s=job.every,
     )
-    s = simulate(cfg, _arrivals(job.cell)).summary()
+    arrivals = _arrivals(job.cell)
+    s = simulate(cfg, arrivals[: job.tasks] if job.tasks else arrivals).summary()
     keep = ("oom_crashes", "victims", "lost", "mean_jct_s", "makespan_s", "lost_gpu_s", "crashed_gpu_s")
     return job, {k: s[k] for k in keep}
 
@@ -291,6 +294,11 @@ def main() -> int:
     parser.add_argument("--sweep", type=int, default=12, help="synthetic traces in the sweep")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 1 sweep trace, growth 0.3 only (tests)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"--quick on each trace's first {SMOKE_TASKS} tasks (the tests' run-through)",
+    )
     parser.add_argument("--policy", default="", help="placement policy (default: the default)")
     parser.add_argument("--estimator", default="", help="memory estimator (default: the default)")
     parser.add_argument(
@@ -303,10 +311,12 @@ def main() -> int:
     args = parser.parse_args()
     seeds, sweep = args.truth_seeds, args.sweep
     growths: tuple[float, ...] = tuple(args.growth) if args.growth else GROWTHS
-    if args.quick:
+    if args.quick or args.smoke:
         seeds, sweep, growths = 2, 1, (TARGET_GROWTH,)
     hosts: tuple[str, ...] = tuple(dict.fromkeys(args.host)) if args.host else HOST_PROFILES
     jobs = plan(seeds, sweep, growths, args.policy, args.estimator, hosts)
+    if args.smoke:
+        jobs = [replace(job, tasks=SMOKE_TASKS) for job in jobs]
     base = SimConfig(gpus=())
     who = f"{args.policy or base.policy}/{args.estimator or base.estimator}/{base.queue}"
     print(f"{len(jobs)} simulations on {args.jobs} worker(s)", file=sys.stderr, flush=True)

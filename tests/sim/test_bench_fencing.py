@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_fencing_bench_prints_each_hosts_rules_against_none(tmp_path: Path) -> None:
     target = tmp_path / "fencing.json"
     out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "fencing.py"), "--quick", "--jobs", "1", "--json", str(target)],
+        [sys.executable, str(ROOT / "bench" / "fencing.py"), "--smoke", "--jobs", "1", "--json", str(target)],
         capture_output=True,
         text=True,
         check=True,
