@@ -92,6 +92,9 @@ FULL = Sizes(decisions=2000, pass_gpus=1024, pass_requests=10_000, pass_runs=5, 
 QUICK = Sizes(
     decisions=300, pass_gpus=128, pass_requests=1_000, pass_runs=3, sim_tasks=1_000, sim_gpus=32, learn_tasks=120
 )
+SMOKE = Sizes(  # the tests' run-through: every figure, none of them meaningful
+    decisions=50, pass_gpus=64, pass_requests=300, pass_runs=1, sim_tasks=200, sim_gpus=16, learn_tasks=60
+)
 
 
 @dataclass(slots=True)
@@ -496,9 +499,10 @@ def print_table(figures: Sequence[Figure]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a CI smoke run")
+    parser.add_argument("--smoke", action="store_true", help="smaller still: every figure, for the tests")
     parser.add_argument("--json", action="store_true", help="print all figures as one JSON object, last line")
     args = parser.parse_args(argv)
-    size = QUICK if args.quick else FULL
+    size = SMOKE if args.smoke else QUICK if args.quick else FULL
     catalog = load_catalog(packaged("task_catalog.csv"))
     figures: list[Figure] = []
 
@@ -585,13 +589,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures.append(Figure("sim_completed", f"{what}: tasks completed", done, "n"))
     figures.append(Figure("sim_lost", f"{what}: tasks lost", lost, "n"))
 
-    print(f"carma-airflow speed ({'quick' if args.quick else 'full'}; Python {platform.python_version()})")
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    print(f"carma-airflow speed ({mode}; Python {platform.python_version()})")
     print_table(figures)
     missed = [f.label for f in figures if f.meets is False]
     print(f"{len(missed)} figure(s) miss their target" if missed else "all figures meet their targets")
     if args.json:
         out = {
-            "mode": "quick" if args.quick else "full",
+            "mode": mode,
             "python": platform.python_version(),
             "figures": {
                 f.key: {

@@ -17,7 +17,7 @@ def run_bench(script: str, *args: str) -> str:
 
 
 def test_speed_quick_prints_every_figure_as_json() -> None:
-    data = json.loads(run_bench("speed.py", "--quick", "--json").strip().splitlines()[-1])
+    data = json.loads(run_bench("speed.py", "--smoke", "--json").strip().splitlines()[-1])
     text = json.dumps(data)
     for fragment in ("decide", "pass", "sim"):
         assert fragment in text
