@@ -116,15 +116,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Imports that climb a layer, each named, dated and with its reason (none on 2026-12-06).
 CLIMBS_ALLOWED: dict[tuple[str, str], str] = {}
 
-# Circles known on 2026-12-06, each with the work that ends it (issue 43).  Once a circle is gone
+# Circles, each with the work that ends it (none on 2026-12-06, issue 43).  Once a circle is gone
 # its entry must go too (the test says so), so the list only ever shrinks.
 PACKAGE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {}
-MODULE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({"carma_airflow.sim.days", "carma_airflow.sim.engine"}): (
-        "2026-12-06: sim/days.py replays a deployment's earlier days through the engine (imported in a "
-        "function) while the engine imports days.py for what they carried over"
-    ),
-}
+MODULE_CIRCLES_ALLOWED: dict[frozenset[str], str] = {}
 
 
 def _name_of(path: Path) -> str:

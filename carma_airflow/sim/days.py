@@ -19,7 +19,7 @@ one is the day one it would have had, not a stand-in's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -34,20 +34,23 @@ if TYPE_CHECKING:
     from carma_airflow.sim.workload import Arrival
 
 
-def warm_start(config: SimConfig, arrivals: Sequence[Arrival]) -> Simulation | None:
-    """The last of ``config.warm_runs`` replays of ``arrivals``, each starting after the one
-    before (:func:`start_after`); None where nothing would carry over (no replay, or only memory
-    and an estimator that learns none)."""
+def warm_start(
+    config: SimConfig, arrivals: Sequence[Arrival], simulation: Callable[[SimConfig], Simulation]
+) -> Simulation | None:
+    """The last of ``config.warm_runs`` replays of ``arrivals``, each a ``simulation`` of the
+    day's configuration starting after the one before (:func:`start_after`); None where nothing
+    would carry over (no replay, or only memory and an estimator that learns none).
+
+    Decision: the engine hands itself in (``simulation``), so this module, which the engine
+    imports, never imports the engine: no circle."""
     if config.warm_runs < 0 or config.warm_runs > MAX_WARM_RUNS:
         raise ValueError(f"warm_runs must be between 0 and {MAX_WARM_RUNS}, got {config.warm_runs}")
     if not config.warm_learning and not learns_memory(config.estimator):
         return None
-    from carma_airflow.sim.engine import Simulation  # the engine runs a day; it imports this module
-
     day = replace(config, warm_runs=0)
     last: Simulation | None = None
     for _ in range(config.warm_runs):
-        sim = Simulation(day)
+        sim = simulation(day)
         start_after(sim, last)
         sim.run(list(arrivals))
         last = sim
@@ -80,10 +83,12 @@ def start_after(sim: Simulation, earlier: Simulation | None) -> None:
             policy.learn_duration(kind, seconds, model)
 
 
-def warm_peaks(config: SimConfig, arrivals: Sequence[Arrival]) -> LearnedPeaks:
-    """What ``config.warm_runs`` earlier replays of ``arrivals`` leave in the store's learned
-    peaks (empty when the estimator learns nothing)."""
-    last = warm_start(replace(config, warm_learning=False), arrivals)
+def warm_peaks(
+    config: SimConfig, arrivals: Sequence[Arrival], simulation: Callable[[SimConfig], Simulation]
+) -> LearnedPeaks:
+    """What ``config.warm_runs`` earlier replays of ``arrivals`` (each a ``simulation``) leave in
+    the store's learned peaks (empty when the estimator learns nothing)."""
+    last = warm_start(replace(config, warm_learning=False), arrivals, simulation)
     return last.peaks.copy() if last is not None else LearnedPeaks()
 
 

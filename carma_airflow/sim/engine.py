@@ -148,7 +148,7 @@ class Simulation:
         if self.cfg.speed_truth not in ("", "alike"):
             self.board.speed = make_speed_truth(self.cfg.speed_truth, [a.task.name for a in arrivals], self.cfg.gpus)
         if self.cfg.warm_runs:
-            start_after(self, warm_start(self.cfg, arrivals))
+            start_after(self, warm_start(self.cfg, arrivals, type(self)))
         for a in arrivals:
             self._push(a.submit_s, ARRIVE, a)
             self.jobs[a.job_id] = JobRecord(a)

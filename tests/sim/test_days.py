@@ -19,7 +19,7 @@ def t2(catalog: dict[str, TaskType]) -> list[Arrival]:
 
 def _day_two(config: SimConfig, arrivals: list[Arrival]) -> tuple[Simulation, Simulation]:
     """(day one, day two before it runs): day two built as ``Simulation.run`` builds it."""
-    first = warm_start(replace(config, warm_runs=1), arrivals)
+    first = warm_start(replace(config, warm_runs=1), arrivals, Simulation)
     assert first is not None
     second = Simulation(config)
     start_after(second, first)
@@ -66,11 +66,11 @@ def test_memory_only_days_keep_the_replays_of_before(four_a100: tuple[GpuSpec, .
     config = SimConfig(gpus=four_a100, estimator="history", policy="completion-time", warm_runs=1)
     sim = Simulation(config)
     sim.run(list(t2))
-    first = warm_start(config, t2)
+    first = warm_start(config, t2, Simulation)
     assert first is not None and sim.peaks.of("maskrcnn")[: len(first.peaks.of("maskrcnn"))] == first.peaks.of(
         "maskrcnn"
     )
     assert sim.know.placed.get("none", 0) > 0  # activities started afresh
-    assert warm_start(replace(config, estimator="gpumemnet"), t2) is None  # nothing would carry over
+    assert warm_start(replace(config, estimator="gpumemnet"), t2, Simulation) is None  # nothing would carry over
     with pytest.raises(ValueError, match="warm_runs"):
-        warm_start(replace(config, warm_runs=-1), t2)
+        warm_start(replace(config, warm_runs=-1), t2, Simulation)

@@ -81,7 +81,7 @@ def test_a_warm_store_prevents_the_first_try_ooms(catalog: dict[str, TaskType], 
     assert simulate(replace(cold, estimator="gpumemnet"), t2).oom_crashes >= 1
     assert simulate(cold, t2).oom_crashes >= 1  # maskrcnn's first try: nothing learned yet
     assert simulate(replace(cold, warm_runs=1), t2).oom_crashes == 0
-    store = warm_peaks(replace(cold, warm_runs=1), t2)
+    store = warm_peaks(replace(cold, warm_runs=1), t2, Simulation)
     assert store.of("maskrcnn") and max(store.of("maskrcnn")) == catalog["maskrcnn"].peak_mib
 
 
@@ -89,10 +89,10 @@ def test_warm_runs_need_an_estimator_that_learns(
     four_a100: tuple[GpuSpec, ...], maskrcnn_thrice: list[Arrival]
 ) -> None:
     plain = SimConfig(gpus=four_a100, estimator="gpumemnet")  # the default learns (the executor's)
-    assert len(warm_peaks(replace(plain, warm_runs=2), maskrcnn_thrice)) == 0
+    assert len(warm_peaks(replace(plain, warm_runs=2), maskrcnn_thrice, Simulation)) == 0
     assert simulate(replace(plain, warm_runs=2), maskrcnn_thrice) == simulate(plain, maskrcnn_thrice)
     with pytest.raises(ValueError, match="warm_runs"):
-        warm_peaks(replace(plain, estimator="history", warm_runs=-1), maskrcnn_thrice)
+        warm_peaks(replace(plain, estimator="history", warm_runs=-1), maskrcnn_thrice, Simulation)
 
 
 def test_learned_peaks_keep_the_latest_five_as_the_executor_does() -> None:
