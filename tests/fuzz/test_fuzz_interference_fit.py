@@ -40,7 +40,7 @@ observation = st.builds(
 )
 
 
-@settings(FUZZ)
+@settings(FUZZ, max_examples=max(FUZZ.max_examples // 2, 20))  # a refit of up to 40 observations each
 @given(
     st.lists(observation, min_size=8, max_size=40),
     st.lists(st.tuples(activity, activity, st.sampled_from(TYPES)), max_size=4),
