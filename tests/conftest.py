@@ -5,7 +5,8 @@ consecutive tests (xdist 3.8's load scheduling: a quarter of its share), then mo
 empties its own.  In pytest's order the benchmark smoke tests (tests/test_bench_*.py, each a minute
 or two of CPU on a loaded machine) came last, together: the suite ended with one worker running them
 while the others idled.  The tests listed here, with the seconds a worker spent on them
-(``--durations``, ``-n 4``, a 2-core machine at a load average of 9-14, 2026-12-06, rounded), are dealt out longest
+(``--durations``, ``-n 4``, a 2-core machine at a load average of 9-14, 2026-12-06, rounded; the ones made
+cheap since (in-process CLI calls, --smoke benches) left out), are dealt out longest
 first, each to the start of the first run of the worker with the fewest listed seconds so far
 (longest processing time first), so every worker starts with its share of them and the suite ends
 on short tests.  Only the order depends on these figures; the other tests keep pytest's order.  A
@@ -24,16 +25,8 @@ import pytest
 
 UNIT_SECONDS = {
     "tests/executor/test_writer.py::test_a_day_of_telemetry_with_default_settings_stays_within_the_retention": 110,
-    "tests/test_bench_smoke.py::test_learned_interference_prints_what_the_placer_knew_and_the_targets": 95,
-    "tests/executor/test_try_life.py::test_failed_flow_starts_leak_nothing_and_stay_on_standby": 89,
-    "tests/test_bench_smoke.py::test_speed_quick_prints_every_figure_as_json": 70,
-    "tests/cli/test_ops.py::test_why_explains_waiting_and_placed_tasks": 69,
-    "tests/sim/test_bench_fencing.py::test_fencing_bench_prints_each_hosts_rules_against_none": 61,
     "tests/examples/test_example_dag_files.py::test_example_dags_parse_and_their_tasks_run": 54,
-    "tests/cli/test_ops.py::test_why_on_a_mapped_task_names_each_map_index": 53,
-    "tests/fuzz/test_fuzz_interference_fit.py::test_a_refit_never_fails_and_predicts_speeds_within_their_intervals": 53,
-    "tests/cli/test_model_transfer.py::test_a_fit_exported_from_one_store_starts_another": 50,
-    "tests/cli/test_pipes.py::test_json_output_is_whole_when_nothing_cuts_it": 48,
+    "tests/executor/test_try_life.py::test_failed_flow_starts_leak_nothing_and_stay_on_standby": 50,
     "tests/gpu/test_fence_check.py::test_fence_dry_run_passes_every_scenario_and_measures_the_context": 46,
     "tests/fuzz/test_fuzz_cli.py::test_compare_with_hostile_arguments": 46,
     "tests/executor/test_peers.py::test_two_executors_on_postgres_never_book_the_same_memory": 45,
@@ -41,11 +34,9 @@ UNIT_SECONDS = {
     "tests/taskrun/test_framework_hook.py::test_real_torch_is_capped_after_transformers_probed_for_it": 42,
     "tests/executor/test_try_life.py::test_a_failure_inside_the_flows_start_is_retried_and_the_held_tries_then_run": 40,
     "tests/executor/test_writer.py::test_telemetry_older_than_the_retention_is_pruned_in_the_background": 39,
-    "tests/cli/test_model_transfer.py::test_an_import_keeps_a_fit_this_deployment_learned_unless_told": 39,
     "tests/executor/test_peers.py::test_a_second_executor_on_sqlite_places_nothing_and_says_why": 35,
     "tests/test_bench_scarce_smoke.py::test_scarce_gpus_quick_prints_a_row_per_cell_and_the_summary": 35,
     "tests/distributed/test_hosts_cli.py::test_hosts_shows_which_host_is_live_and_what_runs_there": 35,
-    "tests/cli/test_ops.py::test_gpus_lists_every_gpu_with_its_tenants": 33,
     "tests/test_bench_smoke.py::test_paper_table_runs_and_checks_targets": 33,
     "tests/core/test_placer.py::test_interference_aware_never_overcommits": 32,
     "tests/executor/test_try_life.py::test_callbacks_queued_on_standby_run_and_report_after_the_start": 32,
@@ -54,20 +45,12 @@ UNIT_SECONDS = {
     "tests/executor/test_peers.py::test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan": 31,
     "tests/sim/test_robustness_bench.py::test_grid_prints_every_cell_with_the_oracle_and_the_targets": 31,
     "tests/store/test_store_concurrency.py::test_two_processes_write_at_once": 31,
-    "tests/cli/test_why_fence.py::test_why_shows_each_tries_own_fence_per_gpu": 30,
-    "tests/cli/test_why_now.py::test_gpus_lists_the_tries_waiting_and_says_no_executor_runs": 30,
-    "tests/cli/test_ops.py::test_gpus_shows_a_tenants_activity_where_the_executor_published_it": 30,
     "tests/executor/test_reasons_cadence.py::test_a_deep_queue_still_places_and_explains": 29,
-    "tests/cli/test_ops.py::test_why_shows_the_tasks_learned_activity": 29,
     "tests/executor/test_peers.py::test_the_next_try_after_an_oom_follows_the_recovery_plan_on_the_other_scheduler": 28,
     "tests/executor/test_config_surface.py::test_airflow_config_list_shows_every_carma_option": 28,
     "tests/executor/test_writer.py::test_a_killed_writer_loses_nothing_it_had_queued": 28,
     "tests/executor/test_peers.py::test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched": 28,
     "tests/executor/test_example_dags.py::test_strict_validation_turns_a_bad_config_into_a_dag_import_error": 27,
-    "tests/cli/test_why_resume.py::test_why_shows_the_step_a_retry_resumed_from": 27,
-    "tests/cli/test_model_transfer.py::test_an_import_waits_for_the_running_executor_to_stop": 27,
-    "tests/cli/test_why_now.py::test_why_says_the_executor_is_not_running_above_the_last_entries": 27,
-    "tests/cli/test_why_models.py::test_why_prints_the_predicted_run_on_each_gpu_model_once_two_models_have_runs": 26,
 }
 
 
