@@ -28,7 +28,6 @@ UNIT_SECONDS = {
     "tests/examples/test_example_dag_files.py::test_example_dags_parse_and_their_tasks_run": 54,
     "tests/executor/test_try_life.py::test_failed_flow_starts_leak_nothing_and_stay_on_standby": 50,
     "tests/gpu/test_fence_check.py::test_fence_dry_run_passes_every_scenario_and_measures_the_context": 46,
-    "tests/fuzz/test_fuzz_cli.py::test_compare_with_hostile_arguments": 46,
     "tests/executor/test_peers.py::test_two_executors_on_postgres_never_book_the_same_memory": 45,
     "tests/gpu/test_dry_run.py": 43,  # one dry run of bench/gpu/run.sh, a module fixture
     "tests/taskrun/test_framework_hook.py::test_real_torch_is_capped_after_transformers_probed_for_it": 42,

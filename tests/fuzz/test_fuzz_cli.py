@@ -136,7 +136,7 @@ def test_simulate_with_hostile_arguments(files: Path, data: st.DataObject) -> No
     invoke(data.draw(argv(files, "simulate", SIM_OPTIONS)))
 
 
-@SLOW
+@settings(FUZZ, max_examples=max(FUZZ.max_examples // 4, 10))  # the options simulate's fuzz covers too
 @given(st.data())
 def test_compare_with_hostile_arguments(files: Path, data: st.DataObject) -> None:
     invoke(data.draw(argv(files, "compare", COMPARE_OPTIONS)))
