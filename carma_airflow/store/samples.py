@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, insert, literal, select, union_all
 
 from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
 from carma_airflow.store.errors import RecordError
 from carma_airflow.store.records import SampleRecord
 from carma_airflow.store.schema import GpuSampleRow
+
+_UNION_TERMS = 200  # GPUs per statement (SQLite allows 500 terms in a compound select)
 
 
 def _sample_record(row: GpuSampleRow) -> SampleRecord:
@@ -47,12 +49,20 @@ class SampleStore(StoreBase):
             return 0
         uuids = sorted({s.gpu_uuid for s in samples})
         with self._session(write=True) as session:
-            stmt = (
-                select(GpuSampleRow.gpu_uuid, func.max(GpuSampleRow.at))
-                .where(GpuSampleRow.gpu_uuid.in_(uuids))
-                .group_by(GpuSampleRow.gpu_uuid)
-            )
-            last: dict[str, datetime] = {uuid: utc(at) for uuid, at in session.execute(stmt)}
+            # each GPU's newest sample by its own max(): SQLite reads it off the (gpu_uuid, at)
+            # index; a grouped query over the GPUs scanned every row (4.8 ms against 0.02 per write
+            # at a day of 8 GPUs, growing with the table up to the retention)
+            last: dict[str, datetime] = {}
+            for chunk in range(0, len(uuids), _UNION_TERMS):
+                stmt = union_all(
+                    *(
+                        select(literal(uuid).label("gpu_uuid"), func.max(GpuSampleRow.at).label("at")).where(
+                            GpuSampleRow.gpu_uuid == uuid
+                        )
+                        for uuid in uuids[chunk : chunk + _UNION_TERMS]
+                    )
+                )
+                last.update((uuid, utc(at)) for uuid, at in session.execute(stmt) if at is not None)
             rows: list[dict[str, Any]] = []
             for sample in sorted(samples, key=lambda s: utc(s.at)):
                 at = utc(sample.at)
