@@ -9,6 +9,25 @@ from carma_airflow.core.filtering import Filter, Rejection
 from carma_airflow.core.task import TaskRequest
 
 
+class _ByTenants:
+    """A filter's rejection for each tenant count, made once (a pass classifies many GPUs, and
+    GPUs with the same number of tenants are refused in the same words)."""
+
+    def __init__(self, filter: Filter, form: str, limit: int) -> None:
+        self._filter = filter
+        self._form = form
+        self._limit = limit
+        self._made: dict[int, Rejection] = {}
+
+    def __call__(self, tenants: int) -> Rejection:
+        got = self._made.get(tenants)
+        if got is None:
+            flt = self._filter
+            got = Rejection(flt.name, flt.reason, self._form, "tenants", have=tenants, limit=self._limit)
+            self._made[tenants] = got
+        return got
+
+
 class NoSharing(Filter):
     """An exclusive policy: a GPU with tenants takes nobody else."""
 
@@ -16,15 +35,10 @@ class NoSharing(Filter):
     reason = Reason.BUSY
 
     def __init__(self) -> None:
-        self._by_tenants: dict[int, Rejection] = {}  # one rejection per tenant count (a pass classifies many GPUs)
+        self._rejection = _ByTenants(self, "has {have} tenant(s); exclusive policy", limit=0)
 
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
-        tenants = facts.tenants
-        got = self._by_tenants.get(tenants)
-        if got is None:
-            form = "has {have} tenant(s); exclusive policy"
-            got = self._by_tenants[tenants] = Rejection(self.name, self.reason, form, "tenants", have=tenants, limit=0)
-        return got
+        return self._rejection(facts.tenants)  # asked of GPUs with tenants only
 
 
 class ExclusiveTenant(Filter):
@@ -34,17 +48,12 @@ class ExclusiveTenant(Filter):
     reason = Reason.EXCLUSIVE_TENANT
 
     def __init__(self) -> None:
-        self._by_tenants: dict[int, Rejection] = {}
+        self._rejection = _ByTenants(self, "held by an exclusive task", limit=1)
 
     def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
         if not facts.exclusive_tenant:
             return None
-        tenants = facts.tenants
-        got = self._by_tenants.get(tenants)
-        if got is None:
-            form = "held by an exclusive task"
-            got = self._by_tenants[tenants] = Rejection(self.name, self.reason, form, "tenants", have=tenants, limit=1)
-        return got
+        return self._rejection(facts.tenants)
 
 
 class TenantCap(Filter):
