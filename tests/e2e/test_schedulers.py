@@ -143,7 +143,7 @@ def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> N
 @ON_POSTGRES
 def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack, tmp_path: Path) -> None:
     # tries that outlive Airflow's finding the killed scheduler dead (health threshold + check
-    # interval): those that start before the kill train 45 s, those after it 15 s (carma_ha.py)
+    # interval): those that start before the kill train 45 s, those after it 5 s (carma_ha.py)
     killed = tmp_path / "killed"
     stack = airflow_stack(**HA, ha_train_seconds="45", ha_killed=str(killed))
     _start_second(stack)
