@@ -61,12 +61,14 @@ from carma_airflow.core import (
     parse_gpu_list,
 )
 from carma_airflow.core.activity import ActivityEstimate, estimate_activity
+from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies import DEFAULT_POLICY, Policy, make_policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.forecast import task_type
 from carma_airflow.sim import SimConfig, TaskType, load_catalog, packaged, simulate, synthetic_trace
 from carma_airflow.sim.engine import Simulation
+from carma_airflow.sim.speed import drawn_spec
 
 A100 = gpu_spec("A100-40GB")
 WINDOW = 30  # samples per metric window (the paper's W)
@@ -141,6 +143,7 @@ def _gpu(
     *,
     host: str,
     recent: float = 0.15,
+    spec: GpuSpec = A100,
 ) -> GpuState:
     """A GPU with one tenant per entry of ``tenant_mib`` (reserved MiB).
 
@@ -163,13 +166,13 @@ def _gpu(
                 observed_mib=observed,
             )
         )
-    used = min(A100.memory_mib, used + (rng.randint(300, 600) if tenants else rng.randint(0, 200)))
+    used = min(spec.memory_mib, used + (rng.randint(300, 600) if tenants else rng.randint(0, 200)))
     last = max((t.placed_at for t in tenants), default=None)
     return GpuState(
         uuid=f"GPU-{index:05d}",
         index=index,
-        spec=A100,
-        free_mib=A100.memory_mib - used,
+        spec=spec,
+        free_mib=spec.memory_mib - used,
         used_mib=used,
         window=_window(rng, len(tenants)),
         tenants=tuple(tenants),
@@ -217,6 +220,44 @@ def large_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
     return ClusterView(NOW, tuple(out))
 
 
+# a mixed fleet's hosts, in turn: a scarce fast model, the grid's model and a small slow one
+MIXED_MODELS = ("H100-80GB", "A100-40GB", "L4", "L4")
+
+
+def mixed_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
+    """``gpus`` GPUs, 8 per host, each host one of :data:`MIXED_MODELS` in turn (a quarter
+    H100-80GB, a quarter A100-40GB, half L4); tenants as :func:`large_view`'s, their memory
+    scaled to the GPU's."""
+    rng = random.Random(seed)
+    specs = [gpu_spec(m) for m in MIXED_MODELS]
+    out = []
+    for i in range(gpus):
+        spec = specs[(i // GPUS_PER_HOST) % len(specs)]
+        host = f"node-{i // GPUS_PER_HOST:04d}"
+        scale = spec.memory_mib / A100.memory_mib
+        if not steady:
+            out.append(_gpu(rng, i, (), host=host, spec=spec))
+            continue
+        r = rng.random()
+        if r < 0.88:
+            mibs = [rng.choice((8_000, 12_000)) for _ in range(3)]
+        elif r < 0.96:
+            mibs = [16_000, 16_000] if rng.random() < 0.5 else [34_000]
+        else:
+            mibs = [rng.choice((1_500, 4_000, 8_000))]
+        out.append(_gpu(rng, i, [int(m * scale) for m in mibs], host=host, spec=spec))
+    return ClusterView(NOW, tuple(out))
+
+
+def per_model_runs(catalog: dict[str, TaskType], seed: int = 0) -> dict[tuple[str, str], float]:
+    """Each catalogue type's solo run on each of :data:`MIXED_MODELS`, seconds, by the spec-sheet
+    speed truth (``--speed-truth spec:SEED``): what a deployment has learned once every type ran
+    alone on every model."""
+    specs = [gpu_spec(m) for m in dict.fromkeys(MIXED_MODELS)]
+    truth = drawn_spec(sorted(catalog), specs, seed)
+    return {(t.name, s.name): t.solo_s / truth.speed(t.name, s) for t in catalog.values() for s in specs}
+
+
 def catalog_requests(catalog: dict[str, TaskType], count: int, seed: int = 3) -> list[TaskRequest]:
     """``count`` pending requests drawn from the task catalogue, estimated as the sim does
     (gpumemnet, so some are whole-GPU and a few ask for 2 GPUs), submitted over the last 2 h."""
@@ -251,12 +292,21 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[k]
 
 
-def policy_of(name: str, catalog: dict[str, TaskType] | None = None, model: InterferenceModel | None = None) -> Policy:
+def policy_of(
+    name: str,
+    catalog: dict[str, TaskType] | None = None,
+    model: InterferenceModel | None = None,
+    solo_runs: dict[tuple[str, str], float] | None = None,
+) -> Policy:
     """A fresh policy; completion-time told the catalogue's solo run times (what a driver learns
     from ended tries), so its decisions price waiting as they do once run times are known, and
-    ``model`` (else it predicts from the cold prior)."""
+    ``model`` (else it predicts from the cold prior).  ``solo_runs``: solo runs by (type, GPU model)
+    instead (:func:`per_model_runs`), as on a mixed fleet."""
     policy = make_policy(name)
-    if isinstance(policy, CompletionTime) and catalog:
+    if isinstance(policy, CompletionTime) and solo_runs:
+        for (kind, gpu_model), seconds in solo_runs.items():
+            policy.learn_duration(kind, seconds, gpu_model)
+    elif isinstance(policy, CompletionTime) and catalog:
         for t in catalog.values():
             policy.learn_duration(t.name, t.solo_s)
     if isinstance(policy, CompletionTime) and model is not None:
@@ -375,6 +425,7 @@ def _new_cycle(
     policy: str,
     catalog: dict[str, TaskType] | None,
     model: InterferenceModel | None = None,
+    solo_runs: dict[tuple[str, str], float] | None = None,
 ) -> SchedulingCycle:
     """A cycle as a driver starts one: the view's tenants in its ledger, ``pending`` queued."""
     held = sorted(((t, g.uuid) for g in view.gpus for t in g.tenants), key=lambda tu: (tu[0].placed_at, tu[0].key))
@@ -383,7 +434,9 @@ def _new_cycle(
         book.reserve(t.key, t.label, [uuid], t.reserved_mib, t.placed_at, exclusive=t.exclusive)
         if t.observed_mib is not None:
             book.observe(t.key, t.observed_mib)
-    cycle = SchedulingCycle(Placer(policy_of(policy, catalog, model)), make_queue("backfill"), reservations=book)
+    cycle = SchedulingCycle(
+        Placer(policy_of(policy, catalog, model, solo_runs)), make_queue("backfill"), reservations=book
+    )
     for r in pending:
         cycle.submit(r, r.submitted_at)
     return cycle
@@ -397,6 +450,7 @@ def bench_cycle(
     catalog: dict[str, TaskType] | None = None,
     limit: int | None = None,
     model: InterferenceModel | None = None,
+    solo_runs: dict[tuple[str, str], float] | None = None,
 ) -> tuple[float, int]:
     """Median seconds of the first ``SchedulingCycle.run`` of a new cycle (a driver's first pass
     after it starts) and the tries it places; ``limit``: the driver's free slots (the pass places
@@ -408,11 +462,11 @@ def bench_cycle(
     its own, built untimed, since a pass changes its cycle; nothing is kept from a pass before.
     """
     bare = _bare(view)
-    placed = len(_new_cycle(view, pending, policy, catalog, model).run(NOW, bare, limit=limit).placed)
+    placed = len(_new_cycle(view, pending, policy, catalog, model, solo_runs).run(NOW, bare, limit=limit).placed)
     cycles: list[SchedulingCycle] = []
 
     def new_cycle() -> None:
-        cycles[:] = [_new_cycle(view, pending, policy, catalog, model)]
+        cycles[:] = [_new_cycle(view, pending, policy, catalog, model, solo_runs)]
 
     return _median_time(lambda: cycles[0].run(NOW, bare, limit=limit), runs, setup=new_cycle), placed
 
@@ -426,6 +480,7 @@ def bench_heartbeat(
     waiting_decisions: bool = True,
     model: InterferenceModel | None = None,
     handed_over: bool = False,
+    solo_runs: dict[tuple[str, str], float] | None = None,
 ) -> tuple[float, int]:
     """Median seconds of a later pass of one cycle (a driver's next heartbeat) and the tries it places.
     ``waiting_decisions`` False: the pass without the waiting tries' reasons (the executor's between
@@ -439,7 +494,7 @@ def bench_heartbeat(
     monitor states and whatever the cycle kept from the pass before (its policy's memos, the
     ledger's tenants of the GPUs that did not change).
     """
-    cycle = _new_cycle(view, pending, policy, catalog, model)
+    cycle = _new_cycle(view, pending, policy, catalog, model, solo_runs)
     results = [cycle.run(NOW, _bare(view), waiting_decisions=waiting_decisions)]
     pol = cycle.placer.policy
     base = model if model is not None else InterferenceModel()
@@ -501,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes for a CI smoke run")
     parser.add_argument("--smoke", action="store_true", help="smaller still: every figure, for the tests")
     parser.add_argument("--json", action="store_true", help="print all figures as one JSON object, last line")
+    parser.add_argument("--mixed-only", action="store_true", help="only the passes on a mixed fleet (section 2c)")
     args = parser.parse_args(argv)
     size = SMOKE if args.smoke else QUICK if args.quick else FULL
     catalog = load_catalog(packaged("task_catalog.csv"))
@@ -512,7 +568,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # 1. one decision over 8 GPUs
     view8 = small_view()
     requests8 = catalog_requests(catalog, 64)
-    for policy in dict.fromkeys((DEFAULT_POLICY, "completion-time", "interference-aware", "most-free-memory")):
+    only_mixed = args.mixed_only
+    deciders = dict.fromkeys((DEFAULT_POLICY, "completion-time", "interference-aware", "most-free-memory"))
+    for policy in () if only_mixed else deciders:
         progress(f"[1] decide x{size.decisions}, 8 GPUs, {policy}")
         med, p99 = bench_decide(policy, view8, requests8, size.decisions, catalog)
         figures.append(Figure(f"decide_8gpu_{policy}_median", f"decide, 8 GPUs, {policy}: median", med, "ms", 1e-3))
@@ -522,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pending = catalog_requests(catalog, size.pass_requests)
     g, n = size.pass_gpus, size.pass_requests
     placed_counts: dict[str, int] = {}
-    for policy in dict.fromkeys(("interference-aware", "completion-time", DEFAULT_POLICY)):
+    for policy in () if only_mixed else dict.fromkeys(("interference-aware", "completion-time", DEFAULT_POLICY)):
         tag = "" if policy == "interference-aware" else f"_{policy}"  # the keys of earlier rounds stay
         for state, steady in (("steady", True), ("cold", False)):
             view = large_view(g, steady=steady)
@@ -560,34 +618,68 @@ def main(argv: Sequence[str] | None = None) -> int:
                 figures.append(Figure(f"pass_{state}_handed_over{tag}", label, hand_s, "ms", 50e-3))
                 figures.append(Figure(f"pass_{state}_handed_over_placed{tag}", f"{label}: placed", hand_placed, "n"))
 
-    # 2b. the same steady pass as a deployment runs it: tenants of its task types, a learned model
-    progress(f"[2b] learn a model: {size.learn_tasks}-task simulation on 8xA100-40GB")
-    model = learned_model(catalog, size.learn_tasks)
-    typed = typed_view(large_view(g, steady=True), catalog)
-    pending = typed_requests(pending, catalog)
-    what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
-    known = len(model.fit_for(A100.name).known_types())
-    figures.append(Figure("pass_learned_types", f"{what}: task types the model has terms for", known, "n"))
+    pending = typed_requests(pending, catalog)  # as the executor's intake sets them
     runs, ct = size.pass_runs, "completion-time"
-    progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{runs}")
-    first_s, _ = bench_cycle(typed, pending, runs, ct, catalog, model=model)
-    figures.append(Figure("pass_learned_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
-    beat_s, beat_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model)
-    figures.append(Figure("pass_learned_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
-    figures.append(Figure("pass_learned_heartbeat_placed", f"{what}: heartbeat placed", beat_placed, "n"))
-    hand_s, hand_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
-    label = f"{what}: the pass after a model hand-over"
-    figures.append(Figure("pass_learned_handed_over", label, hand_s, "ms", 50e-3))
-    figures.append(Figure("pass_learned_handed_over_placed", f"{label}: placed", hand_placed, "n"))
+    if not only_mixed:
+        # 2b. the same steady pass as a deployment runs it: tenants of its task types, a learned model
+        progress(f"[2b] learn a model: {size.learn_tasks}-task simulation on 8xA100-40GB")
+        model = learned_model(catalog, size.learn_tasks)
+        typed = typed_view(large_view(g, steady=True), catalog)
+        what = f"pass, {g} GPUs, {n} pending, steady, completion-time, learned model, typed tenants"
+        known = len(model.fit_for(A100.name).known_types())
+        figures.append(Figure("pass_learned_types", f"{what}: task types the model has terms for", known, "n"))
+        progress(f"[2b] first pass, next heartbeat's pass, the pass after a hand-over x{runs}")
+        first_s, _ = bench_cycle(typed, pending, runs, ct, catalog, model=model)
+        figures.append(Figure("pass_learned_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
+        beat_s, beat_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model)
+        figures.append(Figure("pass_learned_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
+        figures.append(Figure("pass_learned_heartbeat_placed", f"{what}: heartbeat placed", beat_placed, "n"))
+        hand_s, hand_placed = bench_heartbeat(typed, pending, runs, ct, catalog, model=model, handed_over=True)
+        label = f"{what}: the pass after a model hand-over"
+        figures.append(Figure("pass_learned_handed_over", label, hand_s, "ms", 50e-3))
+        figures.append(Figure("pass_learned_handed_over_placed", f"{label}: placed", hand_placed, "n"))
 
-    # 3. a whole simulation
-    progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")
-    wall, passes, done, lost = bench_sim(catalog, size.sim_tasks, size.sim_gpus)
-    what = f"sim, {size.sim_tasks} tasks, {size.sim_gpus}xA100-40GB"
-    figures.append(Figure("sim_wall", f"{what}: wall time", wall, "s", 60.0))
-    figures.append(Figure("sim_passes", f"{what}: scheduling passes", passes, "n"))
-    figures.append(Figure("sim_completed", f"{what}: tasks completed", done, "n"))
-    figures.append(Figure("sim_lost", f"{what}: tasks lost", lost, "n"))
+    # 2c. the default's passes on a mixed fleet (issue 44's pass budget): every option priced on its
+    # GPU model's run, idle GPUs fastest first and kept by speed
+    solo_runs = per_model_runs(catalog)
+    fleet = "+".join(dict.fromkeys(MIXED_MODELS))
+    for state, steady in (("steady", True), ("cold", False)):
+        view = typed_view(mixed_view(g, steady=steady), catalog)
+        what = f"pass, {g} GPUs ({fleet}), {n} waiting, {state}, completion-time, runs per model"
+        progress(f"[2c] mixed fleet: first pass, next heartbeat's pass x{runs}, {state}")
+        first_s, first_placed = bench_cycle(view, pending, runs, ct, catalog, solo_runs=solo_runs)
+        figures.append(Figure(f"pass_mixed_{state}_cycle", f"{what}: whole cycle pass, first", first_s, "ms", 50e-3))
+        figures.append(Figure(f"pass_mixed_{state}_cycle_placed", f"{what}: cycle placed", first_placed, "n"))
+        if not steady:
+            per = first_s / max(1, first_placed)
+            figures.append(
+                Figure("pass_mixed_cold_per_placement", f"{what}: first pass per placement", per, "ms", 50e-6)
+            )
+            for slots in SLOTS:
+                slot_s, slot_placed = bench_cycle(view, pending, runs, ct, catalog, slots, solo_runs=solo_runs)
+                at = f"{what}: whole cycle pass, first, {slots} free slots"
+                figures.append(Figure(f"pass_mixed_cold_cycle_slots{slots}", at, slot_s, "ms", 50e-3))
+                figures.append(Figure(f"pass_mixed_cold_cycle_slots{slots}_placed", f"{at}: placed", slot_placed, "n"))
+        beat_s, beat_placed = bench_heartbeat(view, pending, runs, ct, catalog, solo_runs=solo_runs)
+        figures.append(Figure(f"pass_mixed_{state}_heartbeat", f"{what}: next heartbeat's pass", beat_s, "ms", 50e-3))
+        figures.append(Figure(f"pass_mixed_{state}_heartbeat_placed", f"{what}: heartbeat placed", beat_placed, "n"))
+        if steady:
+            hand_s, hand_placed = bench_heartbeat(
+                view, pending, runs, ct, catalog, handed_over=True, solo_runs=solo_runs
+            )
+            label = f"{what}: the pass after a model hand-over"
+            figures.append(Figure("pass_mixed_steady_handed_over", label, hand_s, "ms", 50e-3))
+            figures.append(Figure("pass_mixed_steady_handed_over_placed", f"{label}: placed", hand_placed, "n"))
+
+    if not only_mixed:
+        # 3. a whole simulation
+        progress(f"[3] simulate {size.sim_tasks} tasks on {size.sim_gpus}xA100-40GB")
+        wall, passes, done, lost = bench_sim(catalog, size.sim_tasks, size.sim_gpus)
+        what = f"sim, {size.sim_tasks} tasks, {size.sim_gpus}xA100-40GB"
+        figures.append(Figure("sim_wall", f"{what}: wall time", wall, "s", 60.0))
+        figures.append(Figure("sim_passes", f"{what}: scheduling passes", passes, "n"))
+        figures.append(Figure("sim_completed", f"{what}: tasks completed", done, "n"))
+        figures.append(Figure("sim_lost", f"{what}: tasks lost", lost, "n"))
 
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     print(f"carma-airflow speed ({mode}; Python {platform.python_version()})")

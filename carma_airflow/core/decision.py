@@ -31,6 +31,9 @@ class Reason(enum.Enum):
     MODEL = "gpu-model"
     RESERVED = "reserved"
     KEPT = "kept-for-larger"  # an idle GPU kept for waiting tries only its size holds (core/scarce.py)
+    # an idle GPU kept from a try that runs faster on another model, or for tries that gain more from
+    # its model (core/speed_keep.py)
+    KEPT_FASTER = "kept-for-faster"
 
     # A member is its own singleton and Enum compares by identity: the identity hash is the
     # same contract, in C.  Enum's own hashes the name in Python, and a pass counts reasons by

@@ -104,8 +104,26 @@ class KeptForLarger(Filter):
         return Rejection.said(self.name, self.reason, why)
 
 
+class KeptForFaster(Filter):
+    """An idle GPU kept from a try by what the tries' predicted runs on each GPU model say
+    (core/speed_keep.py decides; its text says why)."""
+
+    name = "kept-for-faster"
+    reason = Reason.KEPT_FASTER
+    per_try = True
+
+    def check(self, facts: GpuFacts, request: TaskRequest) -> Rejection | None:
+        return None  # decided by the pass's SpeedKeep, which knows the queue and the runs per model
+
+    def rejection(self, why: str | None = None) -> Rejection:
+        if why is None:
+            return Rejection(self.name, self.reason, "kept for a faster GPU model or for tasks that gain more from it")
+        return Rejection.said(self.name, self.reason, why)
+
+
 HELD = HeldForStarved()
 NEEDS_IDLE = NeedsIdle()
 KEPT = KeptForLarger()
+KEPT_FASTER = KeptForFaster()
 
 __all__ = ["HELD", "KEPT", "NEEDS_IDLE", "HeldForStarved", "KeptForLarger", "MemoryFit", "NeedsIdle"]

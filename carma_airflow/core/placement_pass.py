@@ -10,7 +10,6 @@ from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
-from carma_airflow.core.engine_filters import KEPT
 from carma_airflow.core.facts import GpuFacts, copy_facts, needs_idle, never_fits
 from carma_airflow.core.filtering import Rejection, first_rejection
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
@@ -25,7 +24,8 @@ from carma_airflow.core.reasons import (
     waiting_by_choice,
 )
 from carma_airflow.core.risk import is_high_risk
-from carma_airflow.core.scarce import ScarceKeep
+from carma_airflow.core.scarce import ScarceKeep, size_class
+from carma_airflow.core.speed_keep import IdleIndex
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.units import format_mib
 
@@ -82,6 +82,7 @@ class PlacementPass(DrainPass):
         # on a cluster of several GPU sizes, for a policy that keeps scarce GPUs: the waiting tries
         # the larger idle GPUs are kept for (the placer sets it; core/scarce.py)
         self.keep: ScarceKeep | None = None
+        self._idle_index: IdleIndex | None = None  # the keep's count of the idle GPUs, until one is taken
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -138,9 +139,9 @@ class PlacementPass(DrainPass):
                 scanned.append((f, Reason.MEMORY, False))
             elif avoid and f.state.uuid in avoid:
                 avoided.append(f)
-            elif scarce is not None and (why := scarce.kept(f, request.key, need, self._idle_facts())) is not None:
-                scanned.append((f, Reason.KEPT, False))
-                notes[f.uuid] = KEPT.rejection(why)
+            elif scarce is not None and (held := scarce.kept(f, request.key, need, self._idle_now())) is not None:
+                scanned.append((f, held.reason, False))
+                notes[f.uuid] = held
             else:
                 chosen = take(f)
                 if chosen is not None:
@@ -279,8 +280,11 @@ class PlacementPass(DrainPass):
             policy=pol.name,
         )
 
-    def _idle_facts(self) -> list[GpuFacts]:
-        return [e[2] for e in self.idle]
+    def _idle_now(self) -> IdleIndex:
+        index = self._idle_index
+        if index is None:
+            index = self._idle_index = IdleIndex.of((e[2] for e in self.idle), size_class)
+        return index
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
@@ -345,7 +349,7 @@ class PlacementPass(DrainPass):
             if notes and notes.get(f.state.uuid) is not None:
                 out.extend(scan_verdicts((record,), request, headroom, notes))
                 continue
-            if reason is Reason.RESERVED or reason is Reason.BUSY or reason is Reason.KEPT:
+            if reason in _UNNAMED:
                 named: object = None
             else:
                 named = filter_need if shared else need
@@ -375,6 +379,7 @@ class PlacementPass(DrainPass):
         """Account a placement inside the pass and move the GPUs to their new pools."""
         self._own()
         chosen = []
+        self._idle_index = None
         self._drains = {}
         self._scans = {}
         for uuid in decision.gpu_uuids:
@@ -402,5 +407,7 @@ class PlacementPass(DrainPass):
 
 
 _REASON = itemgetter(1)
+# reasons whose texts name no memory figure of the try (their verdicts are kept alike whatever it asks)
+_UNNAMED = frozenset((Reason.RESERVED, Reason.BUSY, Reason.KEPT, Reason.KEPT_FASTER))
 
 __all__ = ["HEAD", "PLACED_REJECTIONS", "WAITS", "WAITS_BY_CHOICE", "PlacementPass"]

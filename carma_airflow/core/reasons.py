@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from operator import attrgetter
 
 from carma_airflow.core.decision import GpuVerdict, Reason
-from carma_airflow.core.engine_filters import HELD, KEPT, NEEDS_IDLE, MemoryFit
+from carma_airflow.core.engine_filters import HELD, KEPT, KEPT_FASTER, NEEDS_IDLE, MemoryFit
 from carma_airflow.core.facts import GpuFacts
 from carma_airflow.core.filtering import Rejection
 from carma_airflow.core.task import TaskRequest
@@ -55,6 +55,8 @@ def scan_rejection(
         return HELD.rejection()
     if reason is Reason.KEPT:
         return KEPT.rejection()
+    if reason is Reason.KEPT_FASTER:
+        return KEPT_FASTER.rejection()
     if reason is Reason.BUSY:
         return NEEDS_IDLE.rejection(f)
     if reason is Reason.MEMORY:
@@ -89,6 +91,7 @@ _EVERY_GPU: dict[Reason, str] = {
     Reason.TENANT_CAP: "every GPU is at its tenant cap",
     Reason.RESERVED: "every GPU is held for a task past its starvation bound",
     Reason.KEPT: "every GPU that fits is kept for waiting tasks that need its size",
+    Reason.KEPT_FASTER: "every GPU that fits is kept for a faster GPU model or for tasks that gain more from it",
 }
 _REASON_ORDER = {r: i for i, r in enumerate(Reason)}
 

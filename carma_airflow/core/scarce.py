@@ -23,14 +23,17 @@ Pure: the placer builds a keep from its pass's queue; nothing here reads a clock
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from carma_airflow.core.engine_filters import KEPT, KEPT_FASTER
+from carma_airflow.core.filtering import Rejection
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.speed import spec_time_ratio
-from carma_airflow.core.speed_keep import Busy, SpeedKeep
+from carma_airflow.core.speed_keep import Busy, IdleIndex, SpeedKeep
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:  # policies import this module; it needs their types only
@@ -83,12 +86,17 @@ class ScarceKeep:
 
     ``room``: per size class the most usable memory a GPU of it offers when idle (the largest seen).
     ``waiting``: per-GPU need (MiB) -> GPUs the waiting tries of that need ask for, less those placed.
+    ``needs``: every waiting try's need, sorted (for :meth:`kept`'s memo).
     """
 
     room: dict[int, int]
     waiting: Counter[int] = field(default_factory=Counter)
     protected: str | None = None
     speed: SpeedKeep | None = None  # on GPUs of several models, once run times are known (core/speed_keep.py)
+    needs: tuple[int, ...] = ()
+    # one decision's verdicts (its try, the idle GPUs it saw) by what they read of a GPU
+    _memo_of: tuple[str, IdleIndex] | None = None
+    _memo: dict[tuple[str, int, int], Rejection | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, facts: Sequence[GpuFacts], queue: Waiting, protected: str | None) -> ScarceKeep:
@@ -106,7 +114,7 @@ class ScarceKeep:
         for r, alike in queue:
             if not r.memory.whole_gpu:
                 waiting[r.memory.mib] += r.gpus * alike
-        return cls(room, waiting, protected)
+        return cls(room, waiting, protected, needs=tuple(sorted(waiting)))
 
     def placed(self, mib: int, gpus: int) -> None:
         """A try of this need was placed in the pass: it waits no more."""
@@ -115,19 +123,34 @@ class ScarceKeep:
             self.waiting[mib] = left
         else:
             self.waiting.pop(mib, None)
+        self._memo_of = None
 
-    def kept(self, f: GpuFacts, key: str, need: int, idle: Sequence[GpuFacts]) -> str | None:
-        """Why idle GPU ``f`` is kept from request ``key`` (asking ``need`` MiB per GPU), or None.
+    def kept(self, f: GpuFacts, key: str, need: int, idle: IdleIndex) -> Rejection | None:
+        """Why idle GPU ``f`` is kept from request ``key`` (asking ``need`` MiB per GPU), or None:
+        kept for larger tries (:data:`~carma_airflow.core.engine_filters.KEPT`) or by the tries'
+        speeds (:data:`~carma_airflow.core.engine_filters.KEPT_FASTER`).
 
-        ``idle``: the pass's idle GPUs now."""
+        ``idle``: the pass's idle GPUs now.  A GPU is read for its model, its size and which waiting
+        tries' needs its free memory holds, so one decision's scan over hundreds of idle GPUs asks
+        the rules once per model and band of free memory (the same verdicts, kept)."""
         if key == self.protected:
             return None
-        why = self._kept_by_size(f, need, idle)
-        if why is None and self.speed is not None:
-            why = self.speed.kept(f, key, need, idle)
-        return why
+        if self._memo_of is None or self._memo_of[0] != key or self._memo_of[1] is not idle:
+            self._memo_of = (key, idle)
+            self._memo = {}
+        spec = f.state.spec
+        band = (spec.name, spec.memory_mib, bisect_right(self.needs, f.usable_free_mib))
+        if band in self._memo:
+            return self._memo[band]
+        got: Rejection | None = None
+        if (why := self._kept_by_size(f, need, idle)) is not None:
+            got = KEPT.rejection(why)
+        elif self.speed is not None and (why := self.speed.kept(f, key, need, idle)) is not None:
+            got = KEPT_FASTER.rejection(why)
+        self._memo[band] = got
+        return got
 
-    def _kept_by_size(self, f: GpuFacts, need: int, idle: Sequence[GpuFacts]) -> str | None:
+    def _kept_by_size(self, f: GpuFacts, need: int, idle: IdleIndex) -> str | None:
         own = size_class(f.state.spec)
         below = [r for c, r in self.room.items() if c < own]
         if not below:
@@ -138,7 +161,7 @@ class ScarceKeep:
         only_large = sum(g for mib, g in self.waiting.items() if smaller < mib <= f.usable_free_mib)
         if only_large == 0:
             return None
-        supply = sum(1 for o in idle if size_class(o.state.spec) >= own)
+        supply = idle.at_least(own)
         if only_large < supply:
             return None
         return (
@@ -194,6 +217,7 @@ class ScarceKeeper:
 
 __all__ = [
     "CLASS_MIB",
+    "IdleIndex",
     "Req",
     "ScarceKeep",
     "ScarceKeeper",

@@ -26,18 +26,49 @@ Pure: the policy's predicted runs per model are asked through ``runs``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.task import TaskRequest
 
 if TYPE_CHECKING:
+    from carma_airflow.core.gpu import GpuSpec
     from carma_airflow.core.policies.base import GpuFacts
 
 # (task type, GPU model) -> predicted solo seconds on it, and whether that rests on run times (not the prior)
 Runs = Callable[[TaskRequest, str], tuple[float, bool]]
 Busy = tuple[float, str, int, str, int]  # a busy GPU: predicted drain (s), model, memory (MiB), uuid, index
 WAIT_MARGIN = 0.1  # waiting for a faster model must beat running now by this share of the run here
+
+
+@dataclass(frozen=True, slots=True)
+class IdleIndex:
+    """A pass's idle GPUs as the keeps count them, made once per set of idle GPUs (the pass makes a
+    new one after each placement): idle GPUs per size class and per model, and per model the most
+    usable free memory of its idle GPUs."""
+
+    per_class: dict[int, int]
+    per_model: dict[str, int]
+    most_free: dict[str, int]
+
+    @classmethod
+    def of(cls, idle: Iterable[GpuFacts], size_class: Callable[[GpuSpec], int]) -> IdleIndex:
+        per_class: Counter[int] = Counter()
+        per_model: Counter[str] = Counter()
+        most_free: dict[str, int] = {}
+        for f in idle:
+            spec = f.state.spec
+            per_class[size_class(spec)] += 1
+            per_model[spec.name] += 1
+            if f.usable_free_mib > most_free.get(spec.name, -1):
+                most_free[spec.name] = f.usable_free_mib
+        return cls(dict(per_class), dict(per_model), most_free)
+
+    def at_least(self, size: int) -> int:
+        """Idle GPUs of size class ``size`` or larger."""
+        return sum(n for c, n in self.per_class.items() if c >= size)
 
 
 class SpeedKeep:
@@ -71,7 +102,7 @@ class SpeedKeep:
             got = self._memo[key] = self.runs(r, model)
         return got
 
-    def kept(self, f: GpuFacts, key: str, need: int, idle: Sequence[GpuFacts]) -> str | None:
+    def kept(self, f: GpuFacts, key: str, need: int, idle: IdleIndex) -> str | None:
         cur = self._current
         if cur is not None and cur[0] == key:
             got: tuple[TaskRequest, int] | None = cur[1]
@@ -83,11 +114,8 @@ class SpeedKeep:
         r = got[0]
         here = f.state.spec.name
         kept_from = self._kept_from.setdefault(key, set())
-        others = {
-            o.state.spec.name
-            for o in idle
-            if o is not f and o.usable_free_mib >= need and o.state.spec.name not in kept_from
-        } - {here}
+        # the other models with an idle GPU that fits it (this GPU's own model is never an other)
+        others = {m for m, most in idle.most_free.items() if most >= need and m != here and m not in kept_from}
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why
@@ -104,7 +132,7 @@ class SpeedKeep:
             kept_from.add(here)  # it goes on to the other model's GPU in this pass
             return f"its predicted run alone is shorter on {best} ({alt:.0f} s against {mine:.0f} s here)"
         gain = alt / max(mine, 1e-9)
-        supply = sum(1 for o in idle if o.state.spec.name == here)
+        supply = idle.per_model.get(here, 0)
         wanting = 0
         for other, alike in self.pending.values():
             if other.memory.mib > f.usable_free_mib or other.label == r.label:
@@ -144,4 +172,4 @@ class SpeedKeep:
         return None
 
 
-__all__ = ["WAIT_MARGIN", "Busy", "Runs", "SpeedKeep"]
+__all__ = ["WAIT_MARGIN", "Busy", "IdleIndex", "Runs", "SpeedKeep"]

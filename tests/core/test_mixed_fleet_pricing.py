@@ -5,7 +5,7 @@ from __future__ import annotations
 from helpers import A100, H100, busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import Placer
-from carma_airflow.core.decision import Decision, Outcome
+from carma_airflow.core.decision import Decision, Outcome, Reason
 from carma_airflow.core.gpu import ClusterView, gpu_spec
 from carma_airflow.core.model_speed import SoloRunTimes, predicted_line, prior_ratio
 from carma_airflow.core.policies import make_policy
@@ -104,6 +104,9 @@ def test_a_try_measured_faster_on_the_slower_sheet_takes_that_model() -> None:
     d = _decided(policy, view(idle_gpu(0, H100), idle_gpu(1, V100)))
     assert d.outcome is Outcome.PLACED and d.gpu_uuids == ("GPU-1",)
     assert "shorter on V100-32GB" in d.explain()
+    # the H100 was kept from it by speed, and says so by name (not as kept for a larger try)
+    (h100,) = [v for v in d.rejected if v.index == 0]
+    assert h100.reason is Reason.KEPT_FASTER and "kept-for-faster" in d.explain()
 
 
 def test_the_fast_gpu_goes_to_the_try_that_gains_most_from_it() -> None:

@@ -82,3 +82,18 @@ def test_on_one_model_the_lowest_index_as_before_and_other_policies_keep_the_ind
     assert isinstance(off, CompletionTime)
     off.settings = replace(off.settings, keep_scarce=False)
     assert _where(Placer(off), [request("s0", SMALL)], _mixed()) == {"s0": ("GPU-0",)}
+
+
+def test_an_idle_gpu_is_kept_by_what_its_own_free_memory_holds_not_by_its_model_alone() -> None:
+    # two idle A100-80GBs; a foreign process holds 900 MiB of GPU 1, so only GPU 0 holds the waiting
+    # 2-GPU try's 81,000 MiB per GPU: GPU 0 is kept for it, GPU 1 is not (a keep that read the
+    # model alone, or a memo by model, would keep both and leave the small try waiting)
+    gpus = (idle_gpu(0, A100_80), idle_gpu(1, A100_80, used=900), busy_gpu(2, 20_000, spec=V100))
+    placer = Placer(make_policy("completion-time"))
+    facts = {f.index: f.usable_free_mib for f in placer.facts(view(*gpus))}
+    assert facts[1] < 81_000 <= facts[0]
+    result = placer.schedule([request("s0", SMALL), request("b0", 81_000, gpus=2, add_headroom=False)], view(*gpus))
+    decided = result.by_key["s0"]
+    assert decided.gpu_uuids == ("GPU-1",)
+    kept = [v for v in decided.rejected if v.reason is Reason.KEPT]
+    assert [v.index for v in kept] == [0]
