@@ -82,7 +82,7 @@ class PlacementPass(DrainPass):
         # on a cluster of several GPU sizes, for a policy that keeps scarce GPUs: the waiting tries
         # the larger idle GPUs are kept for (the placer sets it; core/scarce.py)
         self.keep: ScarceKeep | None = None
-        self._idle_index: IdleIndex | None = None  # the keep's count of the idle GPUs, until one is taken
+        self._idle_index: IdleIndex | None = None  # the keep's count of the idle GPUs (asked first: made)
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -283,7 +283,7 @@ class PlacementPass(DrainPass):
     def _idle_now(self) -> IdleIndex:
         index = self._idle_index
         if index is None:
-            index = self._idle_index = IdleIndex.of((e[2] for e in self.idle), size_class)
+            index = self._idle_index = IdleIndex((e[2] for e in self.idle), size_class)
         return index
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
@@ -379,11 +379,13 @@ class PlacementPass(DrainPass):
         """Account a placement inside the pass and move the GPUs to their new pools."""
         self._own()
         chosen = []
-        self._idle_index = None
+        index = self._idle_index
         self._drains = {}
         self._scans = {}
         for uuid in decision.gpu_uuids:
             old = self.by_uuid[uuid]
+            if index is not None:
+                index.take(old)
             self._take_out(old)
             f = copy_facts(old)  # the view's facts stay as they are (the placer keeps them)
             self.by_uuid[uuid] = f

@@ -95,7 +95,7 @@ class ScarceKeep:
     speed: SpeedKeep | None = None  # on GPUs of several models, once run times are known (core/speed_keep.py)
     needs: tuple[int, ...] = ()
     # one decision's verdicts (its try, the idle GPUs it saw) by what they read of a GPU
-    _memo_of: tuple[str, IdleIndex] | None = None
+    _memo_of: tuple[str, IdleIndex, int] | None = None
     _memo: dict[tuple[str, int, int], Rejection | None] = field(default_factory=dict)
 
     @classmethod
@@ -135,8 +135,9 @@ class ScarceKeep:
         the rules once per model and band of free memory (the same verdicts, kept)."""
         if key == self.protected:
             return None
-        if self._memo_of is None or self._memo_of[0] != key or self._memo_of[1] is not idle:
-            self._memo_of = (key, idle)
+        memo_of = self._memo_of
+        if memo_of is None or memo_of[0] != key or memo_of[1] is not idle or memo_of[2] != idle.version:
+            self._memo_of = (key, idle, idle.version)
             self._memo = {}
         spec = f.state.spec
         band = (spec.name, spec.memory_mib, bisect_right(self.needs, f.usable_free_mib))

@@ -26,9 +26,8 @@ Pure: the policy's predicted runs per model are asked through ``runs``.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from carma_airflow.core.task import TaskRequest
@@ -43,32 +42,49 @@ Busy = tuple[float, str, int, str, int]  # a busy GPU: predicted drain (s), mode
 WAIT_MARGIN = 0.1  # waiting for a faster model must beat running now by this share of the run here
 
 
-@dataclass(frozen=True, slots=True)
 class IdleIndex:
-    """A pass's idle GPUs as the keeps count them, made once per set of idle GPUs (the pass makes a
-    new one after each placement): idle GPUs per size class and per model, and per model the most
-    usable free memory of its idle GPUs."""
+    """A pass's idle GPUs as the keeps count them: idle GPUs per size class and per model, and per
+    model the usable free memory of its idle GPUs (sorted).  Made once per pass and told of each
+    idle GPU a placement takes (:meth:`take`); ``version`` changes with it."""
 
-    per_class: dict[int, int]
-    per_model: dict[str, int]
-    most_free: dict[str, int]
+    __slots__ = ("_frees", "_uuids", "per_class", "per_model", "size_class", "version")
 
-    @classmethod
-    def of(cls, idle: Iterable[GpuFacts], size_class: Callable[[GpuSpec], int]) -> IdleIndex:
-        per_class: Counter[int] = Counter()
-        per_model: Counter[str] = Counter()
-        most_free: dict[str, int] = {}
+    def __init__(self, idle: Iterable[GpuFacts], size_class: Callable[[GpuSpec], int]) -> None:
+        self.size_class = size_class
+        self.per_class: dict[int, int] = {}
+        self.per_model: dict[str, int] = {}
+        self._frees: dict[str, list[int]] = {}
+        self._uuids: set[str] = set()
+        self.version = 0
         for f in idle:
             spec = f.state.spec
-            per_class[size_class(spec)] += 1
-            per_model[spec.name] += 1
-            if f.usable_free_mib > most_free.get(spec.name, -1):
-                most_free[spec.name] = f.usable_free_mib
-        return cls(dict(per_class), dict(per_model), most_free)
+            c = size_class(spec)
+            self.per_class[c] = self.per_class.get(c, 0) + 1
+            self.per_model[spec.name] = self.per_model.get(spec.name, 0) + 1
+            self._frees.setdefault(spec.name, []).append(f.usable_free_mib)
+            self._uuids.add(f.uuid)
+        for frees in self._frees.values():
+            frees.sort()
+
+    def take(self, f: GpuFacts) -> None:
+        """An idle GPU was placed on: it is idle no more (a GPU the index does not hold: nothing)."""
+        if f.uuid not in self._uuids:
+            return
+        self._uuids.discard(f.uuid)
+        spec = f.state.spec
+        self.per_class[self.size_class(spec)] -= 1
+        self.per_model[spec.name] -= 1
+        frees = self._frees[spec.name]
+        del frees[bisect_left(frees, f.usable_free_mib)]
+        self.version += 1
 
     def at_least(self, size: int) -> int:
         """Idle GPUs of size class ``size`` or larger."""
         return sum(n for c, n in self.per_class.items() if c >= size)
+
+    def fitting_models(self, need: int) -> Iterator[str]:
+        """The models with an idle GPU of at least ``need`` MiB usable free."""
+        return (m for m, frees in self._frees.items() if frees and frees[-1] >= need)
 
 
 class SpeedKeep:
@@ -115,7 +131,7 @@ class SpeedKeep:
         here = f.state.spec.name
         kept_from = self._kept_from.setdefault(key, set())
         # the other models with an idle GPU that fits it (this GPU's own model is never an other)
-        others = {m for m, most in idle.most_free.items() if most >= need and m != here and m not in kept_from}
+        others = {m for m in idle.fitting_models(need) if m != here and m not in kept_from}
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why
