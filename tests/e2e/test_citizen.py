@@ -95,15 +95,17 @@ def test_sigterm_with_a_gpu_backlog_exits_fast_and_the_restart_runs_every_task_o
     airflow_stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CARMA_E2E_GPU_SECONDS", "6")
+    # two GPUs: two exclusive tries run, ten wait (the SIGTERM finds a backlog as with one), and
+    # the restarted scheduler works it off two at a time (12 tries one at a time: 95 s of the 140 s)
     stack = airflow_stack(
-        simulated_gpus="1xA100-40GB",
+        simulated_gpus="2xA100-40GB",
         AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="5",
         AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD="8",
     )
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     run = stack.trigger("carma_backlog")
     deadline = time.time() + 120
-    while time.time() < deadline:  # one try runs, the rest wait for the one GPU
+    while time.time() < deadline:  # a try runs on each GPU, the rest wait
         running = [p for p in store.placements(dag_id="carma_backlog") if p.outcome == "running" and p.pid]
         waiting = [p for p in store.placements(dag_id="carma_backlog") if p.outcome == "waiting"]
         if running and len(waiting) >= 8:
