@@ -8,7 +8,9 @@ behaviour proven with a real scheduler, dag-processor and api-server.
 - a scheduler stopped with SIGTERM while GPU tries wait exits within seconds, and the restarted
   one finishes every task, none run twice;
 - a CarmaExecutor that cannot start (no NVML driver) leaves the scheduler and LocalExecutor
-  running; its GPU tries wait with the reason in Airflow's audit log.
+  running; its GPU tries wait with the reason in Airflow's audit log.  That deployment boots and
+  its two runs are triggered on a thread while the deadline test runs (neither test's assertion
+  depends on the machine's pace; booted after it, it cost the file about 45 s more).
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from carma_airflow.dev.devstack import AirflowStack
 from carma_airflow.store import Store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
@@ -27,6 +32,35 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 SQLITE = pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 POSTGRES = pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
 GPU_TASKS = {f"gpu_{i:02d}" for i in range(12)}
+DAGS = Path(__file__).with_name("dags")
+
+
+@pytest.fixture(scope="module")
+def driverless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AirflowStack, Future[tuple[str, str]]]]:
+    """A deployment (SQLite) whose CarmaExecutor cannot start, ``gpu_backend = nvml`` without an
+    NVML driver, booted on a thread, which then triggers a ``carma_backlog`` and a
+    ``carma_cpu_six`` run (their run ids, once triggered)."""
+    home = tmp_path_factory.mktemp("driverless")
+    deployment = AirflowStack(home, DAGS, gpu_backend="nvml")
+
+    def boot_and_trigger() -> tuple[str, str]:
+        deployment.start()
+        deployment.wait_for_dag("carma_cpu_six")
+        return deployment.trigger("carma_backlog"), deployment.trigger("carma_cpu_six")
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="driverless-deployment") as pool:
+        triggered = pool.submit(boot_and_trigger)
+        try:
+            yield deployment, triggered
+        finally:
+            triggered.exception()  # a boot still going on (a test failed early) ends before the stop
+            deployment.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed
+
+
+def _start_beside(request: pytest.FixtureRequest, fixture: str) -> None:
+    """Set up a module fixture that works on a thread now, if a selected test uses it."""
+    if any(fixture in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue(fixture)
 
 
 def _count(states: dict[str, tuple[str, int]], state: str) -> int:
@@ -73,8 +107,9 @@ def test_a_gpu_backlog_does_not_starve_local_executor(
 
 @SQLITE
 def test_a_deadline_callback_runs_with_carma_as_the_default_executor(
-    airflow_stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    airflow_stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
+    _start_beside(request, "driverless")  # the next test's deployment boots and runs beside this one
     marker = tmp_path / "deadline-missed.json"
     monkeypatch.setenv("CARMA_E2E_DEADLINE_MARKER", str(marker))
     stack = airflow_stack(
@@ -95,6 +130,26 @@ def test_a_deadline_callback_runs_with_carma_as_the_default_executor(
     assert "started as a CPU process" in log
     states = [r[0] for r in stack.query("select state from callback")]
     assert states and all(s == "success" for s in states), states
+
+
+def test_a_carma_executor_that_cannot_start_leaves_cpu_tasks_running(
+    driverless: tuple[AirflowStack, Future[tuple[str, str]]],
+) -> None:
+    stack, triggered = driverless  # no NVML driver on this machine: the start fails
+    gpu_run, cpu_run = triggered.result()  # the boot and the triggers raise here if they failed
+    assert stack.wait_run("carma_cpu_six", cpu_run, timeout=180) == "success", stack.tail("scheduler", 8000)
+    assert stack.procs["scheduler"].poll() is None
+    log = stack.tail("scheduler", 400_000)
+    assert "CarmaExecutor could not start" in log and "other executors run on" in log
+    deadline = time.time() + 60
+    reasons: list[str] = []
+    while time.time() < deadline and not reasons:
+        reasons = [r[0] for r in stack.query("select extra from log where event = 'carma: waiting for a GPU'") if r[0]]
+        time.sleep(1)
+    assert reasons and all("could not start" in r for r in reasons), reasons
+    assert "NVML" in reasons[0] or "nvml" in reasons[0].lower(), reasons[0]
+    states = stack.task_states("carma_backlog", gpu_run)
+    assert _count(states, "success") == 0 and _count(states, "failed") == 0  # they wait, none lost
 
 
 @POSTGRES
@@ -141,27 +196,6 @@ def test_sigterm_with_a_gpu_backlog_exits_fast_and_the_restart_runs_every_task_o
         if p.started_at is not None:
             started.setdefault(p.task_id, []).append(p.try_number)
     assert {t: len(tries) for t, tries in started.items()} == {t: 1 for t in GPU_TASKS}  # none ran twice
-
-
-@SQLITE
-def test_a_carma_executor_that_cannot_start_leaves_cpu_tasks_running(airflow_stack) -> None:
-    stack = airflow_stack(gpu_backend="nvml")  # no NVML driver on this machine: the start fails
-    stack.wait_for_dag("carma_cpu_six")
-    gpu_run = stack.trigger("carma_backlog")
-    cpu_run = stack.trigger("carma_cpu_six")
-    assert stack.wait_run("carma_cpu_six", cpu_run, timeout=180) == "success", stack.tail("scheduler", 8000)
-    assert stack.procs["scheduler"].poll() is None
-    log = stack.tail("scheduler", 400_000)
-    assert "CarmaExecutor could not start" in log and "other executors run on" in log
-    deadline = time.time() + 60
-    reasons: list[str] = []
-    while time.time() < deadline and not reasons:
-        reasons = [r[0] for r in stack.query("select extra from log where event = 'carma: waiting for a GPU'") if r[0]]
-        time.sleep(1)
-    assert reasons and all("could not start" in r for r in reasons), reasons
-    assert "NVML" in reasons[0] or "nvml" in reasons[0].lower(), reasons[0]
-    states = stack.task_states("carma_backlog", gpu_run)
-    assert _count(states, "success") == 0 and _count(states, "failed") == 0  # they wait, none lost
 
 
 @pytest.mark.parametrize("shared_backend", ["sqlite"], indirect=True)  # on the shared deployment
