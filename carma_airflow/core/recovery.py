@@ -425,12 +425,15 @@ def plan_recovery(
     reached = peak_mib if peak_mib is not None else request.memory.mib
     if not oom_retry_left(oom_retries_done, settings.max_oom_retries):
         return GiveUp(oom_advice(oom_retries_done + 1, reached, settings))
-    grown = max(request.memory.mib, int(reached * settings.growth))
+    # a try whose estimator gave up asked a sentinel, not memory (core/estimators.py GAVE_UP_MIB):
+    # its retry is sized from what it reached alone, and bounded by the largest GPU like any other
+    asked = 0 if request.memory.whole_gpu else request.memory.mib
+    grown = max(asked, int(reached * settings.growth))
     grown = math.ceil(grown / settings.round_mib) * settings.round_mib
     last = oom_retries_done + 1 == settings.max_oom_retries
     exclusive = settings.exclusive_last and last
     bound = settings.max_request_mib
-    if bound is not None and grown > bound >= request.memory.mib:  # bounded by the GPU
+    if bound is not None and grown > bound >= asked:  # bounded by the GPU
         grown, exclusive = bound, True
     memory = MemoryNeed(grown, f"recovery (reached {format_mib(reached)} before OOM)")
     nxt = replace(

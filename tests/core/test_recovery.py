@@ -228,6 +228,24 @@ def test_retry_never_asks_for_less_than_the_estimate() -> None:
     assert plan.request.memory.mib >= 30000
 
 
+def test_a_whole_gpu_try_is_retried_at_what_it_reached_not_the_estimators_sentinel() -> None:
+    """A try whose estimator gave up asked the sentinel (40,000 MiB), not memory: its retry asks what
+    it reached, grown, and is bounded by the largest GPU like any other.  Sized from the sentinel, a
+    pair that reached 27.7 GiB on a 23 GiB L4 asked 40,192 MiB, which no V100-32GB holds, and the
+    bound (30,208 MiB there, below the sentinel) did not apply: the retry never fitted."""
+    gave_up = request("job7#1", 40000, gpus=2, whole_gpu=True, try_number=1)
+    plan = plan_recovery(gave_up, OOM, oom_retries_done=0, peak_mib=28356, crashed_gpus=("G",), now=0.0)
+    assert isinstance(plan, RetryPlan)
+    assert plan.request.memory.mib == 35584  # 28356 * 1.25 = 35445, rounded up to 256
+    assert not plan.request.memory.whole_gpu and plan.request.gpus == 2
+    bounded = RecoverySettings(max_request_mib=32768 - 512 - 2048)  # a V100-32GB's
+    plan = plan_recovery(
+        gave_up, OOM, oom_retries_done=0, peak_mib=28356, crashed_gpus=("G",), now=0.0, settings=bounded
+    )
+    assert isinstance(plan, RetryPlan)
+    assert (plan.request.memory.mib, plan.request.exclusive) == (30208, True)  # a GPU to itself
+
+
 def test_missing_peak_uses_the_estimate() -> None:
     plan = plan_recovery(first_try(8000), OOM, oom_retries_done=0, peak_mib=None, crashed_gpus=(), now=0.0)
     assert isinstance(plan, RetryPlan)
