@@ -214,6 +214,11 @@ class PlacementPass(DrainPass):
             walk_end = len(scanned)
         if chooser is not None and chosen is None and (feasible or avoided):
             priced = feasible or avoided
+            if not feasible and n > 1 and groups:
+                # the avoided GPUs priced with the idle GPUs taken above (fewer than n on their host):
+                # a multi-GPU retry that avoids one GPU of the only pair that holds it takes that pair
+                # with the other (the fallback below does the same for a policy that does not price)
+                priced = [f for group in groups.values() for f in group] + avoided
             kept = None if explain or shape is None or self.kept is None else (shape, reserved)
             if kept is not None and self._kept_wait_holds(kept, request, reserved, priced):
                 return WAITS_BY_CHOICE

@@ -299,6 +299,16 @@ def test_avoided_gpu_only_as_last_resort(policy: str) -> None:
     assert alone.gpu_uuids == ("GPU-0",)
 
 
+@pytest.mark.parametrize("policy", ["completion-time", "most-free-memory", "first-fit"])
+def test_a_pair_retry_avoiding_one_gpu_of_the_only_pair_that_holds_it_takes_that_pair(policy: str) -> None:
+    """A 2-GPU retry that crashed on an H100 and an L4 avoids both; only the two H100s hold it.  The
+    pricing policy priced the avoided H100 alone (never a pair) and the retry waited for good."""
+    v = view(idle_gpu(0, H100), idle_gpu(1, H100), idle_gpu(2, L4), idle_gpu(3, L4))
+    retry = request("r#2", 35584, gpus=2, avoid_gpus=frozenset({"GPU-1", "GPU-2"}))
+    d = placer(policy).decide(retry, v)
+    assert d.outcome is Outcome.PLACED and d.gpu_uuids == ("GPU-0", "GPU-1")
+
+
 def test_avoided_gpus_prefer_idle_among_themselves() -> None:
     v = view(busy_gpu(0, free=30000), idle_gpu(1))
     d = placer().decide(request("r", 4000, avoid_gpus=frozenset({"GPU-0", "GPU-1"})), v)

@@ -226,6 +226,31 @@ def test_gave_up_estimate_runs_on_small_gpus(tmp_path: Path) -> None:
     assert result.tasks[0].outcome == "success"
 
 
+# a 2-GPU try whose estimator gave up (whole GPUs) and whose peak only the larger model holds
+PAIR_ROWS = [
+    {"task": "long", "peak_mem_mib": 20000, "gpumemnet_mib": 20000, "solo_minutes": 60},
+    {"task": "pair", "family": "transformer", "gpus": 2, "peak_mem_mib": 28356, "gpumemnet_mib": 40000},
+]
+
+
+@pytest.mark.parametrize("cluster", ["2xH100-80GB,2xL4", "2xV100-32GB,2xT4"])
+@pytest.mark.parametrize("policy", ["completion-time", "most-free-memory"])
+def test_a_pair_crashed_on_a_large_and_a_small_gpu_is_retried_on_the_large_pair(
+    tmp_path: Path, cluster: str, policy: str
+) -> None:
+    """The try "long" holds one large GPU, so the pair's first try takes the other and a small one and crashes
+    past the small one's memory.  Its retry avoids both; the large pair holds it once "long" ends.
+    Lost before: on H100+L4 the completion-time rule priced the avoided H100 alone and the retry
+    waited for good; on V100+T4 the retry asked the estimator's 40,000 MiB sentinel, grown, which no
+    V100 holds (every policy)."""
+    trace = tiny(tmp_path, PAIR_ROWS, [(0, 0, "long"), (1, 1, "pair")])
+    result = run(tuple(parse_gpu_list(cluster)), trace, policy=policy, estimator="gpumemnet")
+    pair = [e for e in result.timeline if e.task == "pair"]
+    assert [e.outcome for e in pair] == ["oom", "success"]
+    assert pair[0].gpus == (1, 2) and pair[1].gpus == (0, 1)
+    assert result.summary()["lost"] == 0
+
+
 # -- calibration against the paper ---------------------------------------------------------------------
 
 
