@@ -196,45 +196,19 @@ def small_view(seed: int = 7) -> ClusterView:
     return ClusterView(NOW, tuple(gpus))
 
 
-def large_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
-    """``gpus`` A100-40GB GPUs, 8 per host.
+def large_view(gpus: int, *, steady: bool, seed: int = 11, models: Sequence[str] = ("A100-40GB",)) -> ClusterView:
+    """``gpus`` GPUs, 8 per host, each host one of ``models`` in turn (A100-40GB by default).
 
     steady: about 88 % of GPUs at 3 tenants (tenant cap), 8 % at 1-2 tenants with little free
-    memory, 4 % with one small tenant and room for more.  Cold start: every GPU idle.
+    memory, 4 % with one small tenant and room for more (an A100-40GB's figures, scaled to the
+    GPU's memory).  Cold start: every GPU idle.
     """
     rng = random.Random(seed)
-    out = []
-    for i in range(gpus):
-        host = f"node-{i // GPUS_PER_HOST:04d}"
-        if not steady:
-            out.append(_gpu(rng, i, (), host=host))
-            continue
-        r = rng.random()
-        if r < 0.88:
-            mibs = [rng.choice((8_000, 12_000)) for _ in range(3)]
-        elif r < 0.96:
-            mibs = [16_000, 16_000] if rng.random() < 0.5 else [34_000]
-        else:
-            mibs = [rng.choice((1_500, 4_000, 8_000))]
-        out.append(_gpu(rng, i, mibs, host=host))
-    return ClusterView(NOW, tuple(out))
-
-
-# a mixed fleet's hosts, in turn: a scarce fast model, the grid's model and a small slow one
-MIXED_MODELS = ("H100-80GB", "A100-40GB", "L4", "L4")
-
-
-def mixed_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
-    """``gpus`` GPUs, 8 per host, each host one of :data:`MIXED_MODELS` in turn (a quarter
-    H100-80GB, a quarter A100-40GB, half L4); tenants as :func:`large_view`'s, their memory
-    scaled to the GPU's."""
-    rng = random.Random(seed)
-    specs = [gpu_spec(m) for m in MIXED_MODELS]
+    specs = [gpu_spec(m) for m in models]
     out = []
     for i in range(gpus):
         spec = specs[(i // GPUS_PER_HOST) % len(specs)]
         host = f"node-{i // GPUS_PER_HOST:04d}"
-        scale = spec.memory_mib / A100.memory_mib
         if not steady:
             out.append(_gpu(rng, i, (), host=host, spec=spec))
             continue
@@ -245,8 +219,19 @@ def mixed_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
             mibs = [16_000, 16_000] if rng.random() < 0.5 else [34_000]
         else:
             mibs = [rng.choice((1_500, 4_000, 8_000))]
+        scale = spec.memory_mib / A100.memory_mib
         out.append(_gpu(rng, i, [int(m * scale) for m in mibs], host=host, spec=spec))
     return ClusterView(NOW, tuple(out))
+
+
+# a mixed fleet's hosts, in turn: a scarce fast model, the grid's model and a small slow one
+MIXED_MODELS = ("H100-80GB", "A100-40GB", "L4", "L4")
+
+
+def mixed_view(gpus: int, *, steady: bool, seed: int = 11) -> ClusterView:
+    """:func:`large_view` on hosts of :data:`MIXED_MODELS` in turn (a quarter H100-80GB, a quarter
+    A100-40GB, half L4)."""
+    return large_view(gpus, steady=steady, seed=seed, models=MIXED_MODELS)
 
 
 def per_model_runs(catalog: dict[str, TaskType], seed: int = 0) -> dict[tuple[str, str], float]:
