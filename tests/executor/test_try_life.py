@@ -94,7 +94,9 @@ def test_a_started_try_revoked_before_it_reported_then_handed_over_again_runs_on
 
 
 def test_a_waiting_try_revoked_and_handed_over_again_waits_for_a_gpu_and_runs(executor_factory) -> None:
-    ex = executor_factory(gpus="1xA100-40GB", behaviour={"busy": {"seconds": 1.5}})
+    # busy holds the GPU long enough that w still waits when handed over again on a loaded machine
+    # (1.5 s was over before the second hand-over once, beside the e2e suite: w then started at once)
+    ex = executor_factory(gpus="1xA100-40GB", behaviour={"busy": {"seconds": 6.0}})
     busy, w = make_workload("busy", config={"exclusive": True}), make_workload("w", config={"exclusive": True})
     submit(ex, busy, w)
     assert w.key in ex.waiting

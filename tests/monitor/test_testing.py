@@ -124,7 +124,11 @@ def test_a_collocated_task_runs_longer(ledger: Ledger, sleepers: Callable[[], in
     assert code == 0 and both is not None, err
     assert solo["slowdown"] == pytest.approx(1.0)
     assert both["slowdown"] == pytest.approx(2.24, rel=0.02)
-    assert both["wall_s"] > 1.8 * solo["wall_s"]  # type: ignore[operator]
+    # each run took at least its modelled time (the shared one 2.24x the solo one's 0.6 s): lower
+    # bounds, which load cannot break (sleeps only run long); a ratio of the two walls failed beside
+    # the e2e suite, where the solo run's wall grew more than the shared one's
+    assert solo["wall_s"] >= 0.6 * 0.95  # type: ignore[operator]
+    assert both["wall_s"] >= 0.6 * 2.24 * 0.95  # type: ignore[operator]
     assert both["train_s"] == pytest.approx(0.6 * 2.24, rel=0.1)
 
 
