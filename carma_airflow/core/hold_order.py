@@ -1,10 +1,16 @@
 """The GPUs a starving request may be held on, kept in order from pass to pass.
 
 A request past its starvation bound that must wait has the GPUs closest to fitting it held back
-from everyone else (:class:`Holds`, a placer's).  Which GPUs: per host, the
-matching GPUs in (fewest tenants, most usable memory, index) order.  On a deep queue that is
-asked on most passes, over every GPU, so :class:`HoldOrder` keeps the order and moves only the
-GPUs whose facts changed.
+from everyone else (:class:`Holds`, a placer's).  Which GPUs: per host, the matching GPUs (not
+quarantined, with the memory in all to hold the request, passing its per-try filters) in (fewest
+tenants, most usable memory, index) order.  On a deep queue that is asked on most passes, over
+every GPU, so :class:`HoldOrder` keeps the order and moves only the GPUs whose facts changed.
+
+Once chosen for a try, the hold stays on the same GPUs while they still match: held GPUs take
+nobody new, so they only drain.  Decision (issue 44): chosen afresh each pass, the hold followed
+whichever GPU's tenants happened to finish first; on 2xH100-80GB + 6xL4 it moved from both H100s
+to an H100 and an L4 that could never hold the 2-GPU try, the released H100 took new tenants, and
+the try and the tries behind it waited most of the day (mean JCT 1.33x most-free-memory's).
 """
 
 from __future__ import annotations
@@ -37,21 +43,25 @@ class HoldOrder:
         facts: Sequence[GpuFacts],
         request: TaskRequest | None = None,
         asked: Sequence[Filter] = (),
+        least_mib: int = 0,
     ) -> None:
         self.shape = shape
         self.request = request
         self.asked = tuple(asked)  # the policy's per-try filters the request needs: "matching" GPUs pass them
+        self.least_mib = least_mib  # the memory a matching GPU has in all (a smaller one never holds the request)
         self.facts = list(facts)
         self.hosts: dict[str, list[_Held]] = {}  # in the order of their first matching GPU
         for ordinal, f in enumerate(facts):
-            if self._matches(f):
+            if self.matches(f):
                 self.hosts.setdefault(f.state.host, []).append(_held(f, ordinal))
         for entries in self.hosts.values():
             entries.sort()
 
-    def _matches(self, f: GpuFacts) -> bool:
-        return f.state.health is not GpuHealth.QUARANTINED and (
-            not self.asked or self.request is None or could_ever(self.asked, f.state, self.request)
+    def matches(self, f: GpuFacts) -> bool:
+        return (
+            f.state.health is not GpuHealth.QUARANTINED
+            and f.state.spec.memory_mib >= self.least_mib
+            and (not self.asked or self.request is None or could_ever(self.asked, f.state, self.request))
         )
 
     def update(self, facts: Sequence[GpuFacts]) -> bool:
@@ -65,8 +75,8 @@ class HoldOrder:
             old, new = kept[i], facts[i]
             if old.state.uuid != new.state.uuid or old.state.host != new.state.host:
                 return False
-            matched = self._matches(old)
-            if matched != self._matches(new):
+            matched = self.matches(old)
+            if matched != self.matches(new):
                 return False
             if matched:
                 entries = self.hosts[new.state.host]
@@ -102,22 +112,39 @@ class Holds:
         # the last hold: (request shape, the facts it was chosen from, their ids, the GPUs)
         self._held: tuple[tuple[Hashable, ...], list[GpuFacts], list[int], frozenset[str]] | None = None
         self._order: HoldOrder | None = None  # the GPUs in hold order, kept from pass to pass
+        self._kept: tuple[str, tuple[Hashable, ...], frozenset[str]] | None = None  # (try, shape, GPUs) held last
 
-    def choose(self, request: TaskRequest, facts: Sequence[GpuFacts], asked: Sequence[Filter] = ()) -> frozenset[str]:
+    def choose(
+        self, request: TaskRequest, facts: Sequence[GpuFacts], asked: Sequence[Filter] = (), least_mib: int = 0
+    ) -> frozenset[str]:
         """``asked``: the policy's per-try filters ``request`` needs (a GPU they say could never
-        take it is not held for it)."""
-        shape = (request.gpus, *(flt.request_key(request) for flt in asked))
+        take it is not held for it); ``least_mib``: the memory in all a GPU needs to ever hold it
+        (its estimate and the reserve, where the policy checks memory; a smaller GPU is not held
+        for it, however idle: on a fleet of several sizes, holding one would keep the GPU it
+        needs taking new tenants)."""
+        shape = (request.gpus, least_mib, *(flt.request_key(request) for flt in asked))
         ids = list(map(id, facts))
         held = self._held
         if held is not None and held[0] == shape and held[2] == ids:
             return held[3]
+        kept = self._kept
+        if kept is not None and kept[0] == request.key and kept[1] == shape:
+            # the same try, held already: its GPUs stay held while they still could take it
+            # (nothing new lands on them, so they only drain; re-choosing would let a GPU whose
+            # tenants happened to finish take the hold, and the released ones take new tenants)
+            probe = HoldOrder(shape, (), request, asked, least_mib)
+            on = [f for f in facts if f.uuid in kept[2]]
+            if len(on) == len(kept[2]) and len({f.state.host for f in on}) == 1 and all(map(probe.matches, on)):
+                self._held = (shape, list(facts), ids, kept[2])
+                return kept[2]
         # asked on most passes of a deep queue, over every GPU: the hold order is kept from pass to
         # pass and only the GPUs whose facts are other objects are placed in it again
         order = self._order
         if order is None or order.shape != shape or not order.update(facts):
-            order = self._order = HoldOrder(shape, facts, request, asked)
+            order = self._order = HoldOrder(shape, facts, request, asked, least_mib)
         out = order.choose(request.gpus)
         self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
+        self._kept = (request.key, shape, out)
         return out
 
 

@@ -125,6 +125,18 @@ class Placer:
         return self.scarce.keep(PlacementPass(self._pools(view), self.kept), self.policy, queue, protected)
 
     # -- one request -------------------------------------------------------------------
+    def _hold(self, request: TaskRequest, state: PlacementPass) -> frozenset[str]:
+        """The GPUs held for ``request``, past its starvation bound and waiting: of those that could
+        ever take it (the policy's per-try filters, and where the policy checks memory, a GPU
+        whose memory holds its estimate and the reserve)."""
+        least = 0
+        if self.policy.checks_memory and not request.memory.whole_gpu:
+            least = request.memory.mib + self.settings.reserve_mib
+        elif self.policy.checks_memory and len(state.facts) >= request.gpus > 0:
+            # its memory unknown (a whole GPU): the largest GPUs, the likeliest to hold it
+            least = sorted((f.state.spec.memory_mib for f in state.facts), reverse=True)[request.gpus - 1]
+        return self.holds.choose(request, state.facts, state.asked(request), least)
+
     def decide(self, request: TaskRequest, view: ClusterView) -> Decision:
         """Decide one request against a view (no queue)."""
         return self._pass(view).decide(request, frozenset())
@@ -165,7 +177,7 @@ class Placer:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self.holds.choose(protected, state.facts, state.asked(protected))
+                reserved = self._hold(protected, state)
                 reserved_for = protected.key
         # memo: a request of the same shape and memory that had to wait keeps waiting, for the
         # same reason, in this pass (placements only make GPUs fuller).  Exact memory: the
@@ -326,7 +338,7 @@ class Placer:
                 state.apply(protected, d)
                 placed.append(d)
             elif d.outcome is Outcome.NOT_NOW:
-                reserved = self.holds.choose(protected, state.facts, state.asked(protected))
+                reserved = self._hold(protected, state)
                 reserved_for, held = protected.key, d
             else:
                 never.append(d)

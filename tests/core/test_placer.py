@@ -429,6 +429,31 @@ def test_protected_request_that_fits_is_placed_first() -> None:
     assert result.decisions[0].placed
 
 
+def test_protected_request_is_held_on_gpus_that_could_ever_hold_it() -> None:
+    # the L4 has fewer tenants, but 40,000 MiB never fits it: the H100 is held, the small try takes the L4
+    gpus = view(busy_gpu(0, free=30000, tenants=2, spec=H100), busy_gpu(1, free=10000, tenants=1, spec=L4))
+    starving = request("starving", 40000)
+    result = placer("first-fit").schedule([request("small", 1000), starving], gpus, protected=starving)
+    assert result.reserved_for == "starving"
+    small = result.by_key["small"]
+    assert small.gpu_uuids == ("GPU-1",)
+    assert [v.reason for v in small.rejected] == [Reason.RESERVED]
+
+
+def test_a_hold_stays_on_its_gpus_while_they_could_still_take_the_try() -> None:
+    # pass 1 holds GPU 0 (fewest tenants); by pass 2 GPU 1's tenants left (someone else's memory
+    # keeps it from fitting the try): the hold stays on GPU 0, which only drains, and GPU 1 takes
+    # the small try (chosen afresh, the hold would move to GPU 1 and GPU 0 take new tenants)
+    p = placer("first-fit")
+    starving = request("starving", 30000)
+    first = p.schedule([starving], protected_scene(), protected=starving)
+    assert first.reserved_for == "starving"
+    later = view(busy_gpu(0, free=20000, tenants=1), idle_gpu(1, used=25000))
+    result = p.schedule([request("small", 1000), starving], later, protected=starving)
+    assert result.reserved_for == "starving"
+    assert result.by_key["small"].gpu_uuids == ("GPU-1",)
+
+
 def test_protected_request_that_never_fits_holds_nothing() -> None:
     starving = request("starving", 100_000)
     result = placer().schedule([request("small", 1000)], protected_scene(), protected=starving)
