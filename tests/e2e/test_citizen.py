@@ -19,10 +19,11 @@ import json
 import signal
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from beside import booted_beside
 
 from carma_airflow.dev.devstack import AirflowStack
 from carma_airflow.store import Store
@@ -48,13 +49,8 @@ def driverless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airfl
         deployment.wait_for_dag("carma_cpu_six")
         return deployment.trigger("carma_backlog"), deployment.trigger("carma_cpu_six")
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="driverless-deployment") as pool:
-        triggered = pool.submit(boot_and_trigger)
-        try:
-            yield deployment, triggered
-        finally:
-            triggered.exception()  # a boot still going on (a test failed early) ends before the stop
-            deployment.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed
+    with booted_beside(deployment, boot_and_trigger, "driverless-deployment") as triggered:
+        yield deployment, triggered
 
 
 def _start_beside(request: pytest.FixtureRequest, fixture: str) -> None:

@@ -30,10 +30,11 @@ Each try's log says the fence in force: the mechanism, its cap per GPU, fixed or
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
+from beside import booted_beside
 
 from carma_airflow.dev.devstack import AirflowStack
 
@@ -74,13 +75,8 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Airflow
         deployment.start()
         return deployment.trigger(LIVE_DAG)
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-deployment") as pool:
-        triggered = pool.submit(boot_and_trigger)
-        try:
-            yield deployment, triggered
-        finally:
-            triggered.exception()  # a boot still going on (a test failed early) ends before the stop
-            deployment.stop(grace_s=1.0)  # a teardown: no orderly hand-back needed
+    with booted_beside(deployment, boot_and_trigger, "live-deployment") as triggered:
+        yield deployment, triggered
 
 
 def _log(stack: AirflowStack, dag_id: str, task_id: str, try_number: int) -> str:
