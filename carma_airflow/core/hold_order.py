@@ -58,11 +58,7 @@ class HoldOrder:
             entries.sort()
 
     def matches(self, f: GpuFacts) -> bool:
-        return (
-            f.state.health is not GpuHealth.QUARANTINED
-            and f.state.spec.memory_mib >= self.least_mib
-            and (not self.asked or self.request is None or could_ever(self.asked, f.state, self.request))
-        )
+        return _could_hold(f, self.request, self.asked, self.least_mib)
 
     def update(self, facts: Sequence[GpuFacts]) -> bool:
         """Bring the order to ``facts``; False where it must be built afresh (other GPUs, or a GPU
@@ -132,9 +128,9 @@ class Holds:
             # the same try, held already: its GPUs stay held while they still could take it
             # (nothing new lands on them, so they only drain; re-choosing would let a GPU whose
             # tenants happened to finish take the hold, and the released ones take new tenants)
-            probe = HoldOrder(shape, (), request, asked, least_mib)
             on = [f for f in facts if f.uuid in kept[2]]
-            if len(on) == len(kept[2]) and len({f.state.host for f in on}) == 1 and all(map(probe.matches, on)):
+            still = all(_could_hold(f, request, asked, least_mib) for f in on)
+            if len(on) == len(kept[2]) and len({f.state.host for f in on}) == 1 and still:
                 self._held = (shape, list(facts), ids, kept[2])
                 return kept[2]
         # asked on most passes of a deep queue, over every GPU: the hold order is kept from pass to
@@ -146,6 +142,16 @@ class Holds:
         self._held = (shape, list(facts), ids, out)  # the facts kept alive: their ids stay theirs
         self._kept = (request.key, shape, out)
         return out
+
+
+def _could_hold(f: GpuFacts, request: TaskRequest | None, asked: Sequence[Filter], least_mib: int) -> bool:
+    """Whether ``f`` may be held for ``request``: not quarantined, with ``least_mib`` in all, and
+    passing the per-try filters ``asked`` once drained."""
+    return (
+        f.state.health is not GpuHealth.QUARANTINED
+        and f.state.spec.memory_mib >= least_mib
+        and (not asked or request is None or could_ever(asked, f.state, request))
+    )
 
 
 def _held(f: GpuFacts, ordinal: int) -> _Held:

@@ -27,6 +27,14 @@ from carma_airflow.executor.tries import Try, TryState
 from carma_airflow.taskrun.outcome import TryResult, write_result
 
 BEHAVIOUR: dict[str, dict[str, Any]] = {}
+# a simulated try's result: a CUDA OOM at 10,000 MiB, retried as Airflow would (a behaviour's "result")
+OOM_RESULT: dict[str, Any] = {
+    "state": "up_for_retry",
+    "failure_kind": "cuda-oom",
+    "exc_type": "OutOfMemoryError",
+    "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
+    "peak_mib": 10000,
+}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from executor_helpers import make_workload, run_until, seen_plan, submit
+from executor_helpers import OOM_RESULT, make_workload, run_until, seen_plan, submit
 
 from carma_airflow.core.recovery import EndPlan, Failure, FailureKind
 from carma_airflow.executor.flow.restart import orphan_of
@@ -16,17 +16,9 @@ from carma_airflow.keys import request_key
 from carma_airflow.launching import PidHandle
 from carma_airflow.store.records import PlacementRecord, TryOutcome
 
-OOM = {
-    "state": "up_for_retry",
-    "failure_kind": "cuda-oom",
-    "exc_type": "OutOfMemoryError",
-    "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
-    "peak_mib": 10000,
-}
-
 
 def test_the_plan_handed_to_the_try_is_the_one_recorded_and_its_end_is_told_by_it(executor_factory) -> None:
-    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.2, "result": OOM}}, oom_retries="1")
+    ex = executor_factory(gpus="2xA100-40GB", behaviour={"t": {"seconds": 0.2, "result": OOM_RESULT}}, oom_retries="1")
     first = make_workload("t", config={"memory": "2GiB"}, author_retries=1)
     submit(ex, first)
     run_until(ex, lambda: not ex.active)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from executor_helpers import abandon, make_workload, release, run_until, seen_env, seen_plan, submit
+from executor_helpers import OOM_RESULT, abandon, make_workload, release, run_until, seen_env, seen_plan, submit
 
 from carma_airflow.executor.peers import Peers
 from carma_airflow.keys import request_key
@@ -216,15 +216,6 @@ def test_a_failed_registration_is_retried_and_no_try_of_the_live_peer_is_touched
     _close(a, b)
 
 
-OOM = {
-    "state": "up_for_retry",
-    "failure_kind": "cuda-oom",
-    "exc_type": "OutOfMemoryError",
-    "message": "CUDA out of memory. Tried to allocate 2.00 GiB",
-    "peak_mib": 10000,
-}
-
-
 @pytest.mark.postgres
 def test_the_next_try_after_an_oom_follows_the_recovery_plan_on_the_other_scheduler(
     executor_factory, pg_url: str
@@ -233,7 +224,7 @@ def test_the_next_try_after_an_oom_follows_the_recovery_plan_on_the_other_schedu
     store and places try 2 by the recovery plan, away from the GPU try 1 crashed on, with more
     memory, counting one OOM try."""
     opts = {"store_url": pg_url, "peer_timeout_seconds": "10"}
-    behaviour = {"t": {"seconds": 0.3, "result": OOM}}
+    behaviour = {"t": {"seconds": 0.3, "result": OOM_RESULT}}
     a = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
     b = executor_factory(gpus="2xA100-40GB", behaviour=behaviour, **opts)
     first = make_workload("t", config={"memory": "2GiB"}, author_retries=0)
@@ -259,7 +250,7 @@ def test_a_restart_with_waiting_tries_leaves_the_task_its_oom_tries_and_its_plan
     hands try 3 over).  The never-run try 2 is no OOM try and does not hide try 1's OOM: try 3
     is planned by the recovery planner, with one OOM try spent, not two and not none."""
     # big runs until try 3's plan is checked (60 s at most): it outlives b's start and adoption
-    behaviour = {"big": {"seconds": 60, "until": "planned"}, "w": {"seconds": 0.3, "result": OOM}}
+    behaviour = {"big": {"seconds": 60, "until": "planned"}, "w": {"seconds": 0.3, "result": OOM_RESULT}}
     a = executor_factory(gpus="1xA100-40GB", behaviour=behaviour, peer_timeout_seconds="3")
     first = make_workload("w", config={"memory": "8GiB"}, author_retries=0)
     submit(a, first)
