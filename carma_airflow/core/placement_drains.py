@@ -290,7 +290,7 @@ class DrainPass(Pools):
         shares = tuple((o.cost - o.queue, o.taken) for o in choice.options if not o.waits)
         wait = KeptWait(
             chooser.now,
-            chooser.forecast_version(),
+            chooser.wait_version(),
             tuple(priced),
             where,
             chooser.now + seconds,
@@ -328,7 +328,7 @@ class DrainPass(Pools):
         drained = k.drained
         if (
             now - k.at > MAX_AGE * k.wait[0]
-            or k.version != chooser.forecast_version()
+            or k.version != chooser.wait_version()
             or self.by_uuid.get(drained.uuid) is not drained
             or drained.uuid in self._claimed
         ):
@@ -397,7 +397,7 @@ class DrainPass(Pools):
             q = chooser.queue_weight * work * n
             total = seconds + work
             refused = tuple((float("inf"), 0.0) for _ in priced)  # never cheaper than waiting
-            version = chooser.forecast_version()
+            version = chooser.wait_version()
             wait = (total + q - q, work * n)
             kept.keep(
                 key, KeptWait(chooser.now, version, tuple(priced), where, chooser.now + seconds, seen, wait, refused)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from carma_airflow.core.estimators import DEFAULT_ESTIMATOR
 from carma_airflow.core.gpu import GpuSpec
 from carma_airflow.core.policies import Policy, make_policy
+from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.floor import set_floor
 from carma_airflow.core.policies.predictive import Predictive, PredictiveSettings
 from carma_airflow.core.recovery import RecoverySettings, max_retry_request_mib
@@ -63,6 +64,9 @@ class SimConfig:
     # a job's tries save a checkpoint every this many seconds of running (0: never): a try that
     # crashes resumes its job from the last one instead of from zero
     checkpoint_every_s: float = 0.0
+    # completion-time's wait option priced with this run's record of how long waits ran over their
+    # predicted drains (core/wait_record.py), as in the executor; False: the predicted drain as it is
+    wait_record: bool = True
 
     def built_policy(self) -> Policy:
         """The policy this run replays, with its knobs (the predictive policy's, the floor)."""
@@ -71,6 +75,8 @@ class SimConfig:
             policy = Predictive(settings=self.predictive)
         if self.min_gain is not None:
             set_floor(policy, self.min_gain)
+        if not self.wait_record and isinstance(policy, CompletionTime):
+            policy.settings = replace(policy.settings, wait_record=False)
         return policy
 
     def bounded_recovery(self) -> RecoverySettings:

@@ -60,6 +60,7 @@ from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.policies.priced import Choice, Option
 from carma_airflow.core.scarce import capability_key, speed_key
 from carma_airflow.core.task import TaskRequest
+from carma_airflow.core.wait_record import WaitRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,9 @@ class CompletionSettings:
     # cap (waiting - 1 >= max_tenants x GPUs), where what a collocation takes from later arrivals is in
     # the waiting option's queue weight already (docs/placement.md's candidate; measured, not the default)
     lift_floor_saturated: bool = False
+    # the wait option's drain multiplied by how long this deployment's waits actually ran over their
+    # predicted drains (core/wait_record.py; False: the predicted drain as it is)
+    wait_record: bool = True
 
     def __post_init__(self) -> None:
         if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
@@ -162,6 +166,7 @@ class CompletionTime(Policy):
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
         self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
         self.floor = GainFloor()  # the opt-in floor on a collocation's gain, its verdicts kept
+        self.waits = WaitRecord()  # how long the tries that chose to wait actually waited
         self._rank_token: object = None
 
     # -- what the driver tells it ----------------------------------------------------------
@@ -359,6 +364,14 @@ class CompletionTime(Policy):
         assert isinstance(self.forecast, LearnedForecast)  # the only forecast with loose bounds
         return self.forecast.longest_left(f, at)
 
+    def placed(self, key: str) -> None:
+        """The try ``key`` was placed in this pass (the pass tells it): a wait it chose has ended."""
+        self.waits.placed(key, self.now)
+
+    def wait_version(self) -> object:
+        """What a wait by choice kept from pass to pass rests on: the forecast and the wait record."""
+        return (self.forecast_version(), self.waits.version if self.settings.wait_record else 0)
+
     def forecast_version(self) -> object:
         """What the drain bounds kept from pass to pass rest on: the forecast and its version."""
         return (id(self.forecast), getattr(self.forecast, "version", 0))
@@ -439,13 +452,16 @@ class CompletionTime(Policy):
                 options.append(Option(gpus, cost, done, delay, done / work, queue=q, taken=taken, short=short))
         cheapest = min((o.cost for o in options), default=inf)
         if timed and self.settings.waits and cheapest > work + qw * work * n:
-            seconds, where = drain()
-            if seconds < inf:
+            predicted, where = drain()
+            if predicted < inf:
                 # its run on the drained GPU's model (a multi-GPU try: its slowest, which the drain times)
                 alone = work if on is None or where is None else max(on(new, where.state.spec.name).work, 1e-9)
+                model = None if where is None else where.state.spec.name
+                trust = self.waits.trust(model) if self.settings.wait_record else 1.0
+                seconds = predicted * trust
                 q = qw * alone * n
                 total = seconds + alone
-                options.append(Option((), total + q, total, 0.0, total / alone, where, q, alone * n))
+                options.append(Option((), total + q, total, 0.0, total / alone, where, q, alone * n, trust=trust))
         open_options = [o for o in options if not o.refused]
         if not open_options:  # nothing, or every GPU set refused and waiting not priced: it waits
             return Choice(None, tuple(options), timed)
@@ -453,6 +469,10 @@ class CompletionTime(Policy):
         if not best.waits and self.settings.tolerance > 0:
             near = best.cost * (1.0 + self.settings.tolerance)
             best = next(o for o in open_options if not o.waits and o.cost <= near)
+        if best.waits and self.settings.wait_record:
+            drained = best.done_in - best.done_in / best.slowdown  # the drain as priced (x trust)
+            model = None if best.drained is None else best.drained.state.spec.name
+            self.waits.waits(request.key, self.now, drained / best.trust, model)
         return Choice(best, tuple(options), timed)
 
 

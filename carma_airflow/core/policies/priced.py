@@ -39,6 +39,8 @@ class Option:
     taken: float = 0.0  # the GPU-seconds the option takes from the queue (the queue's share over its weight)
     # refused: the least gain in summed speed on its GPUs, under the floor it was held to
     short: tuple[float, float] | None = None
+    # waiting: what the predicted drain was multiplied by (this deployment's waits ran that much longer)
+    trust: float = 1.0
 
     @property
     def waits(self) -> bool:
@@ -51,8 +53,14 @@ class Option:
     def text(self, timed: bool) -> str:
         if self.waits:
             where = "" if self.drained is None else f" for GPU {self.drained.index}"
+            drains = self.done_in - self.done_in / self.slowdown
+            record = (
+                f" (predicted {_dur(drains / self.trust, timed)}, x{self.trust:.2f}: waits here ran longer)"
+                if self.trust > 1.0
+                else ""
+            )
             return (
-                f"waiting{where}: drains in {_dur(self.done_in - self.done_in / self.slowdown, timed)}"
+                f"waiting{where}: drains in {_dur(drains, timed)}{record}"
                 f" then alone{self._queue(timed)}; cost {_dur(self.cost, timed)}"
             )
         if self.short is not None:
