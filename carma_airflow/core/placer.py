@@ -129,6 +129,12 @@ class Placer:
         """The GPUs held for ``request``, past its starvation bound and waiting: of those that could
         ever take it (the policy's per-try filters, and where the policy checks memory, a GPU
         whose memory holds its estimate and the reserve)."""
+        keep = state.keep
+        awaited = None if keep is None or keep.speed is None else keep.speed.awaited(request.key)
+        if awaited is not None and request.gpus == 1:
+            # kept from a slower idle GPU to wait for this faster one (core/speed_keep.py): held, so
+            # nothing new lands on it and it drains as predicted
+            return frozenset((awaited,))
         least = 0
         if self.policy.checks_memory and not request.memory.whole_gpu:
             least = request.memory.mib + self.settings.reserve_mib

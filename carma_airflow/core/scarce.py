@@ -133,8 +133,9 @@ class ScarceKeep:
         ``idle``: the pass's idle GPUs now.  A GPU is read for its model, its size and which waiting
         tries' needs its free memory holds, so one decision's scan over hundreds of idle GPUs asks
         the rules once per model and band of free memory (the same verdicts, kept)."""
-        if key == self.protected:
-            return None
+        if key == self.protected:  # past its starvation bound: kept only where it finishes sooner
+            why = None if self.speed is None else self.speed.kept(f, key, need, idle)
+            return None if why is None else KEPT_FASTER.rejection(why)
         memo_of = self._memo_of
         if memo_of is None or memo_of[0] != key or memo_of[1] is not idle or memo_of[2] != idle.version:
             self._memo_of = (key, idle, idle.version)
@@ -212,6 +213,8 @@ class ScarceKeeper:
                 queue = list(queue)
             keep = state.keep = ScarceKeep.of(state.facts, queue, key)
             if runs is not None and pricer is not None:
+                if protected is not None and all(r.key != protected.key for r, _ in queue):
+                    queue = [*queue, (protected, 1)]  # a deep queue's groups give their heads only
                 keep.speed = SpeedKeep(queue, runs, key, _busy(state.facts, pricer) if pricer.settings.waits else None)
         return state
 

@@ -17,9 +17,16 @@ idle GPU a try could take (through :meth:`ScarceKeep.kept <carma_airflow.core.sc
   least as many GPUs as there are idle GPUs of this model, this GPU is left to them and the try
   takes the next idle GPU in the order.
 
-Neither keeps a GPU from the try the pass protects (past its starvation bound), nor from a try the
-keep has nothing to price by (no run times yet, or not in the pass's queue), nor keeps the last
-idle model that fits it from a try (a try kept from one model is never kept from its alternative).
+Neither keeps a GPU from a try the keep has nothing to price by (no run times yet, or not in the
+pass's queue), nor keeps the last idle model that fits it from a try (a try kept from one model is
+never kept from its alternative).  The try the pass protects (past its starvation bound) is kept
+only where that makes it finish sooner: for a faster idle model (it takes that GPU in the same
+pass), or (a one-GPU try) to wait for a busy GPU of a faster model that drains and runs it sooner than it would
+finish here; never for other tries' gains.  The GPU it waits for is :meth:`SpeedKeep.awaited`, which
+the placer's starvation hold then holds (nothing new lands on it, so it drains).  Decision (issue 44):
+before, a protected try took the first idle GPU whatever its model; on 4xA100-80GB + 4xT4 (``table``
+speeds, s101, day two) an Inception past its bound took a T4 for 25,027 s where an A100 was
+predicted at 7,325 s, and made the day's makespan 1.51x most-free-memory's.
 
 Pure: the policy's predicted runs per model are asked through ``runs``.
 """
@@ -103,6 +110,7 @@ class SpeedKeep:
         self._drains: list[Busy] | None = None  # the pass's busy GPUs by drain, asked once
         self._claimed: set[str] = set()  # busy GPUs a try of this pass was kept to wait for
         self._waiting: dict[str, str] = {}  # tries kept to wait for one, and why
+        self._awaited: dict[str, str] = {}  # tries kept to wait, the busy GPU's uuid each waits for
         self.pending: dict[str, tuple[TaskRequest, int]] = {}
         for r, alike in queue:
             if not r.memory.whole_gpu:
@@ -125,9 +133,12 @@ class SpeedKeep:
         else:
             got = self.pending.pop(key, None)  # decided now: no longer a try still to come in this pass
             self._current = None if got is None else (key, got)
-        if got is None or key == self.protected:
+        if got is None:
             return None
+        protected = key == self.protected
         r = got[0]
+        if protected and r.gpus > 1:  # the hold takes whole GPU sets for it (core/hold_order.py)
+            return None
         here = f.state.spec.name
         kept_from = self._kept_from.setdefault(key, set())
         # the other models with an idle GPU that fits it (this GPU's own model is never an other)
@@ -135,7 +146,7 @@ class SpeedKeep:
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why
-        if (why := self._waits(r, here, need, mine)) is not None:
+        if (why := self._waits(r, key, here, need, mine)) is not None:
             self._waiting[key] = why
             return why
         if not others:
@@ -147,6 +158,8 @@ class SpeedKeep:
         if alt < mine and alt_sure:
             kept_from.add(here)  # it goes on to the other model's GPU in this pass
             return f"its predicted run alone is shorter on {best} ({alt:.0f} s against {mine:.0f} s here)"
+        if protected:  # past its starvation bound: never kept for other tries' gains
+            return None
         gain = alt / max(mine, 1e-9)
         supply = idle.per_model.get(here, 0)
         wanting = 0
@@ -165,7 +178,11 @@ class SpeedKeep:
                     )
         return None
 
-    def _waits(self, r: TaskRequest, here: str, need: int, mine: float) -> str | None:
+    def awaited(self, key: str) -> str | None:
+        """The uuid of the busy GPU the try ``key`` was kept to wait for in this pass, or None."""
+        return self._awaited.get(key)
+
+    def _waits(self, r: TaskRequest, key: str, here: str, need: int, mine: float) -> str | None:
         """Why the try waits for a busy GPU of a faster model rather than run here now: the soonest
         such GPU that could hold it (not counted on by an earlier try of the pass) drains, and the
         try runs there, sooner than it would finish here by ``WAIT_MARGIN`` of its run here."""
@@ -181,6 +198,7 @@ class SpeedKeep:
             there = self._run(r, model)[0]
             if drain + there < (1.0 - WAIT_MARGIN) * mine:
                 self._claimed.add(uuid)
+                self._awaited[key] = uuid
                 return (
                     f"waits for GPU {index} ({model}): drains in {drain:.0f} s, then {there:.0f} s alone "
                     f"against {mine:.0f} s here"

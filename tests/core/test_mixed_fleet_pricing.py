@@ -152,3 +152,24 @@ def test_the_lifted_floor_refuses_nothing_while_the_cluster_is_saturated() -> No
     assert not policy.saturated and short(policy, f, new) is not None
     policy.begin_pass(0.0, waiting=4, gpus=1)  # 3 besides it: the GPUs at the cap could not hold them
     assert policy.saturated and short(policy, f, new) is None
+
+
+def test_a_starving_try_waits_for_a_faster_gpu_about_to_drain_and_holds_it() -> None:
+    # r is past its starvation bound (protected): the V100 would run it 3000 s, the H100 drains in 30 s
+    # and runs it 600 s. Before, a protected try took the first idle GPU whatever its model.
+    policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 3000.0}})
+    gpus = (busy_gpu(0, 3_000, spec=H100), idle_gpu(1, V100))  # no room to share the H100 now
+    r, x = request("r", 4000), request("x", 500)
+    result = Placer(policy).schedule([r, x], view(*gpus), protected=r)
+    d = result.by_key["r"]
+    assert d.outcome is Outcome.NOT_NOW
+    assert "waits for GPU 0 (H100-80GB)" in d.explain()
+    # the H100 it waits for is held: the next try may not share it (so it drains as predicted)
+    assert result.reserved_for == "r"
+    dx = result.by_key["x"]
+    assert all(v.reason is Reason.RESERVED for v in dx.rejected if v.index == 0)
+    assert dx.gpu_uuids != ("GPU-0",)
+    # where the V100 is about as fast, the starving try takes it at once
+    policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 620.0}})
+    result = Placer(policy).schedule([r], view(*gpus), protected=r)
+    assert result.by_key["r"].gpu_uuids == ("GPU-1",)
