@@ -4,6 +4,7 @@ that only waited when their scheduler was killed."""
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime
 
 from airflow.sdk import dag, get_current_context, task
@@ -11,8 +12,10 @@ from airflow.sdk import dag, get_current_context, task
 from carma_airflow import gpu_task
 
 
-def _ran(seconds: float, peak_mib: int = 1000) -> int:
-    """The task's code ran (one line per run in $CARMA_E2E_RUNS/<task>), then it trains."""
+def _ran(seconds: float, peak_mib: int = 1000, until: str | None = None) -> int:
+    """The task's code ran (one line per run in $CARMA_E2E_RUNS/<task>), then it trains: for
+    ``seconds``, or with ``until`` (a path) in steps of a second until that file exists (at most
+    ``seconds``): as long as its test needs it, however loaded the machine."""
     from carma_airflow.testing import simulated_training
 
     ti = get_current_context()["ti"]
@@ -20,7 +23,12 @@ def _ran(seconds: float, peak_mib: int = 1000) -> int:
     if runs:
         with open(os.path.join(runs, ti.task_id), "a") as out:
             out.write(f"{ti.try_number}\n")
-    simulated_training(peak_mib=peak_mib, seconds=seconds)
+    if until is None:
+        simulated_training(peak_mib=peak_mib, seconds=seconds)
+    else:
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(until) and time.monotonic() < deadline:
+            simulated_training(peak_mib=peak_mib, seconds=1)
     return int(ti.try_number)
 
 
@@ -44,8 +52,9 @@ revoke()
 @dag(dag_id="carma_restart_budget", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
 def restart_budget() -> None:
     @task(**gpu_task(exclusive=True, priority_weight=10))
-    def blocker() -> int:
-        return _ran(40)
+    def blocker() -> int:  # holds the GPU until test_revoke.py releases it ($CARMA_E2E_RELEASE), else 40 s
+        release = os.environ.get("CARMA_E2E_RELEASE")
+        return _ran(300, until=release) if release else _ran(40)
 
     @task(**gpu_task(memory="8GiB", priority_weight=1), retries=0)
     def grower() -> int:  # more than the GPU has: a CUDA OOM on every try
