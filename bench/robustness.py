@@ -133,8 +133,8 @@ def run(
     ``completion-time+fifo`` / ``oracle+fifo`` (the rule without its queue rank: the queue's
     plain backfill order, as before the rank), ``completion-time+gain0.3`` / ``+gainoff`` (the
     collocation's floor on the gain in summed speed, ``CompletionSettings.min_gain``),
-    ``completion-time+norecord`` (the wait option's drain as predicted: ``CompletionSettings.wait_record``
-    off), ``completion-time+pooled`` (run times of task types
+    ``completion-time+record`` (the options priced by the track record: ``CompletionSettings.track_record``,
+    opt-in), ``completion-time+pooled`` (run times of task types
     without their own pooled by family: ``CompletionSettings.pooled_runs``).  ``gpus``: the cluster
     (bench/heldout.py runs others).  ``warm_runs``: the run is the trace's day ``warm_runs + 1``
     (``SimConfig.warm_runs``, sim/days.py): every policy starts from the memory peaks its earlier
@@ -173,8 +173,8 @@ def run(
             pol.settings = replace(pol.settings, lift_floor_saturated=True)
         elif v == "gainoff":  # +gain0.3 is the config's floor (above)
             pol.settings = replace(pol.settings, min_gain=None)
-        elif v == "norecord":  # the wait option's drain as predicted, without the waits' track record
-            pol.settings = replace(pol.settings, wait_record=False)
+        elif v == "record":  # the options priced by the track record (core/track_record.py; opt-in)
+            pol.settings = replace(pol.settings, track_record=True)
         elif v == "pooled":  # run times of rare task types pooled by family (core/policies/durations.py)
             pol.settings = replace(pol.settings, pooled_runs=True)
             pol.learned.durations.pooled = True

@@ -395,7 +395,7 @@ class DrainPass(Pools):
             # _keep_wait's wait, its figures worked out as choose's waiting option has them
             work = max(new.work, 1e-9)
             q = chooser.queue_weight * work * n
-            total = seconds + work
+            total = (seconds + work) * chooser.factors()[0]  # as choose prices it (its track record)
             refused = tuple((float("inf"), 0.0) for _ in priced)  # never cheaper than waiting
             version = chooser.wait_version()
             wait = (total + q - q, work * n)

@@ -409,8 +409,6 @@ class PlacementPass(DrainPass):
             if self.chooser is not None:
                 self._applied.add(uuid)  # placed in the drain order again when a decision asks for it
         self.pol.rotate(chosen, len(self.facts))
-        if self.chooser is not None:
-            self.chooser.placed(request.key)
         if self.keep is not None:
             self.keep.placed(request.memory.mib, request.gpus)
 

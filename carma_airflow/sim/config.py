@@ -64,9 +64,9 @@ class SimConfig:
     # a job's tries save a checkpoint every this many seconds of running (0: never): a try that
     # crashes resumes its job from the last one instead of from zero
     checkpoint_every_s: float = 0.0
-    # completion-time's wait option priced with this run's record of how long waits ran over their
-    # predicted drains (core/wait_record.py), as in the executor; False: the predicted drain as it is
-    wait_record: bool = True
+    # completion-time's options priced with this run's track record of how the tries' chosen options
+    # completed against their predictions (core/track_record.py; opt-in, as in the executor)
+    track_record: bool = False
 
     def built_policy(self) -> Policy:
         """The policy this run replays, with its knobs (the predictive policy's, the floor)."""
@@ -75,8 +75,8 @@ class SimConfig:
             policy = Predictive(settings=self.predictive)
         if self.min_gain is not None:
             set_floor(policy, self.min_gain)
-        if not self.wait_record and isinstance(policy, CompletionTime):
-            policy.settings = replace(policy.settings, wait_record=False)
+        if self.track_record and isinstance(policy, CompletionTime):
+            policy.settings = replace(policy.settings, track_record=True)
         return policy
 
     def bounded_recovery(self) -> RecoverySettings:

@@ -322,9 +322,16 @@ class Simulation:
     def _remove(self, run: SimRun) -> None:
         self._rerate(*self.board.take_off(run, self.now))
 
+    def _ended(self, key: str, ok: bool) -> None:
+        """Tell the policy a try ended (completion-time's track record: core/track_record.py)."""
+        told = getattr(self.cycle.placer.policy, "try_ended", None)
+        if told is not None:
+            told(key, self.now, ok)
+
     def _finish(self, run: SimRun) -> None:
         self._remove(run)
         self.cycle.release(run.request.key)
+        self._ended(run.request.key, True)
         alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
         if alone_s is not None:
             model = slowest(self.gpus[i].spec for i in run.gpus).name  # it went at its slowest GPU's pace
@@ -352,6 +359,7 @@ class Simulation:
         where = (run.arrival.job_id, run.arrival.task.name, tuple(run.gpus), run.start, self.now)
         self.timeline.append(TimelineEntry(*where, "oom", reason=reason, lost_gpu_s=round(lost, 3)))
         self.know.forget(run.request.key, run.arrival.task)
+        self._ended(run.request.key, False)
         # the cycle releases the try's GPUs, plans the next try in the configured mode (it counts
         # the OOM tries itself) and queues it
         plan = self.cycle.recover(

@@ -40,6 +40,12 @@ priority, shortest predicted run alone first (the summed-completion-time rule fo
 until a try has waited ``overdue_runs`` times its predicted run (or the queue's starvation bound):
 then it goes ahead of its priority's ranked tries, by arrival, and ages.  Priority order holds.
 
+Opt-in, ``track_record``: each option's cost is multiplied by how this deployment's tries that
+chose its kind (waiting, sharing) completed against their predictions
+(:mod:`carma_airflow.core.track_record`); the driver tells the policy of each try's end
+(:meth:`CompletionTime.try_ended`).  Not the default: on every bench it moved the figures within
+the grid's own noise (docs/placement.md).
+
 The paper's risk rule (a busy GPU takes no new tenant) is off: the prediction decides whether a
 busy GPU is worth sharing.  ``risk_rule=True`` keeps it.  Every priced option goes into the
 decision's reasons (``carma why``): ``GPU 2 (A100-40GB): interference: predicted 1.42x slower,
@@ -60,7 +66,7 @@ from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.policies.priced import Choice, Option
 from carma_airflow.core.scarce import capability_key, speed_key
 from carma_airflow.core.task import TaskRequest
-from carma_airflow.core.wait_record import WaitRecord
+from carma_airflow.core.track_record import SHARE, WAIT, TrackRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +110,10 @@ class CompletionSettings:
     # cap (waiting - 1 >= max_tenants x GPUs), where what a collocation takes from later arrivals is in
     # the waiting option's queue weight already (docs/placement.md's candidate; measured, not the default)
     lift_floor_saturated: bool = False
-    # the wait option's drain multiplied by how long this deployment's waits actually ran over their
-    # predicted drains (core/wait_record.py; False: the predicted drain as it is)
-    wait_record: bool = True
+    # opt-in: each option's cost multiplied by how this deployment's tries that chose its kind (wait,
+    # share) completed against their predictions (core/track_record.py; measured, not the default:
+    # within the grid's noise on every bench, docs/placement.md)
+    track_record: bool = False
 
     def __post_init__(self) -> None:
         if not (self.overdue_runs > 0 and self.overdue_runs < float("inf")):
@@ -166,7 +173,7 @@ class CompletionTime(Policy):
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
         self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
         self.floor = GainFloor()  # the opt-in floor on a collocation's gain, its verdicts kept
-        self.waits = WaitRecord()  # how long the tries that chose to wait actually waited
+        self.record = TrackRecord()  # how the tries' chosen options completed against their predictions
         self._rank_token: object = None
 
     # -- what the driver tells it ----------------------------------------------------------
@@ -364,13 +371,20 @@ class CompletionTime(Policy):
         assert isinstance(self.forecast, LearnedForecast)  # the only forecast with loose bounds
         return self.forecast.longest_left(f, at)
 
-    def placed(self, key: str) -> None:
-        """The try ``key`` was placed in this pass (the pass tells it): a wait it chose has ended."""
-        self.waits.placed(key, self.now)
+    def try_ended(self, key: str, now: float, ok: bool) -> None:
+        """Try ``key`` ended at ``now`` (``ok``: it completed) (the driver, as tries end): how the
+        option it chose came out goes into the track record."""
+        self.record.ended(key, now, ok)
+
+    def factors(self) -> tuple[float, float]:
+        """(waiting's, sharing's) track-record factor (1.0 each with ``track_record`` off)."""
+        if not self.settings.track_record:
+            return 1.0, 1.0
+        return self.record.factor(WAIT), self.record.factor(SHARE)
 
     def wait_version(self) -> object:
-        """What a wait by choice kept from pass to pass rests on: the forecast and the wait record."""
-        return (self.forecast_version(), self.waits.version if self.settings.wait_record else 0)
+        """What a wait by choice kept from pass to pass rests on: the forecast and the track record."""
+        return (self.forecast_version(), self.record.version if self.settings.track_record else 0)
 
     def forecast_version(self) -> object:
         """What the drain bounds kept from pass to pass rest on: the forecast and its version."""
@@ -394,7 +408,7 @@ class CompletionTime(Policy):
             self.drained(f)  # what pricing it keeps (its drain, which the drain order is built by)
             return float("inf"), 0.0
         delay, done, longer = self._price(f, new)
-        return done + delay, longer
+        return (done + delay) * self.factors()[1], longer
 
     def floor_refuses(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
         """(the gain, the floor) where the floor refuses the newcomer on ``f``, else None (:mod:`.floor`)."""
@@ -419,22 +433,23 @@ class CompletionTime(Policy):
         options: list[Option] = []
         qw = self.queue_weight if timed else 0.0
         inf = float("inf")
+        fw, fs = self.factors() if timed else (1.0, 1.0)  # the track record's, per kind of option
         if n == 1:
             for f in candidates:
                 here = new if on is None else on(new, f.state.spec.name)
                 delay, done, longer = self._price(f, here)
                 q = qw * longer
                 short = self.floor_refuses(f, here)
-                cost = inf if short is not None else done + delay + q
+                cost = inf if short is not None else (done + delay) * fs + q
                 slow = done / max(here.work, 1e-9)
-                options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short))
+                options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short, factor=fs))
         else:
             per_host: dict[str, list[tuple[float, float, float, float, GpuFacts, tuple[float, float] | None]]] = {}
             for f in candidates:
                 here = new if on is None else on(new, f.state.spec.name)
                 delay, done, longer = self._price(f, here)
                 short = self.floor_refuses(f, here)
-                cost = inf if short is not None else delay + done + qw * longer
+                cost = inf if short is not None else (delay + done) * fs + qw * longer
                 per_host.setdefault(f.state.host, []).append((cost, delay, done, longer, f, short))
             for group in per_host.values():
                 if len(group) < n:
@@ -448,20 +463,19 @@ class CompletionTime(Policy):
                 gpus = tuple(t[4] for t in top)
                 shorts = [t[5] for t in top if t[5] is not None]
                 short = min(shorts) if shorts else None
-                cost = inf if short is not None else done + delay + q
-                options.append(Option(gpus, cost, done, delay, done / work, queue=q, taken=taken, short=short))
+                cost = inf if short is not None else (done + delay) * fs + q
+                options.append(
+                    Option(gpus, cost, done, delay, done / work, queue=q, taken=taken, short=short, factor=fs)
+                )
         cheapest = min((o.cost for o in options), default=inf)
-        if timed and self.settings.waits and cheapest > work + qw * work * n:
-            predicted, where = drain()
-            if predicted < inf:
+        if timed and self.settings.waits and cheapest > work * fw + qw * work * n:
+            seconds, where = drain()
+            if seconds < inf:
                 # its run on the drained GPU's model (a multi-GPU try: its slowest, which the drain times)
                 alone = work if on is None or where is None else max(on(new, where.state.spec.name).work, 1e-9)
-                model = None if where is None else where.state.spec.name
-                trust = self.waits.trust(model) if self.settings.wait_record else 1.0
-                seconds = predicted * trust
                 q = qw * alone * n
                 total = seconds + alone
-                options.append(Option((), total + q, total, 0.0, total / alone, where, q, alone * n, trust=trust))
+                options.append(Option((), total * fw + q, total, 0.0, total / alone, where, q, alone * n, factor=fw))
         open_options = [o for o in options if not o.refused]
         if not open_options:  # nothing, or every GPU set refused and waiting not priced: it waits
             return Choice(None, tuple(options), timed)
@@ -469,10 +483,8 @@ class CompletionTime(Policy):
         if not best.waits and self.settings.tolerance > 0:
             near = best.cost * (1.0 + self.settings.tolerance)
             best = next(o for o in open_options if not o.waits and o.cost <= near)
-        if best.waits and self.settings.wait_record:
-            drained = best.done_in - best.done_in / best.slowdown  # the drain as priced (x trust)
-            model = None if best.drained is None else best.drained.state.spec.name
-            self.waits.waits(request.key, self.now, drained / best.trust, model)
+        if timed and self.settings.track_record:
+            self.record.chose(request.key, WAIT if best.waits else SHARE, self.now, best.done_in)
         return Choice(best, tuple(options), timed)
 
 

@@ -39,8 +39,9 @@ class Option:
     taken: float = 0.0  # the GPU-seconds the option takes from the queue (the queue's share over its weight)
     # refused: the least gain in summed speed on its GPUs, under the floor it was held to
     short: tuple[float, float] | None = None
-    # waiting: what the predicted drain was multiplied by (this deployment's waits ran that much longer)
-    trust: float = 1.0
+    # what its predicted cost was multiplied by: how this deployment's tries that chose its kind of
+    # option completed against their predictions (core/track_record.py)
+    factor: float = 1.0
 
     @property
     def waits(self) -> bool:
@@ -53,15 +54,9 @@ class Option:
     def text(self, timed: bool) -> str:
         if self.waits:
             where = "" if self.drained is None else f" for GPU {self.drained.index}"
-            drains = self.done_in - self.done_in / self.slowdown
-            record = (
-                f" (predicted {_dur(drains / self.trust, timed)}, x{self.trust:.2f}: waits here ran longer)"
-                if self.trust > 1.0
-                else ""
-            )
             return (
-                f"waiting{where}: drains in {_dur(drains, timed)}{record}"
-                f" then alone{self._queue(timed)}; cost {_dur(self.cost, timed)}"
+                f"waiting{where}: drains in {_dur(self.done_in - self.done_in / self.slowdown, timed)}"
+                f" then alone{self._record('waits')}{self._queue(timed)}; cost {_dur(self.cost, timed)}"
             )
         if self.short is not None:
             gain, floor = self.short
@@ -71,9 +66,16 @@ class Option:
             )
         return (
             f"predicted {self.slowdown:.2f}x slower, done in {_dur(self.done_in, timed)}; "
-            f"co-tenants {'+' if self.delay >= 0 else '-'}{_dur(abs(self.delay), timed)}{self._queue(timed)}; "
-            f"cost {_dur(self.cost, timed)}"
+            f"co-tenants {'+' if self.delay >= 0 else '-'}{_dur(abs(self.delay), timed)}{self._record('shares')}"
+            f"{self._queue(timed)}; cost {_dur(self.cost, timed)}"
         )
+
+    def _record(self, kind: str) -> str:
+        """The track record's factor where it moved the cost (core/track_record.py)."""
+        if self.factor == 1.0:
+            return ""
+        how = "longer" if self.factor > 1.0 else "shorter"
+        return f"; x{self.factor:.2f}: {kind} here took {how} than predicted"
 
     def _queue(self, timed: bool) -> str:
         return f"; queue +{_dur(self.queue, timed)}" if self.queue > 0 else ""

@@ -396,6 +396,9 @@ class TryFlow:
         self.cycle.release(attempt.rkey)
         now = time.time()
         end = conclude(attempt, ended, self.recovery)
+        told = getattr(self.placer.policy, "try_ended", None)  # completion-time's track record
+        if told is not None:
+            told(attempt.rkey, now, end.outcome is TryOutcome.SUCCESS)
         self.mps.after_end(attempt, end.result, self.active.values(), now)
         seen = self.telemetry.conclude(attempt.rkey)
         gpu_model = self.sight.spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
