@@ -280,7 +280,9 @@ class AirflowStack:
         components started again after a crash), then the task processes in their own sessions.
 
         Each of the two rounds of SIGTERM waits up to ``grace_s`` for its components before
-        SIGKILL; a test's teardown, which needs no orderly hand-back, passes a few seconds."""
+        SIGKILL, and the task processes' round up to ``grace_s`` too (5 s at most); a test's
+        teardown, which needs no orderly hand-back, passes a few seconds (a try's process took
+        over 5 s to go on SIGTERM: with the demo's tries running, a 1 s stop took 7.3 s)."""
         schedulers = sorted(n for n in self.procs if n.startswith("scheduler"))
         # the schedulers first (their executors hand their tries back), then the rest together
         for names in (schedulers, ["dag-processor", "api-server"]):
@@ -295,7 +297,7 @@ class AirflowStack:
         for group in self.groups:  # what is left: workers of a component, components of a crash
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)
-        kill_task_processes(self.home)
+        kill_task_processes(self.home, grace_s=min(grace_s, 5.0))
 
     # -- metadata DB ---------------------------------------------------------------------
     def query(self, sql: str, **params: Any) -> list[Any]:
