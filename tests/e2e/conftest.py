@@ -72,7 +72,7 @@ FILE_SECONDS = {
     "test_typos.py": 80,  # 55-100 s, 2026-12-06
     "test_restart.py": 75,
     "test_load_smoke.py": 40,  # bench/load.py stops its Airflow with 1 s grace: 26-57 -> 23-26 s alone, 2026-12-06
-    "test_airflow_page.py": 60,
+    "test_airflow_page.py": 40,  # 38 -> 22, 24 s alone at load 3-5 (teardown grace, no wait for a picture), 2026-12-06
     "test_oom_sizing.py": 90,
     "test_hook_in_real_try.py": 45,
     "test_retries.py": 40,
