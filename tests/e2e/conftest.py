@@ -70,7 +70,7 @@ FILE_SECONDS = {
     "test_newcomer.py": 90,  # 89-90 s, 2026-12-06
     "test_learned_activity.py": 80,
     "test_typos.py": 80,  # 55-100 s, 2026-12-06
-    "test_restart.py": 75,
+    "test_restart.py": 40,  # 64 -> 26, 26 s alone at load 3-4 (the tries released once adopted), 2026-12-06
     "test_load_smoke.py": 40,  # bench/load.py stops its Airflow with 1 s grace: 26-57 -> 23-26 s alone, 2026-12-06
     "test_airflow_page.py": 40,  # 38 -> 22, 24 s alone at load 3-5 (teardown grace, no wait for a picture), 2026-12-06
     "test_oom_sizing.py": 90,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
 
 @pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
-def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack: Any) -> None:
+def test_tasks_survive_a_scheduler_kill_and_are_adopted(
+    airflow_stack: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = tmp_path / "release-tries"  # the tries train until this file exists
+    monkeypatch.setenv("CARMA_E2E_RELEASE", str(release))
     stack = airflow_stack(
         simulated_gpus="2xA100-40GB",
         AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL="5",
@@ -44,6 +49,16 @@ def test_tasks_survive_a_scheduler_kill_and_are_adopted(airflow_stack: Any) -> N
     time.sleep(3)
     assert all(_alive(pid) for pid in pids.values())  # the task processes do not
     stack.start_component("scheduler")
+    # the tries run on until the restarted scheduler has handed them over and its executor has
+    # adopted them; then they end, and the new executor reports how (they trained a fixed 35 s:
+    # about 35 s more than this needs at a load of 4, and too few where a restart takes longer)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        adopted = [line for line in stack.tail("scheduler", 200_000).splitlines() if "Adopted" in line]
+        if all(any(task in line for line in adopted) for task in tasks):
+            break
+        time.sleep(0.5)
+    release.write_text("")
 
     assert stack.wait_run("carma_restart", run, timeout=240) == "success", stack.tail("scheduler", 8000)
     states = stack.task_states("carma_restart", run)

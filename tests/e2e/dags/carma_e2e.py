@@ -10,10 +10,20 @@ from airflow.sdk import dag, task
 from carma_airflow import gpu_task
 
 
-def _train(peak_mib: int, seconds: float) -> dict[str, object]:
+def _train(peak_mib: int, seconds: float, until: str | None = None) -> dict[str, object]:
+    """Simulated training for ``seconds``; with ``until`` (a path), in steps of a second until that
+    file exists (at most ``seconds``): as long as its test needs it, however loaded the machine."""
+    import time
+
     from carma_airflow.testing import simulated_training
 
-    out = simulated_training(peak_mib=peak_mib, seconds=seconds)
+    if until is None:
+        out = simulated_training(peak_mib=peak_mib, seconds=seconds)
+    else:
+        deadline = time.monotonic() + seconds
+        out = simulated_training(peak_mib=peak_mib, seconds=1)
+        while not os.path.exists(until) and time.monotonic() < deadline:
+            out = simulated_training(peak_mib=peak_mib, seconds=1)
     return {
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "order": os.environ.get("CUDA_DEVICE_ORDER"),
@@ -94,19 +104,25 @@ def queue_wait() -> None:
 queue_wait()
 
 
+def _until_released() -> dict[str, object]:
+    """Trains until test_restart.py releases it ($CARMA_E2E_RELEASE, at most 300 s), else 35 s."""
+    release = os.environ.get("CARMA_E2E_RELEASE")
+    return _train(6000, 300, until=release) if release else _train(6000, 35)
+
+
 @dag(dag_id="carma_restart", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
 def restart() -> None:
     @task(**gpu_task(memory="8GiB"))
     def long_a() -> dict[str, object]:
-        return _train(6000, 35)
+        return _until_released()
 
     @task(**gpu_task(memory="8GiB"))
     def long_b() -> dict[str, object]:
-        return _train(6000, 35)
+        return _until_released()
 
     @task(**gpu_task(memory="8GiB"))
     def long_c() -> dict[str, object]:
-        return _train(6000, 35)
+        return _until_released()
 
     long_a()
     long_b()
