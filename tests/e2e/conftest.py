@@ -53,7 +53,7 @@ FILE_SECONDS = {
     # 442 -> 283, 314 s (the SIGTERM backlog on two GPUs, backlogs quick once their pace is checked,
     # the driverless deployment beside the deadline test), test_fenced_collocation 365 -> 275, 289 s
     # (the live-cap deployment booted and run beside the other's tests); they were 450, 360 and 355
-    "test_schedulers.py": 345,
+    "test_schedulers.py": 305,  # then the kill test alone at load 3: 146 -> 99, 111 s (tries released once adopted)
     "test_fenced_collocation.py": 275,
     "test_citizen.py": 245,
     # tests/gpu: the offline install with device.sh's dry run from it, 2026-12-06: 270 s with its

@@ -143,9 +143,12 @@ def test_two_schedulers_share_one_gpu_without_double_booking(airflow_stack) -> N
 @ON_POSTGRES
 def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack, tmp_path: Path) -> None:
     # tries that outlive Airflow's finding the killed scheduler dead (health threshold + check
-    # interval): those that start before the kill train 45 s, those after it 5 s (carma_ha.py)
+    # interval): those that start before the kill train until the survivor has adopted the killed
+    # one's tries (the file `released`; 300 s at most), those after it 5 s (carma_ha.py).  They
+    # trained a fixed 45 s: longer than needed on a quiet machine, maybe too short on a loaded one
     killed = tmp_path / "killed"
-    stack = airflow_stack(**HA, ha_train_seconds="45", ha_killed=str(killed))
+    released = tmp_path / "released"
+    stack = airflow_stack(**HA, ha_train_seconds="300", ha_killed=str(killed), ha_released=str(released))
     _start_second(stack)
     store = Store(stack.env["AIRFLOW__CARMA__STORE_URL"])
     runs = _trigger(stack)
@@ -163,6 +166,10 @@ def test_a_scheduler_killed_mid_run_leaves_its_tries_to_the_other(airflow_stack,
     survivor = "scheduler" if victim == "scheduler-2" else "scheduler-2"
     stack.kill(victim)  # its executor dies with it, its task processes do not
     killed.touch()
+    deadline = time.time() + 240
+    while time.time() < deadline and "Adopted" not in stack.tail(survivor, 400_000):
+        time.sleep(0.5)
+    released.touch()
     _check(stack, store, runs, stack.tail(survivor, 40_000))
     states = [stack.task_states("carma_ha", run) for run in runs]
     print("states:", states)
