@@ -76,11 +76,14 @@ def start_after(sim: Simulation, earlier: Simulation | None) -> None:
     if "runs" in pieces:
         sim.run_times = list(earlier.run_times)
         sim.run_models = list(earlier.run_models)
+        sim.run_bounds = list(earlier.run_bounds)
     if policy is not None and sim.know.learn_interference and "fit" in pieces:
         policy.use_model(sim.know.interference)
     if isinstance(policy, CompletionTime) and "runs" in pieces:
         for (kind, seconds), model in zip(earlier.run_times, earlier.run_models, strict=True):
             policy.learn_duration(kind, seconds, model)
+        for kind, seconds, model in earlier.run_bounds:  # the tries that ran shared all along
+            policy.learn_bound(kind, seconds, model)
 
 
 def warm_peaks(

@@ -117,6 +117,8 @@ class Simulation:
         self._tell = self.cycle.learn_activity
         self.run_times: list[tuple[str, float]] = []  # (task type, solo seconds) learned, in order
         self.run_models: list[str] = []  # the GPU model each of them ran on (its slowest GPU's)
+        # (task type, seconds, GPU model) of tries that ran shared all along: bounds of their runs alone
+        self.run_bounds: list[tuple[str, float, str]] = []
 
     @property
     def activities(self) -> dict[str, ActivityEstimate]:
@@ -333,12 +335,16 @@ class Simulation:
         self.cycle.release(run.request.key)
         self._ended(run.request.key, True)
         alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
+        model = slowest(self.gpus[i].spec for i in run.gpus).name  # it went at its slowest GPU's pace
         if alone_s is not None:
-            model = slowest(self.gpus[i].spec for i in run.gpus).name  # it went at its slowest GPU's pace
             self.run_times.append((run.arrival.task.name, alone_s))  # what a later day starts from
             self.run_models.append(model)
             if isinstance(self.predictive, CompletionTime):
                 self.predictive.learn_duration(run.arrival.task.name, alone_s, model)
+        elif run.resumed_work <= 0:  # shared all along: its duration bounds its run alone (durations.py)
+            self.run_bounds.append((run.arrival.task.name, self.now - run.start, model))
+            if isinstance(self.predictive, CompletionTime):
+                self.predictive.learn_bound(run.arrival.task.name, self.now - run.start, model)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"

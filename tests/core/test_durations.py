@@ -107,3 +107,41 @@ def test_the_queue_ranks_a_short_familys_first_run_ahead_of_an_unknown_type() ->
     stranger = rank(_request("b", "UNet[8]"), 0.0)
     assert sibling is not None and stranger is not None
     assert sibling == 264.0 and stranger == 1950.0
+
+
+def test_a_type_that_only_ran_shared_is_at_most_as_long_as_its_shortest_shared_try() -> None:
+    # issue 41: on t2 such types were priced at the median over the measured types (13x too long)
+    for pooled in (False, True):
+        book = _book(pooled=pooled)
+        assert book.expected("resnet18_cifar100_20e_3") == 3000.0  # the median of the others
+        changes = book.changes
+        assert book.bound("resnet18_cifar100_20e_3", 450.0)
+        assert book.changes > changes
+        assert book.expected("resnet18_cifar100_20e_3") == 450.0
+        assert not book.bound("resnet18_cifar100_20e_3", 600.0)  # a longer shared try bounds nothing new
+        assert book.bound("resnet18_cifar100_20e_3", 400.0)
+        assert book.expected("resnet18_cifar100_20e_3") == 400.0
+        assert not book.measured("resnet18_cifar100_20e_3")
+        # a bound above the estimate leaves it; a type's own run times stand over any bound
+        book.bound("bigger", 99_999.0)
+        assert book.expected("bigger") == 3000.0
+        assert not book.bound("vgg", 10.0)
+        assert book.expected("vgg") == 3000.0
+    # before anything was measured alone, nothing is timed: the bound waits with the rest
+    empty = DurationBook()
+    empty.bound("x", 100.0)
+    assert empty.expected("x") is None and len(empty) == 0
+
+
+def test_on_a_mixed_fleet_the_bound_caps_the_model_it_ran_on() -> None:
+    fc = LearnedForecast()
+    fc.set_fleet(("A100-40GB", "T4"))
+    for model in ("A100-40GB", "T4"):
+        fc.learn_duration("vgg", 3000.0, model)
+    before = fc.version
+    fc.learn_bound("short", 500.0, "T4")
+    assert fc.version > before
+    assert fc.work_on("short", "T4") == 500.0
+    # on a model it never ran on, the typical run there (a bound says nothing of another model's speed)
+    assert fc.work_on("short", "A100-40GB") == 3000.0
+    assert fc.fastest_run("short") == 500.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,25 @@ def test_the_learned_ratios_survive_a_restart(tmp_path: Path) -> None:
     c = learned.by_model.predict("dag.c", "H100-80GB")
     assert c is not None and c.seconds == pytest.approx(700.0 / 12**0.5) and c.low < c.seconds < c.high
     assert learned.solo_seconds("dag", "c") == 700.0  # the per-task run time as before
+
+
+def test_a_first_try_that_ran_shared_all_along_bounds_its_run_alone_in_the_policy() -> None:
+    # issue 41: a type that only ever ran shared was priced at the median over the measured types
+    from carma_airflow.core.policies import make_policy
+    from carma_airflow.core.policies.completion_time import CompletionTime
+
+    learned = Learned()
+    learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
+    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
+    learn_from_success(learned, running_try("short", 0.0), shared, 400.0, "V100-32GB")
+    policy = make_policy("completion-time")
+    assert isinstance(policy, CompletionTime)
+    assert learned.hand_over(policy, 400.0)
+    book = policy.learned.durations
+    assert book.expected("dag.long") == 3000.0
+    assert not book.measured("dag.short") and book.expected("dag.short") == 400.0
+    # a retry (try 2) may have resumed from a checkpoint: its duration bounds nothing
+    retry = running_try("other", 0.0)
+    retry.ti = replace(retry.ti, try_number=2)
+    learn_from_success(learned, retry, shared, 50.0, "V100-32GB")
+    assert learned.take_new_bounds() == []

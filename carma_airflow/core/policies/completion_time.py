@@ -187,6 +187,11 @@ class CompletionTime(Policy):
         slowest GPU's; None: not known) (the driver, as tries end)."""
         self.learned.learn_duration(task_type, seconds, gpu_model)
 
+    def learn_bound(self, task_type: str, seconds: float, gpu_model: str | None = None) -> None:
+        """A try of ``task_type`` ran ``seconds`` shared all along on a GPU of ``gpu_model`` (its
+        slowest GPU's): its run alone is at most that (the driver, as tries end)."""
+        self.learned.learn_bound(task_type, seconds, gpu_model)
+
     def see_fleet(self, models: tuple[str, ...]) -> None:
         """The cluster's GPU models (the placer's, as its GPUs change): on several, every option is
         priced on the run its GPUs' model is predicted to give (:meth:`LearnedForecast.work_on`)."""

@@ -18,6 +18,15 @@ ended yet) gets a *pooled* estimate from the types that do, by what its label sa
    (``resnet34_cifar100_50e_3`` with no 50-epoch run yet: the 20-epoch ones).
 3. else the median over every measured type.
 
+A type without run times of its own may still have run: shared all along, so its run alone was
+never measured.  Each such try's duration bounds its run alone from above (a co-tenant only slows
+it), so its estimate is at most the shortest of those (:meth:`DurationBook.bound`).  Decision (issue
+41): on t2 (truth beta 0.8) a third of day two's priced tries were of types that had only run
+shared on day one; they were priced at the median over the measured types, 2,676 s, where
+``resnet18_cifar100_20e_3`` runs 204 s alone (13x): the shortest tries ranked as long ones and
+waited.  The bound is the duration as it was, not corrected by the interference fit (whose error it
+would carry).
+
 Only what the executor knows goes in: the task types' labels and the run times of earlier tries.
 """
 
@@ -89,6 +98,7 @@ class DurationBook:
         self._families: dict[str, dict[str, tuple[int, float]]] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._pooled: dict[str, float] = {}  # estimates of unmeasured types, until the next run
+        self._bounds: dict[str, float] = {}  # per type, the shortest duration of a try that ran shared
         self.changes = 0  # runs counted so far: the expectations may have moved since a reader looked
 
     def add(self, kind: str, seconds: float) -> bool:
@@ -108,15 +118,39 @@ class DurationBook:
         self._pooled = {}
         return old is None or old_overall is None or _moved(old, median) or _moved(old_overall, self._overall)
 
+    def bound(self, kind: str, seconds: float) -> bool:
+        """A try of ``kind`` ran ``seconds`` for its whole work, shared (its run alone not measured):
+        an upper bound of its run alone.  True where the type's estimate may have moved (a lower bound
+        than before for a type without run times of its own)."""
+        if not seconds > 0:
+            return False
+        old = self._bounds.get(kind)
+        if old is not None and old <= seconds:
+            return False
+        self._bounds[kind] = float(seconds)
+        if kind in self._median:
+            return False  # its own run times stand
+        self.changes += 1
+        return True
+
     def expected(self, kind: str) -> float | None:
-        """The type's median run alone, else its pooled estimate (None: nothing measured)."""
+        """The type's median run alone, else its pooled estimate capped by its shared tries'
+        durations (None: nothing measured)."""
         got = self._median.get(kind)
-        if got is not None or self._overall is None or not self.pooled:
-            return self._overall if got is None else got
-        got = self._pooled.get(kind)
-        if got is None:
-            got = self._pooled[kind] = self._pool(kind)
-        return got
+        if got is not None or self._overall is None:
+            return got if got is not None else self._overall
+        if not self.pooled:
+            got = self._overall
+        else:
+            got = self._pooled.get(kind)
+            if got is None:
+                got = self._pooled[kind] = self._pool(kind)
+        cap = self._bounds.get(kind)
+        return got if cap is None else min(got, cap)
+
+    def bound_of(self, kind: str) -> float | None:
+        """The shortest duration of a try of ``kind`` that ran shared (None: none)."""
+        return self._bounds.get(kind)
 
     def _pool(self, kind: str) -> float:
         family, size = family_of(kind)

@@ -174,6 +174,7 @@ class LearnedForecast:
         self.by_model = SoloRunTimes()
         self.fleet: tuple[str, ...] = ()  # the cluster's GPU models (several: the fleet is mixed)
         self._on: dict[tuple[str, str], float] = {}  # (type, model) -> predicted solo seconds
+        self._bounds: dict[tuple[str, str], float] = {}  # (type, model) -> shortest shared try's duration
 
     def use_model(self, model: InterferenceModel) -> None:
         if model is not self.model:
@@ -198,6 +199,21 @@ class LearnedForecast:
                 shift = float("inf") if before is None or after is None else abs(after.seconds - before.seconds)
                 moved = moved or shift > MOVED * (before.seconds if before is not None else 0.0)
                 moved = moved or len(self.by_model.models_of(kind)) > 1
+        if moved:
+            self._rows = {}
+            self._on = {}
+            self.version += 1
+
+    def learn_bound(self, kind: str, seconds: float, model: str | None = None) -> None:
+        """A try of ``kind`` ran ``seconds`` for its whole work shared (its run alone not known), on
+        GPU model ``model`` where known: at most that long alone (:meth:`DurationBook.bound`)."""
+        moved = self.durations.bound(kind, seconds)
+        if model is not None and seconds > 0:
+            key = (kind, model)
+            old = self._bounds.get(key)
+            if old is None or seconds < old:
+                self._bounds[key] = float(seconds)
+                moved = moved or (self.mixed and not self.by_model.models_of(kind))
         if moved:
             self._rows = {}
             self._on = {}
@@ -233,6 +249,8 @@ class LearnedForecast:
             else:
                 typical = [q.seconds for k in self.by_model.tasks() if (q := self.by_model.predict(k, model))]
                 got = statistics.median(typical) if typical else self._work(kind)
+                cap = self._bounds.get((kind, model))  # it ran there, shared: at most that long alone
+                got = got if cap is None else min(got, cap)
             self._on[(kind, model)] = got
         return got
 

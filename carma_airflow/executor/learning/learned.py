@@ -79,6 +79,9 @@ class Learned:
         self._solo: dict[tuple[str, str], deque[float]] = {}
         # (task type, seconds, GPU model where known): what the next hand-over gives the policy
         self._new_solo: list[tuple[str, float, str | None]] = []
+        # likewise the durations of first tries that ran shared all along: bounds of their runs alone
+        # (core/policies/durations.py; in memory, from this scheduler's start: not in the store)
+        self._new_bounds: list[tuple[str, float, str | None]] = []
         # per task (``dag.task``) and GPU model, and the ratios between models (core/model_speed.py)
         self.by_model = SoloRunTimes()
         self.model = InterferenceModel()
@@ -152,7 +155,8 @@ class Learned:
         pay that on every heartbeat; one observation moves a fit of many little, so the policy
         decides with what was learned up to ``every_s`` ago."""
         handed = self._handed
-        if handed is not None and ((handed[0] is self.model and not self._new_solo) or now - handed[1] < every_s):
+        fresh = bool(self._new_solo or self._new_bounds)
+        if handed is not None and ((handed[0] is self.model and not fresh) or now - handed[1] < every_s):
             return False
         use_model(policy, self.model)
         use_durations(policy, self)
@@ -164,6 +168,15 @@ class Learned:
         self._new_solo.append((f"{dag_id}.{task_id}", seconds, gpu_model or None))
         if gpu_model:
             self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
+
+    def add_bound(self, dag_id: str, task_id: str, seconds: float, gpu_model: str | None = None) -> None:
+        """A first try of the task ran ``seconds`` shared all along: at most that long alone."""
+        self._new_bounds.append((f"{dag_id}.{task_id}", seconds, gpu_model or None))
+
+    def take_new_bounds(self) -> list[tuple[str, float, str | None]]:
+        """The bounds of runs alone since the last call (:meth:`add_bound`), as :meth:`take_new_solos`."""
+        taken, self._new_bounds = self._new_bounds, []
+        return taken
 
     def take_new_solos(self) -> list[tuple[str, float, str | None]]:
         """The solo run times measured since the last call, by task type (``dag.task``), with the
@@ -251,6 +264,10 @@ def use_durations(policy: object, learned: Learned) -> None:
     for kind, seconds, gpu_model in learned.take_new_solos():
         if learn is not None:
             learn(kind, seconds, gpu_model)
+    bound = getattr(policy, "learn_bound", None)
+    for kind, seconds, gpu_model in learned.take_new_bounds():
+        if bound is not None:
+            bound(kind, seconds, gpu_model)
 
 
 __all__ = ["EndedTry", "Family", "Learned", "ended_try", "use_durations", "use_model"]

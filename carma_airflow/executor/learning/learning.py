@@ -99,6 +99,8 @@ def learn_from_success(
     if solo_s is not None:
         learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
         return writes
+    if ti.try_number <= 1:  # shared all along, its whole work (no earlier try left a checkpoint)
+        learned.add_bound(ti.dag_id, ti.task_id, run_s, gpu_model)
     solo = learned.solo_seconds(ti.dag_id, ti.task_id)
     if solo is None or gpu_model is None:
         return writes  # no baseline yet: the stretch of this try is not known
