@@ -121,6 +121,7 @@ def simulated_training(
     checkpoint_dir: str | os.PathLike[str] | None = None,
     oom_after_s: float | None = None,
     speedup: Mapping[str, float] | None = None,
+    until_file: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     """Hold ``peak_mib`` on every visible simulated GPU and train for ``seconds`` of solo work.
 
@@ -148,6 +149,10 @@ def simulated_training(
     on any other model.  A try on several GPUs goes at its slowest GPU's pace.  Every figure
     given in seconds of work (``seconds``, ``grow_after_s``, ``checkpoint_every_s``,
     ``oom_after_s``) is on the reference.  None (the default): every model alike.
+
+    ``until_file``: the training ends early, its memory held to the end, once that file exists
+    (checked every ``step_s``): a test holds a GPU for as long as its checks need, however loaded
+    the machine, with ``seconds`` the most it may take.
 
     Returns ``peak_mib`` (the most held), ``gpus``, ``gpu_models`` (each GPU's model, from the
     ledger), ``speed`` (the pace on them relative to the reference), ``wall_s`` (ramp included),
@@ -225,7 +230,7 @@ def simulated_training(
         every = checkpoint_every_s or float("inf")
         next_save = begun + every
         held = peak_mib
-        while done < seconds:
+        while done < seconds and not (until_file is not None and os.path.exists(until_file)):
             if grow_to_mib is not None and held < grow_to_mib and done >= grow_after_s:
                 allocate(grow_to_mib - held)
                 held = grow_to_mib

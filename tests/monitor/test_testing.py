@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from monitor_helpers import A100_MIB, finish, start_training, wait_for
@@ -76,6 +79,29 @@ def test_in_process_run_on_two_gpus_returns_its_figures(monkeypatch: pytest.Monk
     assert 0.28 <= result["wall_s"] < 1.0
     assert ledger.allocations() == []
     assert ledger.peak(os.getpid()) == 2003
+
+
+def test_a_training_ends_early_once_its_until_file_exists(
+    monkeypatch: pytest.MonkeyPatch, ledger: Ledger, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", GPU0)
+    release = tmp_path / "release"
+    held: list[int] = []
+
+    def release_later() -> None:  # the memory is held until the file appears
+        time.sleep(0.3)
+        held.append(sum(a.mib for a in ledger.allocations()))
+        release.write_text("")
+
+    releaser = threading.Thread(target=release_later)
+    releaser.start()
+    result = simulated_training(1000, 60, ramp_s=0.05, ledger_path=str(ledger.path), step_s=0.02, until_file=release)
+    releaser.join()
+    assert held == [1000] and result["peak_mib"] == 1000
+    assert 0.3 <= result["wall_s"] < 5.0  # not the 60 s asked
+    assert ledger.allocations() == []
+    # a file there from the start: the ramp, then no training
+    assert simulated_training(1000, 60, ramp_s=0.05, ledger_path=str(ledger.path), until_file=release)["wall_s"] < 5.0
 
 
 # -- end to end in real subprocesses --------------------------------------------------------------

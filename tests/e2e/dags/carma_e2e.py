@@ -11,19 +11,11 @@ from carma_airflow import gpu_task
 
 
 def _train(peak_mib: int, seconds: float, until: str | None = None) -> dict[str, object]:
-    """Simulated training for ``seconds``; with ``until`` (a path), in steps of a second until that
-    file exists (at most ``seconds``): as long as its test needs it, however loaded the machine."""
-    import time
-
+    """Simulated training for ``seconds``; with ``until`` (a path), until that file exists (at most
+    ``seconds``): as long as its test needs it, however loaded the machine."""
     from carma_airflow.testing import simulated_training
 
-    if until is None:
-        out = simulated_training(peak_mib=peak_mib, seconds=seconds)
-    else:
-        deadline = time.monotonic() + seconds
-        out = simulated_training(peak_mib=peak_mib, seconds=1)
-        while not os.path.exists(until) and time.monotonic() < deadline:
-            out = simulated_training(peak_mib=peak_mib, seconds=1)
+    out = simulated_training(peak_mib=peak_mib, seconds=seconds, until_file=until)
     return {
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "order": os.environ.get("CUDA_DEVICE_ORDER"),

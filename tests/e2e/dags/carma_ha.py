@@ -10,7 +10,6 @@ OOM during the ramp.
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime
 
 from airflow.sdk import dag, task
@@ -24,8 +23,8 @@ PEAK_MIB = 16384
 TRAIN_S = 5.0
 # the kill test: tries that start before the file AIRFLOW__CARMA__HA_KILLED exists train this long
 # (they must outlive Airflow's finding the killed scheduler dead), later ones TRAIN_S; with
-# AIRFLOW__CARMA__HA_RELEASED (a path) they train on, a second at a time, until that file exists
-# (written once the other scheduler has adopted the killed one's tries), LONG_TRAIN_S at most
+# AIRFLOW__CARMA__HA_RELEASED (a path) they train until that file exists (written once the other
+# scheduler has adopted the killed one's tries), LONG_TRAIN_S at most
 LONG_TRAIN_S = float(os.environ.get("AIRFLOW__CARMA__HA_TRAIN_SECONDS", str(TRAIN_S)))
 
 
@@ -38,12 +37,9 @@ def ha() -> None:
         killed = os.environ.get("AIRFLOW__CARMA__HA_KILLED")
         released = os.environ.get("AIRFLOW__CARMA__HA_RELEASED")
         before_kill = not (killed and os.path.exists(killed))
-        seconds = LONG_TRAIN_S if before_kill and not released else TRAIN_S
-        out = simulated_training(peak_mib=PEAK_MIB, seconds=seconds, ramp_s=10.0)
-        if before_kill and released:
-            deadline = time.monotonic() + LONG_TRAIN_S
-            while not os.path.exists(released) and time.monotonic() < deadline:
-                out = simulated_training(peak_mib=PEAK_MIB, seconds=1.0, ramp_s=0.2)
+        seconds = LONG_TRAIN_S if before_kill else TRAIN_S
+        until = released if before_kill else None
+        out = simulated_training(peak_mib=PEAK_MIB, seconds=seconds, ramp_s=10.0, until_file=until)
         return {"gpus": out["gpus"], "peak_mib": out["peak_mib"]}
 
     train()

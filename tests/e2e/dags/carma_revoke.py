@@ -4,7 +4,6 @@ that only waited when their scheduler was killed."""
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime
 
 from airflow.sdk import dag, get_current_context, task
@@ -14,8 +13,8 @@ from carma_airflow import gpu_task
 
 def _ran(seconds: float, peak_mib: int = 1000, until: str | None = None) -> int:
     """The task's code ran (one line per run in $CARMA_E2E_RUNS/<task>), then it trains: for
-    ``seconds``, or with ``until`` (a path) in steps of a second until that file exists (at most
-    ``seconds``): as long as its test needs it, however loaded the machine."""
+    ``seconds``, or with ``until`` (a path) until that file exists (at most ``seconds``): as long
+    as its test needs it, however loaded the machine."""
     from carma_airflow.testing import simulated_training
 
     ti = get_current_context()["ti"]
@@ -23,12 +22,7 @@ def _ran(seconds: float, peak_mib: int = 1000, until: str | None = None) -> int:
     if runs:
         with open(os.path.join(runs, ti.task_id), "a") as out:
             out.write(f"{ti.try_number}\n")
-    if until is None:
-        simulated_training(peak_mib=peak_mib, seconds=seconds)
-    else:
-        deadline = time.monotonic() + seconds
-        while not os.path.exists(until) and time.monotonic() < deadline:
-            simulated_training(peak_mib=peak_mib, seconds=1)
+    simulated_training(peak_mib=peak_mib, seconds=seconds, until_file=until)
     return int(ti.try_number)
 
 
