@@ -67,13 +67,13 @@ FILE_SECONDS = {
     "test_revoke.py": 90,  # 95 -> 64, 65 s alone at load 3 (the blocker released once try 2 waits), 2026-12-06
     "test_mapped.py": 115,
     "test_demo.py": 110,
-    "test_newcomer.py": 90,  # 89-90 s, 2026-12-06
+    "test_newcomer.py": 60,  # 89-90 s; its test alone 47 -> 18, 22 s (the hog released once read), 2026-12-06
     "test_learned_activity.py": 80,
     "test_typos.py": 80,  # 55-100 s, 2026-12-06
     "test_restart.py": 40,  # 64 -> 26, 26 s alone at load 3-4 (the tries released once adopted), 2026-12-06
     "test_load_smoke.py": 40,  # bench/load.py stops its Airflow with 1 s grace: 26-57 -> 23-26 s alone, 2026-12-06
     "test_airflow_page.py": 40,  # 38 -> 22, 24 s alone at load 3-5 (teardown grace, no wait for a picture), 2026-12-06
-    "test_oom_sizing.py": 90,
+    "test_oom_sizing.py": 55,  # its test alone 48 -> 12, 13 s (the fillers released at try 2), 2026-12-06
     "test_hook_in_real_try.py": 45,
     "test_retries.py": 40,
     "test_auth.py": 35,

@@ -24,6 +24,7 @@ def test_waiting_place_and_grown_try_are_said(default_stack) -> None:
             seen = why.stdout
         else:
             time.sleep(1)
+    (stack.home / f"release-{run}").write_text("")  # hog may end now (it trained a fixed 30 s)
     assert seen, "routine was never seen waiting with its place"
     lines = seen.splitlines()
     at = next(i for i, line in enumerate(lines) if line.endswith("try 1: waiting"))
