@@ -63,7 +63,7 @@ FILE_SECONDS = {
     "test_multihost_e2e.py": 230,
     "test_e2e.py": 140,  # 166 -> 122, 122 s alone at load 3 (its own deployments booted beside), 2026-12-06
     "test_mixed_fleet.py": 160,  # 155-185 s alone at a load of 10-12 on 2 cores, 2026-12-06
-    "test_checkpoint_resume.py": 130,
+    "test_checkpoint_resume.py": 80,  # 146 -> 83, 93 s alone at load 2-4 (the 1-minute training), 2026-12-06
     "test_revoke.py": 90,  # 95 -> 64, 65 s alone at load 3 (the blocker released once try 2 waits), 2026-12-06
     "test_mapped.py": 115,
     "test_demo.py": 110,

@@ -1,11 +1,11 @@
 """Checkpoint and resume in a real Airflow on simulated GPUs (issue 22's target).
 
-A 2-minute training checkpoints every 10 s of work in its task instance's checkpoint folder
-(``CARMA_CHECKPOINT_DIR``) and is made to hit a CUDA OOM at 100 s on its first try.  CARMA's
-OOM retry gets the same folder, so try 2 resumes from the checkpoint of 1:40 and has 20 s of
-work left instead of 120; its log, ``carma why`` and the placement record say where it resumed,
+A 1-minute training checkpoints every 5 s of work in its task instance's checkpoint folder
+(``CARMA_CHECKPOINT_DIR``) and is made to hit a CUDA OOM at 50 s on its first try.  CARMA's
+OOM retry gets the same folder, so try 2 resumes from the checkpoint of 0:50 and has 10 s of
+work left instead of 60; its log, ``carma why`` and the placement record say where it resumed,
 and the folder is gone once the task instance succeeded.  Without resuming, try 2 would run the
-full 120 s and the timing assertions fail.
+full 60 s and the timing assertions fail.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from carma_airflow.dev.devstack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.db]
 
-TRAIN_S, OOM_AT_S = 120.0, 100.0
-# try 2 has 20 s of work left: this leaves 60 s for its start-up on a loaded 2-core machine (as
-# the 4-minute version's TRAIN_S / 2 did), 40 s below what a try that started from zero would run
-RESUMED_WITHIN_S = 80.0
+TRAIN_S, OOM_AT_S = 60.0, 50.0  # as checkpoint_dags/carma_checkpoint.py (120 and 100 s until 2026-12-06)
+# try 2 has 10 s of work left: this leaves 45 s for its start-up on a loaded 2-core machine, below
+# the 60 s of work a try that started from zero would run (its run alone takes at least that)
+RESUMED_WITHIN_S = 55.0
 
 
 def _log(stack: AirflowStack, run: str, task_id: str, try_number: int) -> str:
@@ -52,7 +52,7 @@ def test_an_oom_retry_resumes_from_the_last_checkpoint(default_stack: AirflowSta
     )
     assert said is not None, second[-3000:]
     step = int(said.group(1))
-    assert step == int(OOM_AT_S)  # the checkpoint of 1:40, saved just before the crash
+    assert step == int(OOM_AT_S)  # the checkpoint of 0:50, saved just before the crash
     assert f"checkpoint: resumed from step {step}" in second  # the placement line at the top of its log
 
     status, tries = stack.api(f"/api/v2/dags/carma_checkpoint/dagRuns/{quote(run, safe='')}/taskInstances/train/tries")
@@ -64,7 +64,7 @@ def test_an_oom_retry_resumes_from_the_last_checkpoint(default_stack: AirflowSta
     print(
         f"try 2 ran {ran_s:.0f} s and ended {after_oom_s:.0f} s after the OOM (target: within {RESUMED_WITHIN_S:.0f} s)"
     )
-    # it had 20 s of work left; from zero it would have 120 s (margins for a loaded 2-core machine)
+    # it had 10 s of work left; from zero it would have 60 s (margins for a loaded 2-core machine)
     assert ran_s < RESUMED_WITHIN_S
     assert after_oom_s < RESUMED_WITHIN_S
     result = stack.xcom("carma_checkpoint", run, "train")

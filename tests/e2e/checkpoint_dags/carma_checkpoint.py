@@ -1,7 +1,7 @@
-"""A 2-minute simulated training that checkpoints every 10 s of work and is made to hit a CUDA OOM
-at 100 s on its first try (tests/e2e/test_checkpoint_resume.py): its OOM retry resumes from the
-checkpoint of 1:40 in the task instance's folder, so it has 20 s of work left, not 120 (and saves
-one more checkpoint, at 110 s)."""
+"""A 1-minute simulated training that checkpoints every 5 s of work and is made to hit a CUDA OOM
+at 50 s on its first try (tests/e2e/test_checkpoint_resume.py): its OOM retry resumes from the
+checkpoint of 0:50 in the task instance's folder, so it has 10 s of work left, not 60 (and saves
+one more checkpoint, at 55 s)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from airflow.sdk import dag, task
 
 from carma_airflow import gpu_task
 
-TRAIN_S, EVERY_S, OOM_AT_S = 120.0, 10.0, 100.0
+TRAIN_S, EVERY_S, OOM_AT_S = 60.0, 5.0, 50.0  # 120, 10 and 100 s until 2026-12-06: the same run at half the wall
 
 
 @dag(dag_id="carma_checkpoint", start_date=datetime(2026, 1, 1), schedule=None, catchup=False)
