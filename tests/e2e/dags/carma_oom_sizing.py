@@ -1,10 +1,11 @@
 """End-to-end DAG: a retry after a full-GPU OOM is sized from held + asked (tests/e2e/test_oom_sizing.py).
 
 ``fill0`` and ``fill1`` hold 26000 MiB on each simulated GPU (placed first: the highest priority)
-until the test has seen grower's try 2 wait (it writes ``$AIRFLOW_HOME/release-<run id>``; 90 s at
-most); ``grower`` (declared 5000 MiB, unfenced) is placed beside one of them, holds 5000 MiB and
-then asks 13003 MiB more: the GPU is full, a CUDA OOM.  Its try 2 is planned for what it held plus
-what it asked (about 18 GiB, grown), waits for a GPU with that free and succeeds (issue 41).
+until the test has seen grower's try 2 wait (it writes ``$AIRFLOW_HOME/release-<run id>``; 150 s at
+most: below the 180 s the next test waits for a quiet deployment); ``grower`` (declared 5000 MiB,
+unfenced) is placed beside one of them, holds 5000 MiB and then asks 13003 MiB more: the GPU is
+full, a CUDA OOM.  Its try 2 is planned for what it held plus what it asked (about 18 GiB, grown),
+waits for a GPU with that free and succeeds (issue 41).
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ def _fill_until_released(at_most_s: float) -> int:
 def oom_sizing() -> None:
     @task(**gpu_task(memory="26000MiB", priority_weight=100), retries=0)
     def fill0() -> int:
-        return _fill_until_released(90)  # it held a fixed 40 s
+        return _fill_until_released(150)  # it held a fixed 40 s
 
     @task(**gpu_task(memory="26000MiB", priority_weight=100), retries=0)
     def fill1() -> int:
-        return _fill_until_released(90)  # it held a fixed 40 s
+        return _fill_until_released(150)  # it held a fixed 40 s
 
     @task(retries=0)
     def start() -> str:  # a CPU step, so that the fillers are placed before grower is queued
