@@ -82,6 +82,7 @@ class HistoryStore(StoreBase):
         co_tasks: Sequence[str] | None = None,
         solo_s: float | None = None,
         gpu_model: str | None = None,
+        shared_s: float | None = None,
     ) -> None:
         """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
 
@@ -89,7 +90,9 @@ class HistoryStore(StoreBase):
         activity while the try was its only tenant) or ``"hint"`` (the author's declared value).
         ``co_tasks``: the task types the try shared its GPUs with (empty: alone throughout; None:
         not known).  ``solo_s``: how long it ran, where it ran alone throughout (None: it shared);
-        ``gpu_model``: the GPU model it ran on (kept with a solo run time only).
+        ``gpu_model``: the GPU model it ran on (kept with a solo or shared run time only).
+        ``shared_s``: how long a first try ran where it shared its GPUs all along (an upper bound of
+        the task's run alone; not with ``solo_s``).
         """
         if source not in ACTIVITY_SOURCE_VALUES:
             raise RecordError(
@@ -106,6 +109,13 @@ class HistoryStore(StoreBase):
             isinstance(solo_s, bool) or not isinstance(solo_s, (int, float)) or not 0.0 < solo_s < math.inf
         ):
             raise RecordError(f"solo run time of {dag_id}.{task_id} must be positive seconds, got {solo_s!r}")
+        if shared_s is not None and (
+            isinstance(shared_s, bool) or not isinstance(shared_s, (int, float)) or not 0.0 < shared_s < math.inf
+        ):
+            raise RecordError(f"shared run time of {dag_id}.{task_id} must be positive seconds, got {shared_s!r}")
+        if shared_s is not None and solo_s is not None:
+            raise RecordError(f"a try of {dag_id}.{task_id} ran alone or shared, not both: give solo_s or shared_s")
+        timed = solo_s is not None or shared_s is not None
         row = ActivityHistoryRow(
             dag_id=dag_id,
             task_id=task_id,
@@ -116,7 +126,8 @@ class HistoryStore(StoreBase):
             map_index=map_index,
             co_tasks=names,
             solo_s=None if solo_s is None else float(solo_s),
-            gpu_model=None if solo_s is None or not gpu_model else str(gpu_model)[:64],
+            gpu_model=None if not timed or not gpu_model else str(gpu_model)[:64],
+            shared_s=None if shared_s is None else float(shared_s),
         )
         with self._session(write=True) as session:
             session.add(row)
@@ -180,6 +191,23 @@ class HistoryStore(StoreBase):
         )
         with self._session() as session:
             rows = [(str(d), str(t), float(s)) for d, t, s in session.execute(stmt) if s is not None]
+        return list(reversed(rows))
+
+    def recent_shared_runs(self, limit: int = 100_000) -> list[tuple[str, str, str | None, float]]:
+        """The newest ``limit`` run times of first tries that shared their GPUs all along, oldest
+        first: (dag_id, task_id, GPU model or None, seconds), each an upper bound of its task's run
+        alone.  Read once when an executor starts."""
+        check_limit(limit)
+        row = ActivityHistoryRow
+        stmt = (
+            select(row.dag_id, row.task_id, row.gpu_model, row.shared_s)
+            .where(row.shared_s.is_not(None))
+            .order_by(row.at.desc(), row.id.desc())
+            .limit(limit)
+        )
+        with self._session() as session:
+            got = session.execute(stmt)
+            rows = [(str(d), str(t), str(m) if m else None, float(s)) for d, t, m, s in got if s is not None]
         return list(reversed(rows))
 
     def recent_solo_runs_by_model(self, limit: int = 100_000) -> list[tuple[str, str, str, float]]:

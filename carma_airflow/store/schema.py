@@ -184,7 +184,9 @@ class ActivityHistoryRow(Base):
     ``co_tasks``: the task types the try shared its GPUs with (``[]``: alone throughout); NULL
     where not recorded (rows before 0007, a hint).  ``solo_s``: its run time where it ran alone
     throughout (its task's solo run time); NULL where it shared, or not recorded (before 0009).
-    ``gpu_model``: the GPU model ``solo_s`` was measured on (NULL: none, or before 0010).
+    ``gpu_model``: the GPU model ``solo_s`` (or ``shared_s``) was measured on (NULL: none, or before 0010).
+    ``shared_s``: the run time of a first try that shared its GPUs all along, an upper bound of its
+    task's run alone (NULL: it ran alone, was a retry, or before 0012).
     """
 
     __tablename__ = "carma_activity_history"
@@ -205,6 +207,7 @@ class ActivityHistoryRow(Base):
     co_tasks: Mapped[list[str] | None] = mapped_column(JSON)  # 0007
     solo_s: Mapped[float | None] = mapped_column(Float)  # 0009
     gpu_model: Mapped[str | None] = mapped_column(String(64))  # 0010: the model ``solo_s`` was measured on
+    shared_s: Mapped[float | None] = mapped_column(Float)  # 0012: a first try's run time, shared all along
 
 
 class SnapshotRow(Base):

@@ -26,7 +26,10 @@ def test_a_try_that_ran_alone_keeps_its_gpu_model_with_its_run_time(tmp_path: Pa
     assert run is not None and run.source == "measured" and run.seconds == 120.0
     shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
     writes = learn_from_success(learned, running_try("fast", 0.0), shared, 150.0, "V100-32GB")
-    assert [(w.solo_s, w.gpu_model) for w in writes if isinstance(w, AddActivity)] == [(None, None)]
+    # shared all along: no solo run time; a first try's run time bounds its run alone (issue 41)
+    assert [(w.solo_s, w.shared_s, w.gpu_model) for w in writes if isinstance(w, AddActivity)] == [
+        (None, 150.0, "V100-32GB")
+    ]
 
 
 def test_the_learned_ratios_survive_a_restart(tmp_path: Path) -> None:
@@ -74,3 +77,31 @@ def test_a_first_try_that_ran_shared_all_along_bounds_its_run_alone_in_the_polic
     retry.ti = replace(retry.ti, try_number=2)
     learn_from_success(learned, retry, shared, 50.0, "V100-32GB")
     assert learned.take_new_bounds() == []
+
+
+def test_a_shared_first_tries_bound_survives_a_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'carma.db'}"
+    store = Store(url)
+    store.migrate()
+    learned = Learned()
+    learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
+    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
+    writes = learn_from_success(learned, running_try("short", 0.0), shared, 400.0, "V100-32GB")
+    (row,) = [w for w in writes if isinstance(w, AddActivity)]
+    assert (row.solo_s, row.shared_s, row.gpu_model) == (None, 400.0, "V100-32GB")
+    for write in [*learn_from_success(Learned(), running_try("long", 0.0), ALONE, 3000.0, "V100-32GB"), row]:
+        write.apply(store)
+    store.close()
+    again = Store(url)  # a restarted executor
+    restarted = Learned()
+    restarted.load(again)
+    again.close()
+    from carma_airflow.core.policies import make_policy
+    from carma_airflow.core.policies.completion_time import CompletionTime
+
+    policy = make_policy("completion-time")
+    assert isinstance(policy, CompletionTime)
+    assert restarted.hand_over(policy, 0.0)
+    book = policy.learned.durations
+    assert book.expected("dag.long") == 3000.0
+    assert not book.measured("dag.short") and book.expected("dag.short") == 400.0

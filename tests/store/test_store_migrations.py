@@ -11,6 +11,7 @@ from sqlalchemy import Column, Integer, MetaData, String, create_engine, inspect
 from store_helpers import placement
 
 from carma_airflow.store import Store
+from carma_airflow.store.errors import RecordError
 from carma_airflow.store.schema import VERSION_TABLE, include_name, metadata
 from carma_airflow.store.store import MIGRATIONS_DIR
 
@@ -340,7 +341,7 @@ def test_upgrade_to_0011_keeps_placements_without_a_retry_plan(store: Store, any
     store.upsert_placement(placement("old"))
     _downgrade(any_url, "0010")  # the row as an older executor left it
     store.migrate()
-    assert store.revision() == HEAD == "0011"
+    assert store.revision() == HEAD
     old = store.placement("old")
     assert old is not None and old.end_plan is None and old.estimate_mib == 12288
     plan = plan_try_end(2, None, author_retries=1, oom_retries=2, prior_ooms=1)
@@ -361,3 +362,31 @@ def test_downgrade_from_0011_to_0010_drops_only_the_retry_plan(store: Store, any
     store.migrate()
     kept = store.placement("k")
     assert kept is not None and kept.end_plan is None and kept.estimate_mib == 12288
+
+
+def test_upgrade_to_0012_keeps_activities_and_reads_back_shared_run_times(store: Store, any_url: str) -> None:
+    store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=30.0, gpu_model="L4")
+    _downgrade(any_url, "0011")  # the rows as an older executor left them
+    store.migrate()
+    assert store.revision() == HEAD == "0012"
+    assert store.recent_shared_runs() == []
+    store.add_activity(
+        "d", "u", 0.3, "process", 1_900_000_001.0, co_tasks=["d.t"], shared_s=420.0, gpu_model="A100-40GB"
+    )
+    again = Store(any_url)  # a restarted executor reads the bound back, with its GPU model
+    assert again.recent_shared_runs() == [("d", "u", "A100-40GB", 420.0)]
+    assert again.recent_solo_runs() == [("d", "t", 30.0)]  # a shared run time is no solo one
+    again.close()
+    with pytest.raises(RecordError, match="not both"):
+        store.add_activity("d", "u", 0.3, "process", 1_900_000_002.0, co_tasks=[], solo_s=1.0, shared_s=2.0)
+    with pytest.raises(RecordError, match="shared run time"):
+        store.add_activity("d", "u", 0.3, "process", 1_900_000_002.0, co_tasks=["d.t"], shared_s=-5.0)
+
+
+def test_downgrade_from_0012_to_0011_drops_only_the_shared_run_time(store: Store, any_url: str) -> None:
+    store.add_activity("d", "u", 0.3, "process", 1_900_000_000.0, co_tasks=["d.t"], shared_s=420.0, gpu_model="L4")
+    _downgrade(any_url, "0011")
+    columns = _columns(any_url, "carma_activity_history")
+    assert "shared_s" not in columns and "gpu_model" in columns and store.revision() == "0011"
+    store.migrate()
+    assert store.recent_shared_runs() == [] and store.recent_activity_samples()

@@ -96,7 +96,8 @@ class AddActivity:
     map_index: int | None = None
     co_tasks: tuple[str, ...] | None = None  # the task types the try shared its GPUs with (issue 23)
     solo_s: float | None = None  # its run time, where it ran alone throughout (a solo run time)
-    gpu_model: str | None = None  # the GPU model the solo run time was measured on (issue 44)
+    gpu_model: str | None = None  # the GPU model the solo (or shared) run time was measured on (issue 44)
+    shared_s: float | None = None  # a first try's run time where it shared all along (issue 41)
     name: str = "add_activity"
     best_effort: bool = False
 
@@ -112,6 +113,7 @@ class AddActivity:
             co_tasks=self.co_tasks,
             solo_s=self.solo_s,
             gpu_model=self.gpu_model,
+            shared_s=self.shared_s,
         )
 
 

@@ -80,7 +80,7 @@ class Learned:
         # (task type, seconds, GPU model where known): what the next hand-over gives the policy
         self._new_solo: list[tuple[str, float, str | None]] = []
         # likewise the durations of first tries that ran shared all along: bounds of their runs alone
-        # (core/policies/durations.py; in memory, from this scheduler's start: not in the store)
+        # (core/policies/durations.py; kept in the store with the activity, read back at start)
         self._new_bounds: list[tuple[str, float, str | None]] = []
         # per task (``dag.task``) and GPU model, and the ratios between models (core/model_speed.py)
         self.by_model = SoloRunTimes()
@@ -111,6 +111,8 @@ class Learned:
                 self._new_solo += [(kind, s, m) for s, m in on_model[kind]]
             else:
                 self._new_solo += [(kind, s, None) for s in runs]
+        # the bounds of runs alone that first tries shared all along gave (durations.py), likewise
+        self._new_bounds += [(f"{d}.{t}", s, m) for d, t, m, s in store.recent_shared_runs()]
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
         if doc is not None:
             self.model = InterferenceModel.from_dict(doc[1])

@@ -78,6 +78,9 @@ def learn_from_success(
     run_s = now - attempt.started_at
     timed = run_s >= MIN_RUN_S and bool(seen.segments)
     solo_s = run_s if timed and seen.alone else None  # a solo run time: kept with the activity
+    # a first try shared all along (no earlier try left a checkpoint to resume): its whole work's run
+    # time bounds its task's run alone (core/policies/durations.py), kept with the activity too
+    shared_s = run_s if timed and not seen.alone and ti.try_number <= 1 else None
     if seen.activity is not None:
         learned.add_activity(ti.dag_id, ti.task_id, seen.activity)
         writes.append(
@@ -91,7 +94,8 @@ def learn_from_success(
                 ti.map_index,
                 seen.co_tasks,
                 solo_s,
-                gpu_model if solo_s is not None else None,
+                gpu_model if solo_s is not None or shared_s is not None else None,
+                shared_s,
             )
         )
     if not timed:
@@ -99,8 +103,8 @@ def learn_from_success(
     if solo_s is not None:
         learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
         return writes
-    if ti.try_number <= 1:  # shared all along, its whole work (no earlier try left a checkpoint)
-        learned.add_bound(ti.dag_id, ti.task_id, run_s, gpu_model)
+    if shared_s is not None:
+        learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model)
     solo = learned.solo_seconds(ti.dag_id, ti.task_id)
     if solo is None or gpu_model is None:
         return writes  # no baseline yet: the stretch of this try is not known
