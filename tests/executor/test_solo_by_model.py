@@ -10,7 +10,9 @@ from executor_helpers import running_try
 
 from carma_airflow.core.activity import ActivitySample
 from carma_airflow.core.interference import Segment
-from carma_airflow.executor.bookkeeping import AddActivity
+from carma_airflow.core.policies import make_policy
+from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.executor.bookkeeping import AddActivity, StoreWrite
 from carma_airflow.executor.learning import Learned, Seen, learn_from_success
 from carma_airflow.store.store import Store
 
@@ -57,25 +59,34 @@ def test_the_learned_ratios_survive_a_restart(tmp_path: Path) -> None:
     assert learned.solo_seconds("dag", "c") == 700.0  # the per-task run time as before
 
 
-def test_a_first_try_that_ran_shared_all_along_bounds_its_run_alone_in_the_policy() -> None:
-    # issue 41: a type that only ever ran shared was priced at the median over the measured types
-    from carma_airflow.core.policies import make_policy
-    from carma_airflow.core.policies.completion_time import CompletionTime
+SHARED = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
 
-    learned = Learned()
-    learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
-    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
-    learn_from_success(learned, running_try("short", 0.0), shared, 400.0, "V100-32GB")
+
+def _long_and_short(learned: Learned) -> list[StoreWrite]:
+    """``dag.long`` ran alone 3,000 s; ``dag.short``'s first try shared its GPU all along for 400 s."""
+    writes = learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
+    return writes + learn_from_success(learned, running_try("short", 0.0), SHARED, 400.0, "V100-32GB")
+
+
+def _priced_after_hand_over(learned: Learned, now: float) -> None:
+    """The policy the learned run times are handed to prices the shared-only task at its bound."""
     policy = make_policy("completion-time")
     assert isinstance(policy, CompletionTime)
-    assert learned.hand_over(policy, 400.0)
+    assert learned.hand_over(policy, now)
     book = policy.learned.durations
     assert book.expected("dag.long") == 3000.0
     assert not book.measured("dag.short") and book.expected("dag.short") == 400.0
+
+
+def test_a_first_try_that_ran_shared_all_along_bounds_its_run_alone_in_the_policy() -> None:
+    # issue 41: a type that only ever ran shared was priced at the median over the measured types
+    learned = Learned()
+    _long_and_short(learned)
+    _priced_after_hand_over(learned, 400.0)
     # a retry (try 2) may have resumed from a checkpoint: its duration bounds nothing
     retry = running_try("other", 0.0)
     retry.ti = replace(retry.ti, try_number=2)
-    learn_from_success(learned, retry, shared, 50.0, "V100-32GB")
+    learn_from_success(learned, retry, SHARED, 50.0, "V100-32GB")
     assert learned.take_new_bounds() == []
 
 
@@ -83,25 +94,16 @@ def test_a_shared_first_tries_bound_survives_a_restart(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'carma.db'}"
     store = Store(url)
     store.migrate()
-    learned = Learned()
-    learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
-    shared = Seen(ActivitySample(0.4, "process"), False, (Segment(1.0, (0.7,), ("dag.x",)),), ("dag.x",))
-    writes = learn_from_success(learned, running_try("short", 0.0), shared, 400.0, "V100-32GB")
-    (row,) = [w for w in writes if isinstance(w, AddActivity)]
-    assert (row.solo_s, row.shared_s, row.gpu_model) == (None, 400.0, "V100-32GB")
-    for write in [*learn_from_success(Learned(), running_try("long", 0.0), ALONE, 3000.0, "V100-32GB"), row]:
+    rows = [w for w in _long_and_short(Learned()) if isinstance(w, AddActivity)]
+    assert [(w.task_id, w.solo_s, w.shared_s, w.gpu_model) for w in rows] == [
+        ("long", 3000.0, None, "V100-32GB"),
+        ("short", None, 400.0, "V100-32GB"),
+    ]
+    for write in rows:
         write.apply(store)
     store.close()
     again = Store(url)  # a restarted executor
     restarted = Learned()
     restarted.load(again)
     again.close()
-    from carma_airflow.core.policies import make_policy
-    from carma_airflow.core.policies.completion_time import CompletionTime
-
-    policy = make_policy("completion-time")
-    assert isinstance(policy, CompletionTime)
-    assert restarted.hand_over(policy, 0.0)
-    book = policy.learned.durations
-    assert book.expected("dag.long") == 3000.0
-    assert not book.measured("dag.short") and book.expected("dag.short") == 400.0
+    _priced_after_hand_over(restarted, 0.0)
