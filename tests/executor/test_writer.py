@@ -364,7 +364,9 @@ writer.put(UpsertPlacement(record))
 for i in range(200):
     writer.put(AddPeak("dag", "t", 10_000 + i, at))
 writer.put(MarkEnded("k2", 1_800_000_001.0, TryOutcome.OOM, 4096, "CUDA OOM"))
-print("queued", writer.pending, flush=True)
+# one write: the writer's log line (another thread, the same stdout) may come between print's pieces
+sys.stdout.write(f"queued {writer.pending}\\n")
+sys.stdout.flush()
 os.kill(os.getpid(), signal.SIGKILL)  # no close, no atexit: the scheduler killed outright
 """
 
