@@ -81,6 +81,9 @@ def _check(stack: AirflowStack, store: Store, runs: list[str], log: str) -> list
     return tries
 
 
+NUDGE_S = 20.0  # a stopped scheduler is let run 0.3 s once its half waited this long (a row lock it holds)
+
+
 def _trigger_on_each(stack: AirflowStack) -> list[str]:
     """Half the runs while only the first scheduler loops, half while only the second does (the
     other stopped for the few seconds its half takes to be queued): on a loaded machine one
@@ -97,7 +100,10 @@ def _trigger_on_each(stack: AirflowStack) -> list[str]:
                 assert status == 200, body
                 batch.append(str(body["dag_run_id"]))
             deadline = time.time() + 60
-            nudge_at = time.time() + 8
+            # the nudge lets the stopped one run 0.3 s: it may queue (and so place) the batch itself, as
+            # it did once under load at an 8 s nudge (one scheduler placed every try); 20 s gives the
+            # running one the time a loaded machine needs, and a held row lock is rare
+            nudge_at = time.time() + NUDGE_S
             while time.time() < deadline:
                 rows = stack.query(
                     "select run_id from task_instance where dag_id = 'carma_ha' and state is not null "
@@ -109,7 +115,7 @@ def _trigger_on_each(stack: AirflowStack) -> list[str]:
                     os.kill(pid, signal.SIGCONT)
                     time.sleep(0.3)
                     os.kill(pid, signal.SIGSTOP)
-                    nudge_at = time.time() + 8
+                    nudge_at = time.time() + NUDGE_S
                 time.sleep(0.2)
             else:
                 raise AssertionError(f"{batch} not queued while {paused} was stopped")
