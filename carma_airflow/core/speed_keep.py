@@ -146,7 +146,7 @@ class SpeedKeep:
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why
-        if (why := self._waits(r, key, here, need, mine)) is not None:
+        if (why := self._waits(r, here, need, mine)) is not None:
             self._waiting[key] = why
             return why
         if not others:
@@ -182,10 +182,11 @@ class SpeedKeep:
         """The uuid of the busy GPU the try ``key`` was kept to wait for in this pass, or None."""
         return self._awaited.get(key)
 
-    def _waits(self, r: TaskRequest, key: str, here: str, need: int, mine: float) -> str | None:
+    def _waits(self, r: TaskRequest, here: str, need: int, mine: float) -> str | None:
         """Why the try waits for a busy GPU of a faster model rather than run here now: the soonest
         such GPU that could hold it (not counted on by an earlier try of the pass) drains, and the
         try runs there, sooner than it would finish here by ``WAIT_MARGIN`` of its run here."""
+        key = r.key
         if self._busy is None:
             return None
         if self._drains is None:

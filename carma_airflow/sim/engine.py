@@ -326,9 +326,8 @@ class Simulation:
 
     def _ended(self, key: str, ok: bool) -> None:
         """Tell the policy a try ended (completion-time's track record: core/track_record.py)."""
-        told = getattr(self.cycle.placer.policy, "try_ended", None)
-        if told is not None:
-            told(key, self.now, ok)
+        if isinstance(self.predictive, CompletionTime):  # the policy learn_duration and learn_bound tell
+            self.predictive.try_ended(key, self.now, ok)
 
     def _finish(self, run: SimRun) -> None:
         self._remove(run)
