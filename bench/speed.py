@@ -541,7 +541,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes for a CI smoke run")
     parser.add_argument("--smoke", action="store_true", help="smaller still: every figure, for the tests")
     parser.add_argument("--json", action="store_true", help="print all figures as one JSON object, last line")
-    parser.add_argument("--mixed-only", action="store_true", help="only the passes on a mixed fleet (section 2c)")
+    parser.add_argument(
+        "--mixed-only",
+        action="store_true",
+        help="only the passes on a mixed fleet and one model's cold pass (section 2c)",
+    )
     args = parser.parse_args(argv)
     size = SMOKE if args.smoke else QUICK if args.quick else FULL
     catalog = load_catalog(packaged("task_catalog.csv"))
@@ -628,6 +632,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # GPU model's run, idle GPUs fastest first and kept by speed
     solo_runs = per_model_runs(catalog)
     fleet = "+".join(dict.fromkeys(MIXED_MODELS))
+    # beside them the same cold first pass on one model (typed tenants and tries, the catalogue's runs)
+    one = typed_view(large_view(g, steady=False), catalog)
+    progress(f"[2c] one model: cold first pass x{runs}")
+    one_s, one_placed = bench_cycle(one, pending, runs, ct, catalog)
+    what = f"pass, {g} GPUs (A100-40GB), {n} waiting, cold, completion-time, typed tenants and tries"
+    figures.append(Figure("pass_one_model_cold_cycle_placed", f"{what}: cycle placed", one_placed, "n"))
+    per = one_s / max(1, one_placed)
+    figures.append(Figure("pass_one_model_cold_per_placement", f"{what}: first pass per placement", per, "ms", 50e-6))
     for state, steady in (("steady", True), ("cold", False)):
         view = typed_view(mixed_view(g, steady=steady), catalog)
         what = f"pass, {g} GPUs ({fleet}), {n} waiting, {state}, completion-time, runs per model"

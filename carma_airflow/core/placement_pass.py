@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import GpuFacts, copy_facts, needs_idle, never_fits
-from carma_airflow.core.filtering import Rejection, first_rejection
+from carma_airflow.core.filtering import Filter, Rejection, first_rejection
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, full_scan
 from carma_airflow.core.reasons import (
@@ -83,6 +83,7 @@ class PlacementPass(DrainPass):
         # the larger idle GPUs are kept for (the placer sets it; core/scarce.py)
         self.keep: ScarceKeep | None = None
         self._idle_index: IdleIndex | None = None  # the keep's count of the idle GPUs (asked first: made)
+        self._room_after: dict[str, int] | None = None  # :meth:`_idle_room` (asked first: made)
 
     def _ordered(self, pool: list[Entry], request: TaskRequest, idle: bool) -> list[Entry]:
         if self.pol.stable_keys:
@@ -129,7 +130,13 @@ class PlacementPass(DrainPass):
             group.append(f)
             return group if len(group) == n else None
 
-        for _, _, f in self._ordered(self.idle, request, True):
+        # the idle GPUs in order; the scan below stops early where every GPU after it lacks the
+        # memory (on a mixed fleet: the small models' idle GPUs, last in the order) once it holds
+        # what a placed decision keeps: a waiting decision that lists them all resumes it
+        idle_left = iter(self._ordered(self.idle, request, True))
+        room_after = self._idle_room() if check_idle_memory and pol.stable_keys else None
+        idle_cut = False
+        for _, _, f in idle_left:
             if asked and (refused := first_rejection(asked, f, request)) is not None:
                 scanned.append((f, refused.reason, False))
                 notes[f.uuid] = refused
@@ -137,6 +144,9 @@ class PlacementPass(DrainPass):
                 scanned.append((f, Reason.RESERVED, False))
             elif check_idle_memory and need > f.usable_free_mib:
                 scanned.append((f, Reason.MEMORY, False))
+                if room_after is not None and len(scanned) >= PLACED_REJECTIONS and need > room_after[f.uuid]:
+                    idle_cut = True
+                    break
             elif avoid and f.state.uuid in avoid:
                 avoided.append(f)
             elif scarce is not None and (held := scarce.kept(f, request.key, need, self._idle_now())) is not None:
@@ -146,6 +156,7 @@ class PlacementPass(DrainPass):
                 chosen = take(f)
                 if chosen is not None:
                     break
+        idle_end = len(scanned)  # where a cut idle scan's records end (the rest go in there)
         fast = (
             chosen is None
             and n == 1
@@ -240,6 +251,8 @@ class PlacementPass(DrainPass):
                     scanned[walked:walk_end] = full_scan(
                         walk, scanned[walked:walk_end], asked, request, reserved, idle_only, notes
                     )
+                if idle_cut:
+                    scanned[idle_end:idle_end] = _idle_rest(idle_left, asked, request, reserved, notes)
                 return self._waits_by_choice(request, choice, scanned, notes, filter_need)
             else:
                 chosen = list(choice.best.gpus)
@@ -264,6 +277,8 @@ class PlacementPass(DrainPass):
                 scanned[walked:walk_end] = full_scan(
                     walk, scanned[walked:walk_end], asked, request, reserved, idle_only, notes
                 )
+            if idle_cut:  # (after the walk's: its records come after these)
+                scanned[idle_end:idle_end] = _idle_rest(idle_left, asked, request, reserved, notes)
             mine = self._verdicts(scanned, request, notes)
             rejected = mine + self.static_rejections()
             counts = self._counts(scanned)
@@ -290,6 +305,19 @@ class PlacementPass(DrainPass):
         if index is None:
             index = self._idle_index = IdleIndex((e[2] for e in self.idle), size_class)
         return index
+
+    def _idle_room(self) -> dict[str, int]:
+        """Per idle GPU (by UUID) the most usable memory of an idle GPU after it in the idle pool's
+        order, as the pool is when first asked in the pass (-1 for the last): a bound from then on,
+        since GPUs only leave the idle pool in a pass (:meth:`apply`)."""
+        room = self._room_after
+        if room is None:
+            room = self._room_after = {}
+            most = -1
+            for _, _, f in reversed(self.idle):
+                room[f.uuid] = most
+                most = max(most, f.usable_free_mib)
+        return room
 
     def _chosen_detail(self, f: GpuFacts, request: TaskRequest, choice: Choice | None = None) -> str:
         text = describe(f, [t.label for t in f.state.tenants] + (f.joined or []))
@@ -411,6 +439,28 @@ class PlacementPass(DrainPass):
         self.pol.rotate(chosen, len(self.facts))
         if self.keep is not None:
             self.keep.placed(request.memory.mib, request.gpus)
+
+
+def _idle_rest(
+    rest: Iterable[Entry],
+    asked: tuple[Filter, ...],
+    request: TaskRequest,
+    reserved: frozenset[str],
+    notes: dict[str, Rejection],
+) -> Scanned:
+    """The records the idle scan of :meth:`PlacementPass.decide` gives the idle GPUs it stopped
+    before, each lacking the memory: the first reason of its checks, in their order (``asked``:
+    the policy's per-try filters the try needs, whose rejections go to ``notes``)."""
+    out: Scanned = []
+    for _, _, f in rest:
+        if asked and (refused := first_rejection(asked, f, request)) is not None:
+            out.append((f, refused.reason, False))
+            notes[f.uuid] = refused
+        elif reserved and f.state.uuid in reserved:
+            out.append((f, Reason.RESERVED, False))
+        else:
+            out.append((f, Reason.MEMORY, False))
+    return out
 
 
 _REASON = itemgetter(1)

@@ -3,6 +3,8 @@
 * The scan that skips runs of GPUs without the memory (``pools.Walk``) and the by-band search for
   the first GPU that fits (``Pools.first_fitting``) decide exactly as the plain scan, reasons
   included: the same policies with ``free_key_at = None`` (no skipping) are the reference.
+* The idle scan that stops where no idle GPU after it has the memory (``PlacementPass._idle_room``)
+  decides exactly as the scan that walks them all, reasons included.
 * The verdicts a pass keeps (``PlacementPass._verdicts``) follow a GPU a placement changed.
 * The shapes a cycle's placer keeps from submission (``Placer.shape_of``) are the shapes a pass
   makes, and a try whose activity is learned gets its new shape.
@@ -11,10 +13,13 @@
 from __future__ import annotations
 
 import random
+import sys
+from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import A100, L4, busy_gpu, request, view
+from helpers import A100, L4, busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import (
     Backfill,
@@ -28,6 +33,7 @@ from carma_airflow.core import (
 from carma_airflow.core import placement_pass as placement_pass_module
 from carma_airflow.core.activity import ActivityEstimate
 from carma_airflow.core.decision import Outcome, Reason
+from carma_airflow.core.placement_pass import PlacementPass
 from carma_airflow.core.policies.base import Policy
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.core.policies.interference_aware import InterferenceAware
@@ -60,6 +66,19 @@ def _gpus(rng: random.Random, n: int) -> list[GpuState]:
     return out
 
 
+def _idle_small(rng: random.Random, n: int) -> list[GpuState]:
+    """Hosts of 8 in turn A100-40GB, L4, L4, the A100s in use and most L4s idle: many idle GPUs
+    too small for the larger tries."""
+    out = []
+    for i in range(n):
+        spec = A100 if (i // 8) % 3 == 0 else L4
+        idle = spec is L4 and rng.random() < 0.8
+        used = 0 if idle else rng.choice((9_000, 15_000, spec.memory_mib - 3_000))
+        window = MetricWindow.constant(rng.choice((0.05, 0.3, 0.6)), 0.3, 0.2)
+        out.append(GpuState(f"GPU-{i}", i % 8, spec, spec.memory_mib - used, used, window, host=f"h{i // 8}"))
+    return out
+
+
 def _request(rng: random.Random, k: int, now: float) -> TaskRequest:
     whole = rng.random() < 0.05
     return TaskRequest(
@@ -75,10 +94,12 @@ def _request(rng: random.Random, k: int, now: float) -> TaskRequest:
     )
 
 
-def _passes(policy: Policy, seed: int, decisions: bool) -> list[object]:
+def _passes(
+    policy: Policy, seed: int, decisions: bool, fleet: Callable[[random.Random, int], list[GpuState]] = _gpus
+) -> list[object]:
     """Every decision of four passes of a cycle (its placed, never-fits and waiting ones)."""
     rng = random.Random(seed)
-    gpus = _gpus(rng, rng.choice((64, 120)))
+    gpus = fleet(rng, rng.choice((64, 120)))
     now = 10_000.0
     cycle = SchedulingCycle(Placer(policy), Backfill(starvation_s=1500.0), reservations=Reservations(seen_after_s=30.0))
     k = 0
@@ -133,6 +154,50 @@ def test_a_waiting_decision_lists_every_gpu_the_scan_skipped() -> None:
     assert d.outcome is Outcome.NOT_NOW
     assert [v.uuid for v in d.rejected] == [f"GPU-{i}" for i in range(12)]
     assert all(v.reason is Reason.MEMORY for v in d.rejected)
+
+
+@pytest.mark.parametrize("decisions", [True, False])
+@pytest.mark.parametrize("kind", ["interference-aware", "completion-time"])
+def test_the_cut_idle_scan_decides_as_the_full_one(decisions: bool, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def policy() -> Policy:
+        return InterferenceAware() if kind == "interference-aware" else _learned(CompletionTime())
+
+    rests, rest = [], placement_pass_module._idle_rest
+
+    def counted(*args: Any) -> Scanned:
+        rests.append(1)
+        return rest(*args)
+
+    room = PlacementPass._idle_room
+    for seed in range(4):
+        monkeypatch.setattr(placement_pass_module, "_idle_rest", counted)
+        monkeypatch.setattr(PlacementPass, "_idle_room", room)
+        cut = _passes(policy(), seed, decisions, _idle_small)
+        # the reference: no idle GPU's bound ever lets the scan stop early
+        monkeypatch.setattr(PlacementPass, "_idle_room", lambda self: defaultdict(lambda: sys.maxsize))
+        full = _passes(policy(), seed, decisions, _idle_small)
+        assert cut == full  # the same decisions, reasons and their texts included
+        assert any(getattr(d, "placed", False) for d in cut)
+    if decisions:
+        assert rests  # some waiting decision had the idle GPUs its scan stopped before listed again
+
+
+def test_a_waiting_decision_lists_every_idle_gpu_the_scan_stopped_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 12 idle L4s (24 GB) and a full A100: a 30,000 MiB try fits none; the idle scan stops once it
+    # holds what a placed decision keeps (8), and the waiting decision names every idle GPU again
+    rests, rest = [], placement_pass_module._idle_rest
+
+    def counted(*args: Any) -> Scanned:
+        rests.append(1)
+        return rest(*args)
+
+    monkeypatch.setattr(placement_pass_module, "_idle_rest", counted)
+    gpus = [idle_gpu(i, L4) for i in range(12)] + [busy_gpu(12, free=3_000)]
+    (d,) = Placer(InterferenceAware()).schedule([request("big", 30_000)], view(*gpus)).decisions
+    assert d.outcome is Outcome.NOT_NOW
+    assert [v.uuid for v in d.rejected] == [f"GPU-{i}" for i in range(13)]
+    assert all(v.reason is Reason.MEMORY for v in d.rejected)
+    assert rests == [1]  # the scan stopped early, and was resumed for the reasons
 
 
 def test_a_kept_rejection_text_follows_a_gpu_a_placement_changed() -> None:
