@@ -2,7 +2,8 @@
 pass within 50 us per placement), optionally side by side with another checkout of the project.
 
 A cold pass is a driver's first scheduling pass over a deep queue on idle GPUs (the placer then
-places as many tries as fit); it is timed per placement.  The steady pass is a driver's next
+places as many tries as fit); it is timed per placement, and on the mixed fleet also as a whole
+with 32 free slots (Airflow's default parallelism: the pass places no more).  The steady pass is a driver's next
 heartbeat on a mostly full cluster (``bench/speed.py``'s ``bench_heartbeat``).  Both on 1,024
 GPUs with 10,000 waiting of the packaged catalogue's types, completion-time told their run times:
 
@@ -39,12 +40,20 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 GPUS, WAITING = 1024, 10_000
-CASES = ("one model, cold", "mixed, cold", "one model, steady heartbeat", "mixed, steady heartbeat")
+SLOTS = 32  # a driver's free slots (Airflow's default parallelism): the pass places no more
+CASES = (
+    "one model, cold",
+    "mixed, cold",
+    f"mixed, cold, {SLOTS} free slots",
+    "one model, steady heartbeat",
+    "mixed, steady heartbeat",
+)
 
 
 def measure(runs: int, gpus: int, waiting: int) -> dict[str, list[float]]:
-    """Per case its passes' CPU seconds (cold: per placement), with the placements as ``<case> placed``.
-    Imports the project found first on ``sys.path`` (the checkout measured)."""
+    """Per case its passes' CPU seconds (cold without a slot limit: per placement), with the
+    placements as ``<case> placed``.  Imports the project found first on ``sys.path`` (the
+    checkout measured)."""
     import speed  # that checkout's bench/speed.py: the views, queue and cycles of section 2c
 
     from carma_airflow.sim import load_catalog, packaged
@@ -55,6 +64,7 @@ def measure(runs: int, gpus: int, waiting: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for case in CASES:
         mixed, steady = case.startswith("mixed"), case.endswith("heartbeat")
+        limit = SLOTS if case.endswith("free slots") else None
         view = speed.typed_view(
             speed.mixed_view(gpus, steady=steady) if mixed else speed.large_view(gpus, steady=steady), catalog
         )
@@ -75,20 +85,20 @@ def measure(runs: int, gpus: int, waiting: int) -> dict[str, list[float]]:
             bare = speed._bare(view)
             for _ in range(runs):
                 cycle = speed._new_cycle(view, pending, "completion-time", catalog, solo_runs=runs_by)
-                seconds, result = _cpu(cycle.run, speed.NOW, bare)
-                times.append(seconds / max(1, len(result.placed)))
+                seconds, result = _cpu(cycle.run, speed.NOW, bare, limit)
+                times.append(seconds / max(1, len(result.placed)) if _per_placement(case) else seconds)
                 placed.append(float(len(result.placed)))
         out[case], out[f"{case} placed"] = times, placed
     return out
 
 
 def _cpu(
-    run: Callable[[float, list[GpuState]], CycleResult], now: float, gpus: list[GpuState]
+    run: Callable[..., CycleResult], now: float, gpus: list[GpuState], limit: int | None = None
 ) -> tuple[float, CycleResult]:
     """CPU seconds of one ``SchedulingCycle.run`` (after a collection, untimed) and its result."""
     gc.collect()
     t0 = time.process_time()
-    result = run(now, gpus)
+    result = run(now, gpus, limit=limit)
     return time.process_time() - t0, result
 
 
@@ -106,7 +116,11 @@ def _worker(tree: Path, runs: int, gpus: int, waiting: int) -> dict[str, list[fl
 
 def _figure(case: str, values: list[float]) -> str:
     median = statistics.median(values)
-    return f"{median * 1e6:.1f} us" if "cold" in case else f"{median * 1e3:.1f} ms"
+    return f"{median * 1e6:.1f} us" if _per_placement(case) else f"{median * 1e3:.1f} ms"
+
+
+def _per_placement(case: str) -> bool:
+    return case.endswith("cold")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU time, median of {args.runs * args.rounds} passes; {args.gpus} GPUs, {args.waiting} waiting")
     rows = [("pass", *names, *(["after/before"] if len(names) == 2 else []))]
     for case in CASES:
-        label = f"{case}: {'per placement' if 'cold' in case else 'pass'}"
+        label = f"{case}: {'per placement' if _per_placement(case) else 'pass'}"
         row = [label, *(_figure(case, got[n][case]) for n in names)]
         if len(names) == 2:
             row.append(f"{statistics.median(got['after'][case]) / statistics.median(got['before'][case]):.2f}")
