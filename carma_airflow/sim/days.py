@@ -82,8 +82,8 @@ def start_after(sim: Simulation, earlier: Simulation | None) -> None:
     if isinstance(policy, CompletionTime) and "runs" in pieces:
         for (kind, seconds), model in zip(earlier.run_times, earlier.run_models, strict=True):
             policy.learn_duration(kind, seconds, model)
-        for kind, seconds, model in earlier.run_bounds:  # the tries that ran shared all along
-            policy.learn_bound(kind, seconds, model)
+        for kind, seconds, model, estimate in earlier.run_bounds:  # the tries that ran shared all along
+            policy.learn_bound(kind, seconds, model, estimate)
 
 
 def warm_peaks(

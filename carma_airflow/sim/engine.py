@@ -36,6 +36,7 @@ from carma_airflow.core.gpu import GpuState
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.placer import Placer
 from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.durations import alone_from_shared
 from carma_airflow.core.policies.predictive import Predictive
 from carma_airflow.core.queueing import make_queue
 from carma_airflow.core.recovery import Failure, FailureKind, GiveUp, RetryMode
@@ -117,8 +118,9 @@ class Simulation:
         self._tell = self.cycle.learn_activity
         self.run_times: list[tuple[str, float]] = []  # (task type, solo seconds) learned, in order
         self.run_models: list[str] = []  # the GPU model each of them ran on (its slowest GPU's)
-        # (task type, seconds, GPU model) of tries that ran shared all along: bounds of their runs alone
-        self.run_bounds: list[tuple[str, float, str]] = []
+        # (task type, seconds, GPU model, estimate alone or None) of tries that ran shared all along:
+        # bounds of their runs alone, and the policy's estimates of them (learn_bound)
+        self.run_bounds: list[tuple[str, float, str, float | None]] = []
 
     @property
     def activities(self) -> dict[str, ActivityEstimate]:
@@ -332,6 +334,10 @@ class Simulation:
     def _finish(self, run: SimRun) -> None:
         self._remove(run)
         self.cycle.release(run.request.key)
+        # the slowdown it was placed at, taken before the policy hears it ended
+        slowdown = (
+            self.predictive.take_slowdown(run.request.key) if isinstance(self.predictive, CompletionTime) else None
+        )
         self._ended(run.request.key, True)
         alone_s = self.know.run_ended(run, self.now, self._tell, self.gpus[run.gpus[0]].spec.name)
         model = slowest(self.gpus[i].spec for i in run.gpus).name  # it went at its slowest GPU's pace
@@ -341,9 +347,10 @@ class Simulation:
             if isinstance(self.predictive, CompletionTime):
                 self.predictive.learn_duration(run.arrival.task.name, alone_s, model)
         elif run.resumed_work <= 0:  # shared all along: its duration bounds its run alone (durations.py)
-            self.run_bounds.append((run.arrival.task.name, self.now - run.start, model))
+            estimate = alone_from_shared(self.now - run.start, slowdown)  # and over its slowdown estimates it
+            self.run_bounds.append((run.arrival.task.name, self.now - run.start, model, estimate))
             if isinstance(self.predictive, CompletionTime):
-                self.predictive.learn_bound(run.arrival.task.name, self.now - run.start, model)
+                self.predictive.learn_bound(run.arrival.task.name, self.now - run.start, model, estimate)
         job = self.jobs[run.arrival.job_id]
         job.end = self.now
         job.outcome = "success"

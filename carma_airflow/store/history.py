@@ -83,6 +83,7 @@ class HistoryStore(StoreBase):
         solo_s: float | None = None,
         gpu_model: str | None = None,
         shared_s: float | None = None,
+        shared_alone_s: float | None = None,
     ) -> None:
         """Remember the solo SM activity (0..1) of one ended try of a task, and how it was measured.
 
@@ -92,7 +93,8 @@ class HistoryStore(StoreBase):
         not known).  ``solo_s``: how long it ran, where it ran alone throughout (None: it shared);
         ``gpu_model``: the GPU model it ran on (kept with a solo or shared run time only).
         ``shared_s``: how long a first try ran where it shared its GPUs all along (an upper bound of
-        the task's run alone; not with ``solo_s``).
+        the task's run alone; not with ``solo_s``); ``shared_alone_s``: the task's run alone as
+        estimated from it (with ``shared_s`` only, at most that).
         """
         if source not in ACTIVITY_SOURCE_VALUES:
             raise RecordError(
@@ -113,6 +115,16 @@ class HistoryStore(StoreBase):
             isinstance(shared_s, bool) or not isinstance(shared_s, (int, float)) or not 0.0 < shared_s < math.inf
         ):
             raise RecordError(f"shared run time of {dag_id}.{task_id} must be positive seconds, got {shared_s!r}")
+        if shared_alone_s is not None and (
+            shared_s is None
+            or isinstance(shared_alone_s, bool)
+            or not isinstance(shared_alone_s, (int, float))
+            or not 0.0 < shared_alone_s <= shared_s
+        ):
+            raise RecordError(
+                f"estimated run alone of {dag_id}.{task_id} must be positive seconds, at most its shared run time "
+                f"{shared_s!r}, got {shared_alone_s!r}"
+            )
         if shared_s is not None and solo_s is not None:
             raise RecordError(f"a try of {dag_id}.{task_id} ran alone or shared, not both: give solo_s or shared_s")
         timed = solo_s is not None or shared_s is not None
@@ -128,6 +140,7 @@ class HistoryStore(StoreBase):
             solo_s=None if solo_s is None else float(solo_s),
             gpu_model=None if not timed or not gpu_model else str(gpu_model)[:64],
             shared_s=None if shared_s is None else float(shared_s),
+            shared_alone_s=None if shared_alone_s is None else float(shared_alone_s),
         )
         with self._session(write=True) as session:
             session.add(row)
@@ -193,21 +206,25 @@ class HistoryStore(StoreBase):
             rows = [(str(d), str(t), float(s)) for d, t, s in session.execute(stmt) if s is not None]
         return list(reversed(rows))
 
-    def recent_shared_runs(self, limit: int = 100_000) -> list[tuple[str, str, str | None, float]]:
+    def recent_shared_runs(self, limit: int = 100_000) -> list[tuple[str, str, str | None, float, float | None]]:
         """The newest ``limit`` run times of first tries that shared their GPUs all along, oldest
-        first: (dag_id, task_id, GPU model or None, seconds), each an upper bound of its task's run
-        alone.  Read once when an executor starts."""
+        first: (dag_id, task_id, GPU model or None, seconds, run alone estimated or None), each an
+        upper bound of its task's run alone.  Read once when an executor starts."""
         check_limit(limit)
         row = ActivityHistoryRow
         stmt = (
-            select(row.dag_id, row.task_id, row.gpu_model, row.shared_s)
+            select(row.dag_id, row.task_id, row.gpu_model, row.shared_s, row.shared_alone_s)
             .where(row.shared_s.is_not(None))
             .order_by(row.at.desc(), row.id.desc())
             .limit(limit)
         )
         with self._session() as session:
             got = session.execute(stmt)
-            rows = [(str(d), str(t), str(m) if m else None, float(s)) for d, t, m, s in got if s is not None]
+            rows = [
+                (str(d), str(t), str(m) if m else None, float(s), None if e is None else float(e))
+                for d, t, m, s, e in got
+                if s is not None
+            ]
         return list(reversed(rows))
 
     def recent_solo_runs_by_model(self, limit: int = 100_000) -> list[tuple[str, str, str, float]]:

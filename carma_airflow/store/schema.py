@@ -186,7 +186,9 @@ class ActivityHistoryRow(Base):
     throughout (its task's solo run time); NULL where it shared, or not recorded (before 0009).
     ``gpu_model``: the GPU model ``solo_s`` (or ``shared_s``) was measured on (NULL: none, or before 0010).
     ``shared_s``: the run time of a first try that shared its GPUs all along, an upper bound of its
-    task's run alone (NULL: it ran alone, was a retry, or before 0012).
+    task's run alone (NULL: it ran alone, was a retry, or before 0012).  ``shared_alone_s``: that
+    task's run alone as estimated from it, ``shared_s`` over the slowdown predicted when the try was
+    placed (NULL: none predicted, or before 0013).
     """
 
     __tablename__ = "carma_activity_history"
@@ -208,6 +210,7 @@ class ActivityHistoryRow(Base):
     solo_s: Mapped[float | None] = mapped_column(Float)  # 0009
     gpu_model: Mapped[str | None] = mapped_column(String(64))  # 0010: the model ``solo_s`` was measured on
     shared_s: Mapped[float | None] = mapped_column(Float)  # 0012: a first try's run time, shared all along
+    shared_alone_s: Mapped[float | None] = mapped_column(Float)  # 0013: its run alone estimated from it
 
 
 class SnapshotRow(Base):

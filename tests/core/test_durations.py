@@ -8,6 +8,7 @@ import math
 import pytest
 
 from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
+from carma_airflow.core.policies.durations import alone_from_shared
 from carma_airflow.core.policies.forecast import DurationBook, LearnedForecast
 from carma_airflow.core.task import MemoryNeed, TaskRequest
 
@@ -145,3 +146,38 @@ def test_on_a_mixed_fleet_the_bound_caps_the_model_it_ran_on() -> None:
     # on a model it never ran on, the typical run there (a bound says nothing of another model's speed)
     assert fc.work_on("short", "A100-40GB") == 3000.0
     assert fc.fastest_run("short") == 500.0
+
+
+def test_a_shared_tries_estimate_alone_prices_its_type_over_the_others_median() -> None:
+    # issue 44: vgg, shared all along for 6,207 s, was priced at the median of the others (1,651 s)
+    for pooled in (False, True):
+        book = _book(pooled=pooled)
+        assert book.bound("vgg_long", 9000.0, estimate=6000.0)  # longer than the others' 3,000 s
+        assert book.expected("vgg_long") == 6000.0 and not book.measured("vgg_long")
+        assert book.bound("vgg_long", 9500.0, estimate=7000.0)  # a longer bound, a new estimate: their median
+        assert book.expected("vgg_long") == 6500.0
+        assert book.bound("vgg_long", 5000.0)  # a bound below the estimates caps them
+        assert book.expected("vgg_long") == 5000.0
+        assert book.bound("vgg", 100.0, estimate=50.0) is False  # its own run times stand
+        assert book.expected("vgg") == 3000.0
+    assert alone_from_shared(400.0, 1.6) == 250.0
+    assert alone_from_shared(400.0, 0.8) == 400.0  # never longer than it ran shared
+    assert alone_from_shared(400.0, None) is None
+    empty = DurationBook()  # nothing measured alone anywhere: the estimate still times its type
+    empty.bound("x", 100.0, estimate=80.0)
+    assert empty.expected("x") == 80.0 and len(empty) == 0
+
+
+def test_on_a_mixed_fleet_a_shared_tries_estimate_moves_to_other_models_by_their_ratio() -> None:
+    fc = LearnedForecast()
+    fc.set_fleet(("A100-40GB", "T4"))
+    for kind, a100, t4 in (("a", 100.0, 400.0), ("b", 200.0, 800.0)):  # T4 runs 4x as long, learned
+        fc.learn_duration(kind, a100, "A100-40GB")
+        fc.learn_duration(kind, t4, "T4")
+    before = fc.version
+    fc.learn_bound("vgg", 9000.0, "A100-40GB", estimate=6000.0)
+    assert fc.version > before
+    assert fc.work_on("vgg", "A100-40GB") == 6000.0
+    assert fc.work_on("vgg", "T4") == pytest.approx(24_000.0)  # not the T4's typical 600 s
+    fc.learn_bound("vgg", 30_000.0, "T4", estimate=20_000.0)  # its own estimate there wins
+    assert fc.work_on("vgg", "T4") == 20_000.0

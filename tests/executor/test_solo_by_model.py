@@ -107,3 +107,26 @@ def test_a_shared_first_tries_bound_survives_a_restart(tmp_path: Path) -> None:
     restarted.load(again)
     again.close()
     _priced_after_hand_over(restarted, 0.0)
+
+
+def test_a_shared_first_try_placed_at_a_predicted_slowdown_estimates_its_run_alone(tmp_path: Path) -> None:
+    # issue 44: its duration over the slowdown the policy priced it at, not the other tasks' median
+    learned = Learned()
+    learn_from_success(learned, running_try("long", 0.0), ALONE, 3000.0, "V100-32GB")
+    writes = learn_from_success(learned, running_try("short", 0.0), SHARED, 400.0, "V100-32GB", slowdown=1.6)
+    (row,) = [w for w in writes if isinstance(w, AddActivity)]
+    assert (row.shared_s, row.shared_alone_s) == (400.0, 250.0)
+    url = f"sqlite:///{tmp_path / 'carma.db'}"
+    store = Store(url)
+    store.migrate()
+    row.apply(store)
+    store.close()
+    for learner, now in ((learned, 400.0), (Learned(), 0.0)):  # this executor, and one restarted
+        if now == 0.0:
+            again = Store(url)
+            learner.load(again)
+            again.close()
+        policy = make_policy("completion-time")
+        assert isinstance(policy, CompletionTime)
+        assert learner.hand_over(policy, now)
+        assert policy.learned.durations.expected("dag.short") == 250.0  # not 400 s (its bound), nor 3,000 s

@@ -150,6 +150,7 @@ def test_an_oom_retry_is_bounded_by_the_largest_gpu_as_the_executor_bounds_it() 
     catalog = load_catalog(packaged("task_catalog.csv"))
     result = simulate(config, synthetic_trace(catalog, 120, gpus=8, load=2.0, seed=103))
     summary = result.summary()
-    assert summary["lost"] == 0 and summary["oom_crashes"] >= 2
+    assert summary["lost"] == 0 and summary["oom_crashes"] >= 1
     retried = [t for t in result.tasks if t.task == "maskrcnn" and t.oom_crashes > 0]
-    assert retried and all(t.outcome == "success" for t in retried)
+    assert retried, "no maskrcnn crashed: the premise is gone"
+    assert all(t.outcome == "success" for t in retried)

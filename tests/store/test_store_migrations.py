@@ -368,13 +368,13 @@ def test_upgrade_to_0012_keeps_activities_and_reads_back_shared_run_times(store:
     store.add_activity("d", "t", 0.5, "process", 1_900_000_000.0, co_tasks=[], solo_s=30.0, gpu_model="L4")
     _downgrade(any_url, "0011")  # the rows as an older executor left them
     store.migrate()
-    assert store.revision() == HEAD == "0012"
+    assert store.revision() == HEAD
     assert store.recent_shared_runs() == []
     store.add_activity(
         "d", "u", 0.3, "process", 1_900_000_001.0, co_tasks=["d.t"], shared_s=420.0, gpu_model="A100-40GB"
     )
     again = Store(any_url)  # a restarted executor reads the bound back, with its GPU model
-    assert again.recent_shared_runs() == [("d", "u", "A100-40GB", 420.0)]
+    assert again.recent_shared_runs() == [("d", "u", "A100-40GB", 420.0, None)]
     assert again.recent_solo_runs() == [("d", "t", 30.0)]  # a shared run time is no solo one
     again.close()
     with pytest.raises(RecordError, match="not both"):
@@ -390,3 +390,33 @@ def test_downgrade_from_0012_to_0011_drops_only_the_shared_run_time(store: Store
     assert "shared_s" not in columns and "gpu_model" in columns and store.revision() == "0011"
     store.migrate()
     assert store.recent_shared_runs() == [] and store.recent_activity_samples()
+
+
+def test_upgrade_to_0013_reads_back_a_shared_runs_estimate_alone(store: Store, any_url: str) -> None:
+    store.add_activity("d", "u", 0.3, "process", 1_900_000_000.0, co_tasks=["d.t"], shared_s=420.0, gpu_model="L4")
+    _downgrade(any_url, "0012")  # the row as an older executor left it: a bound, no estimate
+    store.migrate()
+    assert store.revision() == HEAD == "0013"
+    assert store.recent_shared_runs() == [("d", "u", "L4", 420.0, None)]
+    store.add_activity(
+        "d", "v", 0.3, "process", 1_900_000_001.0, co_tasks=["d.t"], shared_s=300.0, shared_alone_s=200.0
+    )
+    again = Store(any_url)  # a restarted executor reads the estimate back with its bound
+    assert again.recent_shared_runs()[-1] == ("d", "v", None, 300.0, 200.0)
+    again.close()
+    for bad, shared in ((400.0, 300.0), (-1.0, 300.0), (100.0, None)):  # above its bound, negative, no bound
+        with pytest.raises(RecordError, match="estimated run alone"):
+            store.add_activity(
+                "d", "v", 0.3, "process", 1_900_000_002.0, co_tasks=["d.t"], shared_s=shared, shared_alone_s=bad
+            )
+
+
+def test_downgrade_from_0013_to_0012_drops_only_the_estimate(store: Store, any_url: str) -> None:
+    store.add_activity(
+        "d", "u", 0.3, "process", 1_900_000_000.0, co_tasks=["d.t"], shared_s=420.0, shared_alone_s=300.0
+    )
+    _downgrade(any_url, "0012")
+    columns = _columns(any_url, "carma_activity_history")
+    assert "shared_alone_s" not in columns and "shared_s" in columns and store.revision() == "0012"
+    store.migrate()
+    assert store.recent_shared_runs() == [("d", "u", None, 420.0, None)]

@@ -68,6 +68,8 @@ from carma_airflow.core.scarce import capability_key, speed_key
 from carma_airflow.core.task import TaskRequest
 from carma_airflow.core.track_record import SHARE, WAIT, TrackRecord
 
+PLACED_KEPT = 50_000  # tries' slowdowns kept from their pricing until they end (take_slowdown)
+
 
 @dataclass(frozen=True, slots=True)
 class CompletionSettings:
@@ -173,6 +175,7 @@ class CompletionTime(Policy):
         self._kept: dict[int, tuple[GpuFacts, object, float, float]] = {}  # drain times, from pass to pass
         self._runs: dict[str, float] = {}  # predicted runs alone by try, for the queue's rank
         self.floor = GainFloor()  # the opt-in floor on a collocation's gain, its verdicts kept
+        self._placed_slowdown: dict[str, float] = {}  # per try priced to share, its predicted slowdown then
         self.record = TrackRecord()  # how the tries' chosen options completed against their predictions
         self._rank_token: object = None
 
@@ -187,10 +190,19 @@ class CompletionTime(Policy):
         slowest GPU's; None: not known) (the driver, as tries end)."""
         self.learned.learn_duration(task_type, seconds, gpu_model)
 
-    def learn_bound(self, task_type: str, seconds: float, gpu_model: str | None = None) -> None:
+    def learn_bound(
+        self, task_type: str, seconds: float, gpu_model: str | None = None, estimate: float | None = None
+    ) -> None:
         """A try of ``task_type`` ran ``seconds`` shared all along on a GPU of ``gpu_model`` (its
-        slowest GPU's): its run alone is at most that (the driver, as tries end)."""
-        self.learned.learn_bound(task_type, seconds, gpu_model)
+        slowest GPU's): its run alone is at most that (the driver, as tries end).  ``estimate``: its
+        run alone estimated from it (:func:`~.durations.alone_from_shared` of :meth:`take_slowdown`)."""
+        self.learned.learn_bound(task_type, seconds, gpu_model, estimate)
+
+    def take_slowdown(self, key: str) -> float | None:
+        """The slowdown try ``key`` was predicted to run at when it was priced to share a GPU set,
+        taken (None: it was not, or was placed alone): the driver asks it as the try ends, before
+        :meth:`try_ended`, to estimate a shared try's run alone."""
+        return self._placed_slowdown.pop(key, None)
 
     def see_fleet(self, models: tuple[str, ...]) -> None:
         """The cluster's GPU models (the placer's, as its GPUs change): on several, every option is
@@ -380,6 +392,7 @@ class CompletionTime(Policy):
         """Try ``key`` ended at ``now`` (``ok``: it completed) (the driver, as tries end): how the
         option it chose came out goes into the track record."""
         self.record.ended(key, now, ok)
+        self._placed_slowdown.pop(key, None)
 
     def factors(self) -> tuple[float, float]:
         """(waiting's, sharing's) track-record factor (1.0 each with ``track_record`` off)."""
@@ -490,6 +503,12 @@ class CompletionTime(Policy):
             best = next(o for o in open_options if not o.waits and o.cost <= near)
         if timed and self.settings.track_record:
             self.record.chose(request.key, WAIT if best.waits else SHARE, self.now, best.done_in)
+        if timed and not best.waits:  # the slowdown it is placed at, if it is (take_slowdown)
+            kept = self._placed_slowdown
+            kept.pop(request.key, None)
+            kept[request.key] = best.slowdown
+            if len(kept) > PLACED_KEPT:  # tries withdrawn or never ended: the oldest go
+                del kept[next(iter(kept))]
         return Choice(best, tuple(options), timed)
 
 

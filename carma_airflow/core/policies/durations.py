@@ -27,6 +27,15 @@ shared on day one; they were priced at the median over the measured types, 2,676
 waited.  The bound is the duration as it was, not corrected by the interference fit (whose error it
 would carry).
 
+Such a try also says roughly how long its type runs alone: its duration over the slowdown the rule
+predicted when it placed the try beside its co-tenants (``estimate`` of :meth:`DurationBook.bound`).
+Where a type has such estimates and no run alone, its expectation is their median (still at most
+its bound) instead of the median over the other types.  Decision (issue 44): a type's own evidence,
+even through the interference fit's error (a slowdown is 1-3x), is closer than the other types'
+median (run times span 200 s to 30,000 s): ``vgg``, shared all along for 6,207 s on an H100 and
+never run alone, was priced at the median, 1,651 s there and 7,073 s on an L4, where it runs 3,046 s
+and 30,344 s (2xH100-80GB + 6xL4, ``table`` speeds, day two of s101).
+
 Only what the executor knows goes in: the task types' labels and the run times of earlier tries.
 """
 
@@ -48,6 +57,14 @@ _SPLIT = re.compile(r"[._\-]")
 
 def _moved(old: float, new: float) -> bool:
     return abs(new - old) > MOVED * max(abs(old), 1e-9)
+
+
+def alone_from_shared(seconds: float, slowdown: float | None) -> float | None:
+    """A try that ran ``seconds`` shared all along, placed at a predicted ``slowdown``: its run
+    alone as estimated from them (at most ``seconds``; None: no slowdown predicted)."""
+    if slowdown is None or not seconds > 0:
+        return None
+    return seconds / max(1.0, slowdown)
 
 
 def family_of(kind: str) -> tuple[str, int]:
@@ -99,6 +116,7 @@ class DurationBook:
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._pooled: dict[str, float] = {}  # estimates of unmeasured types, until the next run
         self._bounds: dict[str, float] = {}  # per type, the shortest duration of a try that ran shared
+        self._estimates: dict[str, deque[float]] = {}  # per type, runs alone estimated from shared tries
         self.changes = 0  # runs counted so far: the expectations may have moved since a reader looked
 
     def add(self, kind: str, seconds: float) -> bool:
@@ -118,34 +136,44 @@ class DurationBook:
         self._pooled = {}
         return old is None or old_overall is None or _moved(old, median) or _moved(old_overall, self._overall)
 
-    def bound(self, kind: str, seconds: float) -> bool:
+    def bound(self, kind: str, seconds: float, estimate: float | None = None) -> bool:
         """A try of ``kind`` ran ``seconds`` for its whole work, shared (its run alone not measured):
-        an upper bound of its run alone.  True where the type's estimate may have moved (a lower bound
-        than before for a type without run times of its own)."""
+        an upper bound of its run alone; ``estimate``: its run alone as estimated from it (its
+        duration over its predicted slowdown; None: not known).  True where the type's estimate may
+        have moved (a lower bound than before, or a new estimate, for a type without run times of
+        its own)."""
         if not seconds > 0:
             return False
+        moved = False
+        if estimate is not None and estimate > 0:
+            self._estimates.setdefault(kind, deque(maxlen=SOLO_KEPT)).append(min(float(estimate), float(seconds)))
+            moved = kind not in self._median
         old = self._bounds.get(kind)
-        if old is not None and old <= seconds:
-            return False
-        self._bounds[kind] = float(seconds)
-        if kind in self._median:
-            return False  # its own run times stand
-        self.changes += 1
-        return True
+        if old is None or seconds < old:
+            self._bounds[kind] = float(seconds)
+            moved = moved or kind not in self._median  # its own run times stand
+        if moved:
+            self.changes += 1
+        return moved
 
     def expected(self, kind: str) -> float | None:
-        """The type's median run alone, else its pooled estimate capped by its shared tries'
-        durations (None: nothing measured)."""
+        """The type's median run alone, else the median of its shared tries' estimates, else its
+        pooled estimate; either capped by its shared tries' durations (None: nothing measured)."""
         got = self._median.get(kind)
-        if got is not None or self._overall is None:
-            return got if got is not None else self._overall
-        if not self.pooled:
+        if got is not None:
+            return got
+        cap = self._bounds.get(kind)
+        own = self._estimates.get(kind)
+        if own:
+            got = statistics.median(own)
+        elif self._overall is None:
+            return None
+        elif not self.pooled:
             got = self._overall
         else:
             got = self._pooled.get(kind)
             if got is None:
                 got = self._pooled[kind] = self._pool(kind)
-        cap = self._bounds.get(kind)
         return got if cap is None else min(got, cap)
 
     def bound_of(self, kind: str) -> float | None:
@@ -179,4 +207,4 @@ class DurationBook:
         return len(self._median)
 
 
-__all__ = ["MOVED", "SOLO_KEPT", "DurationBook", "family_of", "prefix_tokens", "size_trend"]
+__all__ = ["MOVED", "SOLO_KEPT", "DurationBook", "alone_from_shared", "family_of", "prefix_tokens", "size_trend"]

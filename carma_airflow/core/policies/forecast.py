@@ -19,6 +19,7 @@ case.  ``bench/oracle.py`` implements the same protocol from the simulator's tru
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from collections.abc import Callable, Sequence
 from math import inf
 from typing import NamedTuple, Protocol
@@ -28,7 +29,7 @@ from carma_airflow.core.gpu import Tenant
 from carma_airflow.core.interference import InterferenceFit, InterferenceModel
 from carma_airflow.core.model_speed import SoloRunTimes
 from carma_airflow.core.policies.base import GpuFacts
-from carma_airflow.core.policies.durations import MOVED, DurationBook
+from carma_airflow.core.policies.durations import MOVED, SOLO_KEPT, DurationBook
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.task import TaskRequest
 
@@ -175,6 +176,9 @@ class LearnedForecast:
         self.fleet: tuple[str, ...] = ()  # the cluster's GPU models (several: the fleet is mixed)
         self._on: dict[tuple[str, str], float] = {}  # (type, model) -> predicted solo seconds
         self._bounds: dict[tuple[str, str], float] = {}  # (type, model) -> shortest shared try's duration
+        self._books: dict[str, DurationBook] = {}  # per model, the measured types' runs there (:meth:`_pooled_on`)
+        # type -> model -> runs alone estimated from its shared tries there (the newest SOLO_KEPT)
+        self._estimates: dict[str, dict[str, deque[float]]] = {}
 
     def use_model(self, model: InterferenceModel) -> None:
         if model is not self.model:
@@ -202,17 +206,23 @@ class LearnedForecast:
         if moved:
             self._rows = {}
             self._on = {}
+            self._books = {}
             self.version += 1
 
-    def learn_bound(self, kind: str, seconds: float, model: str | None = None) -> None:
+    def learn_bound(self, kind: str, seconds: float, model: str | None = None, estimate: float | None = None) -> None:
         """A try of ``kind`` ran ``seconds`` for its whole work shared (its run alone not known), on
-        GPU model ``model`` where known: at most that long alone (:meth:`DurationBook.bound`)."""
-        moved = self.durations.bound(kind, seconds)
+        GPU model ``model`` where known: at most that long alone (:meth:`DurationBook.bound`);
+        ``estimate``: its run alone as estimated from it (its duration over its predicted slowdown)."""
+        moved = self.durations.bound(kind, seconds, estimate)
         if model is not None and seconds > 0:
             key = (kind, model)
             old = self._bounds.get(key)
             if old is None or seconds < old:
                 self._bounds[key] = float(seconds)
+                moved = moved or (self.mixed and not self.by_model.models_of(kind))
+            if estimate is not None and estimate > 0:
+                kept = self._estimates.setdefault(kind, {}).setdefault(model, deque(maxlen=SOLO_KEPT))
+                kept.append(min(float(estimate), float(seconds)))
                 moved = moved or (self.mixed and not self.by_model.models_of(kind))
         if moved:
             self._rows = {}
@@ -231,7 +241,7 @@ class LearnedForecast:
             was = self.mixed
             self.fleet = models
             if was or self.mixed:  # one model: nothing priced per model, nothing to forget
-                self._rows, self._on, self._by_tenants = {}, {}, {}
+                self._rows, self._on, self._by_tenants, self._books = {}, {}, {}, {}
                 self.version += 1
 
     def work_on(self, kind: str, model: str) -> float:
@@ -247,12 +257,48 @@ class LearnedForecast:
             if p is not None:
                 got = p.seconds
             else:
-                typical = [q.seconds for k in self.by_model.tasks() if (q := self.by_model.predict(k, model))]
-                got = statistics.median(typical) if typical else self._work(kind)
+                got = self._estimated_on(kind, model)
+                if got is None:
+                    book = self._pooled_on(model)
+                    pooled = book.expected(kind) if book is not None else None
+                    got = pooled if pooled is not None else self._work(kind)
                 cap = self._bounds.get((kind, model))  # it ran there, shared: at most that long alone
                 got = got if cap is None else min(got, cap)
             self._on[(kind, model)] = got
         return got
+
+    def _estimated_on(self, kind: str, model: str) -> float | None:
+        """A type that never ran alone, from its shared tries' estimates (:meth:`DurationBook.bound`):
+        their median on ``model`` where it ran there, else on the model where it ran shared most,
+        moved by that pair's ratio (learned, else the spec sheets'); None where it has none."""
+        per_model = self._estimates.get(kind)
+        if not per_model:
+            return None
+        own = per_model.get(model)
+        if own:
+            return statistics.median(own)
+        base = max(sorted(per_model), key=lambda m: len(per_model[m]))
+        return statistics.median(per_model[base]) * self.by_model.ratio(model, base).ratio
+
+    def _pooled_on(self, model: str) -> DurationBook | None:
+        """The measured types' predicted runs on ``model``, as a :class:`DurationBook` whose pooled
+        estimate prices a type that never ran alone there nor anywhere (its family's, else its
+        nearest prefix's, else the median over the measured types; without ``pooled_runs`` the
+        median).  Decision (issue 44): before, that type got the median over every measured type on
+        the model whatever its label; on 2xH100-80GB + 6xL4 (the ``table`` speeds, day two of s101)
+        ``vgg``, which had only run shared, was priced at 7,073 s on an L4 where ``vgg2`` had run
+        24,568 s there and ``vgg`` runs 30,344 s: it took an L4 late and ended the day at 1.34x
+        most-free-memory's makespan.  On one model the same book prices it (:meth:`_work`).  Kept
+        until a run time moves (``_on`` is cleared then too)."""
+        got = self._books.get(model)
+        if got is None:
+            got = DurationBook(pooled=self.durations.pooled)
+            for k in self.by_model.tasks():
+                q = self.by_model.predict(k, model)
+                if q is not None:
+                    got.add(k, q.seconds)
+            self._books[model] = got
+        return got if len(got) else None
 
     def fastest_run(self, kind: str) -> float:
         """The type's predicted solo run on the model where it runs fastest (on one model: :meth:`_work`)."""

@@ -98,6 +98,7 @@ class AddActivity:
     solo_s: float | None = None  # its run time, where it ran alone throughout (a solo run time)
     gpu_model: str | None = None  # the GPU model the solo (or shared) run time was measured on (issue 44)
     shared_s: float | None = None  # a first try's run time where it shared all along (issue 41)
+    shared_alone_s: float | None = None  # its run alone estimated from it (issue 44)
     name: str = "add_activity"
     best_effort: bool = False
 
@@ -114,6 +115,7 @@ class AddActivity:
             solo_s=self.solo_s,
             gpu_model=self.gpu_model,
             shared_s=self.shared_s,
+            shared_alone_s=self.shared_alone_s,
         )
 
 

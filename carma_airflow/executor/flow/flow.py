@@ -396,6 +396,8 @@ class TryFlow:
         self.cycle.release(attempt.rkey)
         now = time.time()
         end = conclude(attempt, ended, self.recovery)
+        take = getattr(self.placer.policy, "take_slowdown", None)  # completion-time's, before try_ended
+        slowdown = take(attempt.rkey) if take is not None else None
         told = getattr(self.placer.policy, "try_ended", None)  # completion-time's track record
         if told is not None:
             told(attempt.rkey, now, end.outcome is TryOutcome.SUCCESS)
@@ -404,7 +406,7 @@ class TryFlow:
         gpu_model = self.sight.spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
         writes = end_writes(attempt, end, now)
         try:
-            writes += remember_end(self.learned, attempt, end, seen, now, gpu_model)
+            writes += remember_end(self.learned, attempt, end, seen, now, gpu_model, slowdown)
         except Exception:
             # the end is a fact, what it taught a lesson: a fault in learning (the fit raised here in
             # round 40) must not lose the try's record or its report, nor the heartbeat: only the lesson

@@ -81,7 +81,7 @@ class Learned:
         self._new_solo: list[tuple[str, float, str | None]] = []
         # likewise the durations of first tries that ran shared all along: bounds of their runs alone
         # (core/policies/durations.py; kept in the store with the activity, read back at start)
-        self._new_bounds: list[tuple[str, float, str | None]] = []
+        self._new_bounds: list[tuple[str, float, str | None, float | None]] = []
         # per task (``dag.task``) and GPU model, and the ratios between models (core/model_speed.py)
         self.by_model = SoloRunTimes()
         self.model = InterferenceModel()
@@ -112,7 +112,7 @@ class Learned:
             else:
                 self._new_solo += [(kind, s, None) for s in runs]
         # the bounds of runs alone that first tries shared all along gave (durations.py), likewise
-        self._new_bounds += [(f"{d}.{t}", s, m) for d, t, m, s in store.recent_shared_runs()]
+        self._new_bounds += [(f"{d}.{t}", s, m, e) for d, t, m, s, e in store.recent_shared_runs()]
         doc = store.snapshots(MODEL_DOC).get(MODEL_DOC)
         if doc is not None:
             self.model = InterferenceModel.from_dict(doc[1])
@@ -171,11 +171,14 @@ class Learned:
         if gpu_model:
             self.by_model.add(f"{dag_id}.{task_id}", gpu_model, seconds)
 
-    def add_bound(self, dag_id: str, task_id: str, seconds: float, gpu_model: str | None = None) -> None:
-        """A first try of the task ran ``seconds`` shared all along: at most that long alone."""
-        self._new_bounds.append((f"{dag_id}.{task_id}", seconds, gpu_model or None))
+    def add_bound(
+        self, dag_id: str, task_id: str, seconds: float, gpu_model: str | None = None, estimate: float | None = None
+    ) -> None:
+        """A first try of the task ran ``seconds`` shared all along: at most that long alone;
+        ``estimate``: its run alone estimated from it (None: none)."""
+        self._new_bounds.append((f"{dag_id}.{task_id}", seconds, gpu_model or None, estimate))
 
-    def take_new_bounds(self) -> list[tuple[str, float, str | None]]:
+    def take_new_bounds(self) -> list[tuple[str, float, str | None, float | None]]:
         """The bounds of runs alone since the last call (:meth:`add_bound`), as :meth:`take_new_solos`."""
         taken, self._new_bounds = self._new_bounds, []
         return taken
@@ -267,9 +270,9 @@ def use_durations(policy: object, learned: Learned) -> None:
         if learn is not None:
             learn(kind, seconds, gpu_model)
     bound = getattr(policy, "learn_bound", None)
-    for kind, seconds, gpu_model in learned.take_new_bounds():
+    for kind, seconds, gpu_model, estimate in learned.take_new_bounds():
         if bound is not None:
-            bound(kind, seconds, gpu_model)
+            bound(kind, seconds, gpu_model, estimate)
 
 
 __all__ = ["EndedTry", "Family", "Learned", "ended_try", "use_durations", "use_model"]

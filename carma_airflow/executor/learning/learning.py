@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from carma_airflow.core.cycle import SchedulingCycle
 from carma_airflow.core.interference import CollocationObservation
+from carma_airflow.core.policies.durations import alone_from_shared
 from carma_airflow.executor.bookkeeping import AddActivity, SaveDocument, StoreWrite, utc
 from carma_airflow.executor.learning.learned import MODEL_DOC, EndedTry, Learned
 from carma_airflow.executor.learning.telemetry import Attribution, Seen
@@ -56,7 +57,13 @@ def tell_while_running(
 
 
 def remember_end(
-    learned: Learned, attempt: Try, end: TryEnd, seen: Seen, now: float, gpu_model: str | None
+    learned: Learned,
+    attempt: Try,
+    end: TryEnd,
+    seen: Seen,
+    now: float,
+    gpu_model: str | None,
+    slowdown: float | None = None,
 ) -> list[StoreWrite]:
     """Keep what any ended try teaches; the store writes of the lessons that persist."""
     ti = attempt.ti
@@ -67,12 +74,13 @@ def remember_end(
         return []
     if peak:
         learned.add_peak(ti.dag_id, ti.task_id, ti.map_index, peak)
-    return learn_from_success(learned, attempt, seen, now, gpu_model)
+    return learn_from_success(learned, attempt, seen, now, gpu_model, slowdown)
 
 
 def learn_from_success(
-    learned: Learned, attempt: Try, seen: Seen, now: float, gpu_model: str | None
+    learned: Learned, attempt: Try, seen: Seen, now: float, gpu_model: str | None, slowdown: float | None = None
 ) -> list[StoreWrite]:
+    """``slowdown``: the one the policy predicted when it priced the try to share (None: none)."""
     ti = attempt.ti
     writes: list[StoreWrite] = []
     run_s = now - attempt.started_at
@@ -81,6 +89,7 @@ def learn_from_success(
     # a first try shared all along (no earlier try left a checkpoint to resume): its whole work's run
     # time bounds its task's run alone (core/policies/durations.py), kept with the activity too
     shared_s = run_s if timed and not seen.alone and ti.try_number <= 1 else None
+    shared_alone_s = alone_from_shared(shared_s, slowdown) if shared_s is not None else None  # and estimates it
     if seen.activity is not None:
         learned.add_activity(ti.dag_id, ti.task_id, seen.activity)
         writes.append(
@@ -96,6 +105,7 @@ def learn_from_success(
                 solo_s,
                 gpu_model if solo_s is not None or shared_s is not None else None,
                 shared_s,
+                shared_alone_s,
             )
         )
     if not timed:
@@ -104,7 +114,7 @@ def learn_from_success(
         learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
         return writes
     if shared_s is not None:
-        learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model)
+        learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model, shared_alone_s)
     solo = learned.solo_seconds(ti.dag_id, ti.task_id)
     if solo is None or gpu_model is None:
         return writes  # no baseline yet: the stretch of this try is not known
