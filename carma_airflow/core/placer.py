@@ -223,7 +223,7 @@ class Placer:
                 placed.append(d)
                 continue
             if d.outcome is Outcome.NOT_NOW:
-                if monotone:
+                if monotone and not _awaits(state, key):
                     memo[sig] = d
                     if prices and d is not state.by_choice:
                         memo[base] = d
@@ -375,6 +375,7 @@ class Placer:
         # with ``explain``, per group that stopped: the first member still waiting, its decision
         waits: dict[int, Decision] = {}
         stops: list[tuple[int, int, Decision]] = []
+        awaiting: list[tuple[TaskRequest, Decision]] = []  # with ``explain``: tries waiting on a claim (_awaits)
         last: TaskRequest | None = None  # the last request placed in the loop
         at, count = 0, len(heads)
         while (at < count or moved) and (limit is None or len(placed) < limit):
@@ -401,10 +402,14 @@ class Placer:
                 elif d.outcome is Outcome.NOT_NOW:
                     if blocking:
                         break
-                    waits[sig if d is WAITS_BY_CHOICE or d is state.by_choice or not prices else base] = d
-                    if explain:
-                        stops.append((g, i, d))
-                    continue
+                    if _awaits(state, req.key):  # its own claim: the next of its shape is decided
+                        if explain:
+                            awaiting.append((req, d))
+                    else:
+                        waits[sig if d is WAITS_BY_CHOICE or d is state.by_choice or not prices else base] = d
+                        if explain:
+                            stops.append((g, i, d))
+                        continue
                 else:
                     never.append(d)
             i += 1
@@ -414,12 +419,26 @@ class Placer:
         if explain:  # with a limit met, nobody past the last placed (none where the protected met it)
             full = limit is not None and len(placed) >= limit
             if not full or last is not None:
-                waiting = spread(groups, stops, order_key(last) if full and last is not None else None, order_key)
+                cut = order_key(last) if full and last is not None else None
+                waiting = spread(groups, stops, cut, order_key)
+                waiting.update((r.key, d) for r, d in awaiting if cut is None or order_key(r) <= cut)
             if skip is not None:
                 waiting.pop(skip, None)
                 if held is not None:
                     waiting[skip] = held
         return Placements(tuple(placed), tuple(never), reserved_for, waiting)
+
+
+def _awaits(state: PlacementPass, key: str) -> bool:
+    """Whether try ``key`` waits on a claim of its own in this pass: kept from a slower idle GPU to
+    wait for a faster busy one that no earlier try of the pass counts on (core/speed_keep.py).  Its
+    wait says nothing of the next try of its shape, which cannot claim that GPU again: the memo of
+    waiting shapes must not take it.  Decision (issue 44): on 4xA100-80GB + 4xT4 (``table`` speeds,
+    day one of s101) the first mobilenet of a deep queue claimed an A100 and every mobilenet after it
+    was given its wait, so 2-3 idle T4s stayed idle while 9.8 GiB tries queued for hours (the T4s
+    busy 20,000 of 35,000 s, most-free-memory's 29,000)."""
+    keep = state.keep
+    return keep is not None and keep.speed is not None and keep.speed.awaited(key) is not None
 
 
 def _check_limit(limit: int | None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from helpers import A100, H100, busy_gpu, idle_gpu, request, view
 
 from carma_airflow.core import Placer
@@ -173,3 +175,22 @@ def test_a_starving_try_waits_for_a_faster_gpu_about_to_drain_and_holds_it() -> 
     policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 620.0}})
     result = Placer(policy).schedule([r], view(*gpus), protected=r)
     assert result.by_key["r"].gpu_uuids == ("GPU-1",)
+
+
+def test_only_the_first_of_a_shape_waits_on_its_claim_of_a_faster_gpu_the_next_takes_the_slow_idle_one() -> None:
+    # issue 44: a wait on a claim (core/speed_keep.py) is the try's own; the memo of waiting shapes gave
+    # it to every later try of its shape, so idle slow GPUs stayed idle under a deep queue
+    policy = _learned({"tenant0-0": {"H100-80GB": 1030.0}, "label-r": {"H100-80GB": 600.0, "V100-32GB": 3000.0}})
+    gpus = (busy_gpu(0, 3_000, spec=H100), idle_gpu(1, V100), idle_gpu(2, V100))  # no room to share it
+    tries = [replace(request(f"r{i}", 4000), label="label-r", submitted_at=float(i)) for i in range(3)]
+    placer = Placer(policy)
+    scheduled = placer.schedule(tries, view(*gpus))
+    first = scheduled.by_key["r0"]
+    assert first.outcome is Outcome.NOT_NOW and "waits for GPU 0 (H100-80GB)" in first.explain()
+    # the H100 is claimed: the next two cannot wait for it, and take the idle V100s
+    assert sorted(d.gpu_uuids for d in scheduled.placed) == [("GPU-1",), ("GPU-2",)]
+    # the grouped pass (the simulator's and a deep queue's) places the same, and says the same of r0
+    grouped = placer.place([tries], view(*gpus), order_key=lambda r: (r.submitted_at, r.key), explain=True)
+    assert [d.request_key for d in grouped.placed] == ["r1", "r2"]
+    assert sorted(d.gpu_uuids for d in grouped.placed) == [("GPU-1",), ("GPU-2",)]
+    assert "waits for GPU 0 (H100-80GB)" in grouped.waiting["r0"].explain()
