@@ -13,7 +13,7 @@ from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import GpuFacts, copy_facts, needs_idle, never_fits
 from carma_airflow.core.filtering import Filter, Rejection, first_rejection
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
-from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, full_scan
+from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, checked, full_scan
 from carma_airflow.core.reasons import (
     describe,
     rejected,
@@ -453,13 +453,7 @@ def _idle_rest(
     the policy's per-try filters the try needs, whose rejections go to ``notes``)."""
     out: Scanned = []
     for _, _, f in rest:
-        if asked and (refused := first_rejection(asked, f, request)) is not None:
-            out.append((f, refused.reason, False))
-            notes[f.uuid] = refused
-        elif reserved and f.state.uuid in reserved:
-            out.append((f, Reason.RESERVED, False))
-        else:
-            out.append((f, Reason.MEMORY, False))
+        out.append((f, checked(asked, f, request, reserved, notes) or Reason.MEMORY, False))
     return out
 
 

@@ -78,6 +78,20 @@ def _probe(key: tuple[float, ...], at_free: int, need: float) -> tuple[tuple[flo
     return ((*key[:at_free], need),)
 
 
+def checked(
+    asked: tuple[Filter, ...], f: GpuFacts, request: TaskRequest, reserved: frozenset[str], notes: dict[str, Rejection]
+) -> Reason | None:
+    """The first reason a scan's checks before memory give GPU ``f``: a per-try filter's (``asked``;
+    its rejection goes to ``notes``), else held for a starving try; None: neither.  The scans that
+    put skipped GPUs back use it (the passes' own loops check inline, their hottest path)."""
+    if asked and (refused := first_rejection(asked, f, request)) is not None:
+        notes[f.uuid] = refused
+        return refused.reason
+    if reserved and f.state.uuid in reserved:
+        return Reason.RESERVED
+    return None
+
+
 def full_scan(
     walk: Walk,
     seen: Scanned,
@@ -98,13 +112,8 @@ def full_scan(
             out.append(seen[j])
             j += 1
         elif need > f.usable_free_mib:  # skipped: the scan's checks, in their order
-            if asked and (refused := first_rejection(asked, f, request)) is not None:
-                out.append((f, refused.reason, True))
-                notes[f.uuid] = refused
-            elif reserved and f.state.uuid in reserved:
-                out.append((f, Reason.RESERVED, True))
-            else:
-                out.append((f, Reason.BUSY if idle_only else Reason.MEMORY, True))
+            why = checked(asked, f, request, reserved, notes)
+            out.append((f, why or (Reason.BUSY if idle_only else Reason.MEMORY), True))
     assert j == count, "a walk's records are the full scan's, in order"
     return out
 

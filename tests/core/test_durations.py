@@ -158,8 +158,9 @@ def test_a_shared_tries_estimate_alone_prices_its_type_over_the_others_median() 
         assert book.expected("vgg_long") == 6500.0
         assert book.bound("vgg_long", 5000.0)  # a bound below the estimates caps them
         assert book.expected("vgg_long") == 5000.0
-        assert book.bound("vgg", 100.0, estimate=50.0) is False  # its own run times stand
-        assert book.expected("vgg") == 3000.0
+        errors = len(book.calibration)
+        book.bound("vgg", 100.0, estimate=50.0)  # its own run times stand; its estimate's error is counted
+        assert book.expected("vgg") == 3000.0 and len(book.calibration) == errors + 1
     assert alone_from_shared(400.0, 1.6) == 250.0
     assert alone_from_shared(400.0, 0.8) == 400.0  # never longer than it ran shared
     assert alone_from_shared(400.0, None) is None
@@ -181,3 +182,38 @@ def test_on_a_mixed_fleet_a_shared_tries_estimate_moves_to_other_models_by_their
     assert fc.work_on("vgg", "T4") == pytest.approx(24_000.0)  # not the T4's typical 600 s
     fc.learn_bound("vgg", 30_000.0, "T4", estimate=20_000.0)  # its own estimate there wins
     assert fc.work_on("vgg", "T4") == 20_000.0
+
+
+def test_estimates_from_shared_tries_are_calibrated_by_how_far_off_they_came_out_on_measured_types() -> None:
+    # issue 41: track the estimates' own error on this deployment's ended tries and use it
+    book = _book()
+    book.bound("lonely", 9000.0, estimate=6000.0)
+    assert book.expected("lonely") == 6000.0  # no errors yet: as estimated
+    # three measured types whose shared tries' estimates came out 2x their runs alone; one of them
+    # measured before its shared try, two after (their first run alone counts their estimates)
+    book.add("m0", 100.0)
+    book.bound("m0", 500.0, estimate=200.0)
+    for kind in ("m1", "m2"):
+        book.bound(kind, 500.0, estimate=200.0)
+        book.add(kind, 100.0)
+    assert len(book.calibration) == 3 and book.calibration.factor() == pytest.approx(2.0)
+    assert book.expected("lonely") == pytest.approx(3000.0)
+    assert book.expected("m1") == 100.0  # a type's own run stands
+    # bounded: estimates 10x too long move an estimate at most 3x
+    for i in range(10):
+        book.add(f"w{i}", 10.0)
+        book.bound(f"w{i}", 500.0, estimate=100.0)
+    assert book.calibration.factor() == 3.0
+
+
+def test_on_a_mixed_fleet_the_calibration_takes_each_estimate_against_its_own_models_run() -> None:
+    fc = LearnedForecast()
+    fc.set_fleet(("A100-40GB", "T4"))
+    for kind in ("a", "b", "c"):  # measured on the T4 at 400 s; their shared tries there estimated 800 s
+        fc.learn_duration(kind, 100.0, "A100-40GB")
+        fc.learn_duration(kind, 400.0, "T4")
+        fc.learn_bound(kind, 2000.0, "T4", estimate=800.0)
+    assert fc.durations.calibration.factor() == pytest.approx(2.0)  # against 400 s on the T4, not 250 s
+    fc.learn_bound("vgg", 9000.0, "T4", estimate=6000.0)
+    assert fc.work_on("vgg", "T4") == pytest.approx(3000.0)
+    assert fc.work_on("vgg", "A100-40GB") == pytest.approx(750.0)  # the T4's 4x, learned

@@ -59,6 +59,38 @@ def _moved(old: float, new: float) -> bool:
     return abs(new - old) > MOVED * max(abs(old), 1e-9)
 
 
+CALIBRATION_KEPT = 64  # the newest errors of estimates from shared tries kept (Calibration)
+CALIBRATION_MIN = 3  # errors needed before the calibration moves an estimate
+CALIBRATION_BOUNDS = (0.5, 3.0)  # how far it moves one, at most
+
+
+class Calibration:
+    """How far estimates alone from shared tries (:func:`alone_from_shared`) have come out against
+    the runs alone measured of the same task types: the median of ``log(estimate / run alone)`` over
+    the newest ``CALIBRATION_KEPT``, as a factor that divides the estimates of types never measured
+    (1.0 before ``CALIBRATION_MIN`` errors; bounded to ``CALIBRATION_BOUNDS``).  Decision (issue 41:
+    a learner tracks its own prediction error on this deployment's ended tries and uses it): an
+    estimate carries the interference fit's error, and where the fit understates the slowdown (the
+    ``pairs`` truth, a measured V100 pair table) every estimate is too long by about as much; the
+    types measured alone that also ran shared say by how much."""
+
+    def __init__(self) -> None:
+        self._errors: deque[float] = deque(maxlen=CALIBRATION_KEPT)
+
+    def add(self, estimate: float, alone: float) -> None:
+        if estimate > 0 and alone > 0:
+            self._errors.append(math.log(estimate / alone))
+
+    def factor(self) -> float:
+        if len(self._errors) < CALIBRATION_MIN:
+            return 1.0
+        low, high = CALIBRATION_BOUNDS
+        return min(high, max(low, math.exp(statistics.median(self._errors))))
+
+    def __len__(self) -> int:
+        return len(self._errors)
+
+
 def alone_from_shared(seconds: float, slowdown: float | None) -> float | None:
     """A try that ran ``seconds`` shared all along, placed at a predicted ``slowdown``: its run
     alone as estimated from them (at most ``seconds``; None: no slowdown predicted)."""
@@ -117,6 +149,9 @@ class DurationBook:
         self._pooled: dict[str, float] = {}  # estimates of unmeasured types, until the next run
         self._bounds: dict[str, float] = {}  # per type, the shortest duration of a try that ran shared
         self._estimates: dict[str, deque[float]] = {}  # per type, runs alone estimated from shared tries
+        # the estimates' error against measured types' runs (fed here unless a caller feeds it per model)
+        self.calibration = Calibration()
+        self.calibrating = True
         self.changes = 0  # runs counted so far: the expectations may have moved since a reader looked
 
     def add(self, kind: str, seconds: float) -> bool:
@@ -129,6 +164,9 @@ class DurationBook:
         self.changes += 1
         old, old_overall = self._median.get(kind), self._overall
         median = self._median[kind] = statistics.median(runs)
+        if old is None and self.calibrating:  # its estimates from shared tries, against its first run alone
+            for e in self._estimates.get(kind, ()):
+                self.calibration.add(e, median)
         self._overall = statistics.median(self._median.values())
         family, size = family_of(kind)
         self._families.setdefault(family, {})[kind] = (size, median)
@@ -146,8 +184,15 @@ class DurationBook:
             return False
         moved = False
         if estimate is not None and estimate > 0:
-            self._estimates.setdefault(kind, deque(maxlen=SOLO_KEPT)).append(min(float(estimate), float(seconds)))
-            moved = kind not in self._median
+            estimate = min(float(estimate), float(seconds))
+            self._estimates.setdefault(kind, deque(maxlen=SOLO_KEPT)).append(estimate)
+            measured = self._median.get(kind)
+            if measured is None:
+                moved = True
+            elif self.calibrating:  # a measured type's estimate: how far off the estimates come out
+                before = self.calibration.factor()
+                self.calibration.add(estimate, measured)
+                moved = _moved(before, self.calibration.factor()) and self.estimated_unmeasured()
         old = self._bounds.get(kind)
         if old is None or seconds < old:
             self._bounds[kind] = float(seconds)
@@ -155,6 +200,11 @@ class DurationBook:
         if moved:
             self.changes += 1
         return moved
+
+    def estimated_unmeasured(self) -> bool:
+        """Whether a type without run times of its own has estimates from shared tries (the
+        calibration moves its expectation)."""
+        return any(k not in self._median for k in self._estimates)
 
     def expected(self, kind: str) -> float | None:
         """The type's median run alone, else the median of its shared tries' estimates, else its
@@ -165,7 +215,7 @@ class DurationBook:
         cap = self._bounds.get(kind)
         own = self._estimates.get(kind)
         if own:
-            got = statistics.median(own)
+            got = statistics.median(own) / self.calibration.factor()
         elif self._overall is None:
             return None
         elif not self.pooled:
@@ -207,4 +257,13 @@ class DurationBook:
         return len(self._median)
 
 
-__all__ = ["MOVED", "SOLO_KEPT", "DurationBook", "alone_from_shared", "family_of", "prefix_tokens", "size_trend"]
+__all__ = [
+    "MOVED",
+    "SOLO_KEPT",
+    "Calibration",
+    "DurationBook",
+    "alone_from_shared",
+    "family_of",
+    "prefix_tokens",
+    "size_trend",
+]

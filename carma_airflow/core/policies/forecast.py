@@ -196,8 +196,12 @@ class LearnedForecast:
         over its speed alone), on GPU model ``model`` where known (its slowest GPU's)."""
         moved = self.durations.add(kind, seconds)
         if model is not None and seconds > 0:
+            first_here = self.by_model.median(kind, model) is None
             before = self.by_model.predict(kind, model) if self.mixed else None
             self.by_model.add(kind, model, seconds)
+            if self.mixed and first_here:  # its estimates from shared tries there, against its first run alone
+                for e in self._estimates.get(kind, {}).get(model, ()):
+                    self.durations.calibration.add(e, seconds)
             if self.mixed:  # a run on one model moves the type's prediction on every other, and the ratios
                 after = self.by_model.predict(kind, model)
                 shift = float("inf") if before is None or after is None else abs(after.seconds - before.seconds)
@@ -221,8 +225,17 @@ class LearnedForecast:
                 self._bounds[key] = float(seconds)
                 moved = moved or (self.mixed and not self.by_model.models_of(kind))
             if estimate is not None and estimate > 0:
+                estimate = min(float(estimate), float(seconds))
                 kept = self._estimates.setdefault(kind, {}).setdefault(model, deque(maxlen=SOLO_KEPT))
-                kept.append(min(float(estimate), float(seconds)))
+                kept.append(estimate)
+                alone = self.by_model.median(kind, model)
+                if self.mixed and alone is not None:  # measured there: how far off the estimates come out
+                    calibration = self.durations.calibration
+                    before = calibration.factor()
+                    calibration.add(estimate, alone)
+                    moved = moved or (
+                        abs(calibration.factor() - before) > MOVED * before and self._estimated_unmeasured()
+                    )
                 moved = moved or (self.mixed and not self.by_model.models_of(kind))
         if moved:
             self._rows = {}
@@ -240,6 +253,7 @@ class LearnedForecast:
         if models != self.fleet:
             was = self.mixed
             self.fleet = models
+            self.durations.calibrating = not self.mixed  # a mixed fleet's errors are taken per model
             if was or self.mixed:  # one model: nothing priced per model, nothing to forget
                 self._rows, self._on, self._by_tenants, self._books = {}, {}, {}, {}
                 self.version += 1
@@ -267,6 +281,10 @@ class LearnedForecast:
             self._on[(kind, model)] = got
         return got
 
+    def _estimated_unmeasured(self) -> bool:
+        """Whether a type never measured alone has estimates from shared tries (:meth:`_estimated_on`)."""
+        return any(not self.by_model.models_of(k) for k in self._estimates)
+
     def _estimated_on(self, kind: str, model: str) -> float | None:
         """A type that never ran alone, from its shared tries' estimates (:meth:`DurationBook.bound`):
         their median on ``model`` where it ran there, else on the model where it ran shared most,
@@ -274,11 +292,12 @@ class LearnedForecast:
         per_model = self._estimates.get(kind)
         if not per_model:
             return None
+        factor = self.durations.calibration.factor()  # how far off such estimates came out (durations.py)
         own = per_model.get(model)
         if own:
-            return statistics.median(own)
+            return statistics.median(own) / factor
         base = max(sorted(per_model), key=lambda m: len(per_model[m]))
-        return statistics.median(per_model[base]) * self.by_model.ratio(model, base).ratio
+        return statistics.median(per_model[base]) * self.by_model.ratio(model, base).ratio / factor
 
     def _pooled_on(self, model: str) -> DurationBook | None:
         """The measured types' predicted runs on ``model``, as a :class:`DurationBook` whose pooled
