@@ -228,6 +228,34 @@ def _speed_line(store: Any, task: str) -> str | None:
     return predicted_line(runs, task)
 
 
+def _shared_line(store: Any, dag_id: str, task_id: str) -> str | None:
+    """For a task never measured alone whose first tries ran shared all along: their shortest duration
+    (at most that alone) and the run alone estimated from them (core/policies/durations.py)."""
+    import statistics
+
+    from carma_airflow.core.model_speed import duration_text
+
+    if any(d == dag_id and t == task_id for d, t, _ in store.recent_solo_runs()):
+        return None
+    rows = [(s, e, m) for d, t, m, s, e in store.recent_shared_runs() if d == dag_id and t == task_id]
+    if not rows:
+        return None
+    seconds, _, model = min(rows, key=lambda row: row[0])
+    where = f" on {model}" if model else ""
+    line = (
+        f"run alone never measured: {len(rows)} first tr{'y' if len(rows) == 1 else 'ies'} ran shared all along, "
+        f"the shortest {duration_text(seconds)}{where} (at most that alone)"
+    )
+    estimates = [e for _, e, _ in rows if e is not None]
+    if estimates:
+        median = statistics.median(estimates)
+        line += (
+            f"; estimated {duration_text(median)} alone from the slowdown predicted when placed (the rule "
+            "scales it by how far such estimates came out for the tasks measured alone)"
+        )
+    return line
+
+
 @app.command("why")
 @one_line_errors
 def why_cmd(
@@ -258,6 +286,7 @@ def why_cmd(
         fail(f"no placement recorded for {task}; is it a CarmaExecutor task that was queued?")
     learned = activity([(r.sm_activity, r.source, bool(r.co_tasks)) for r in store.activity_records(dag_id, task_id)])
     speed = _speed_line(store, f"{dag_id}.{task_id}")  # a mixed fleet: its predicted run on each GPU model
+    shared = _shared_line(store, dag_id, task_id)  # never run alone: what its shared tries say of it
     owner_alive = {w.record.key: w.owner_alive for w in view.waiting}
     places = _queue_places(records, store, settings)  # a waiting try's priority and place
     if as_json:
@@ -268,6 +297,7 @@ def why_cmd(
                         **_record_dict(r),
                         "activity": learned,
                         "predicted_runs": speed,
+                        "shared_runs": shared,
                         "resumed": _resumed(r),
                         "fence": fence_line(r.reasons),
                         "owner_running": owner_alive.get(r.key),
@@ -284,6 +314,8 @@ def why_cmd(
     typer.echo(f"{dag_id}.{task_id} {activity_line(learned)}")
     if speed is not None:
         typer.echo(speed)
+    if shared is not None:
+        typer.echo(shared)
     for r in records[:3]:
         ended = _ended_unrecorded(r, settings)
         state = "ended; CarmaExecutor records how at its next heartbeat" if ended else _plain(r.outcome)

@@ -152,7 +152,8 @@ class SoloRunTimes:
         return PredictedRun(model, t * r.ratio, t * r.low, t * r.high, r.source)
 
 
-def _dur(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """Seconds as `carma why` prints a run: s under 2 min, min under 2 h, else h."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -170,12 +171,13 @@ def predicted_line(runs: SoloRunTimes, task: str, models: list[str] | None = Non
     if not got:
         return None
     how = {"measured": "measured", "learned": "learned ratio", "spec": "spec-sheet ratio"}
+    dur = duration_text
     parts = [
-        f"{p.model} {_dur(p.seconds)}"
-        + (f" ({how[p.source]})" if p.source == "measured" else f" ({_dur(p.low)}-{_dur(p.high)}, {how[p.source]})")
+        f"{p.model} {dur(p.seconds)}"
+        + (f" ({how[p.source]})" if p.source == "measured" else f" ({dur(p.low)}-{dur(p.high)}, {how[p.source]})")
         for p in sorted(got, key=lambda p: p.seconds)
     ]
     return "predicted run alone by GPU model: " + "; ".join(parts)
 
 
-__all__ = ["KEPT", "PairRatio", "PredictedRun", "SoloRunTimes", "predicted_line", "prior_ratio"]
+__all__ = ["KEPT", "PairRatio", "PredictedRun", "SoloRunTimes", "duration_text", "predicted_line", "prior_ratio"]
