@@ -235,9 +235,9 @@ def _shared_line(store: Any, dag_id: str, task_id: str) -> str | None:
 
     from carma_airflow.core.model_speed import duration_text
 
-    if any(d == dag_id and t == task_id for d, t, _ in store.recent_solo_runs()):
+    if store.recent_solo_runs(task=(dag_id, task_id)):
         return None
-    rows = [(s, e, m) for d, t, m, s, e in store.recent_shared_runs() if d == dag_id and t == task_id]
+    rows = [(s, e, m) for _, _, m, s, e in store.recent_shared_runs(task=(dag_id, task_id))]
     if not rows:
         return None
     seconds, _, model = min(rows, key=lambda row: row[0])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 
 from carma_airflow.store.engine import Moment, StoreBase, check_limit, utc
 from carma_airflow.store.errors import RecordError
@@ -107,19 +107,12 @@ class HistoryStore(StoreBase):
                 "(divide a percentage by 100)"
             )
         names = _co_tasks(dag_id, task_id, co_tasks)
-        if solo_s is not None and (
-            isinstance(solo_s, bool) or not isinstance(solo_s, (int, float)) or not 0.0 < solo_s < math.inf
-        ):
+        if solo_s is not None and not _seconds(solo_s):
             raise RecordError(f"solo run time of {dag_id}.{task_id} must be positive seconds, got {solo_s!r}")
-        if shared_s is not None and (
-            isinstance(shared_s, bool) or not isinstance(shared_s, (int, float)) or not 0.0 < shared_s < math.inf
-        ):
+        if shared_s is not None and not _seconds(shared_s):
             raise RecordError(f"shared run time of {dag_id}.{task_id} must be positive seconds, got {shared_s!r}")
         if shared_alone_s is not None and (
-            shared_s is None
-            or isinstance(shared_alone_s, bool)
-            or not isinstance(shared_alone_s, (int, float))
-            or not 0.0 < shared_alone_s <= shared_s
+            shared_s is None or not _seconds(shared_alone_s) or shared_alone_s > shared_s
         ):
             raise RecordError(
                 f"estimated run alone of {dag_id}.{task_id} must be positive seconds, at most its shared run time "
@@ -191,14 +184,17 @@ class HistoryStore(StoreBase):
             rows = [(str(d), str(t), float(v), str(s), bool(c)) for d, t, v, s, c in session.execute(stmt)]
         return list(reversed(rows))
 
-    def recent_solo_runs(self, limit: int = 100_000) -> list[tuple[str, str, float]]:
-        """The newest ``limit`` solo run times of every task, oldest first: (dag_id, task_id,
-        seconds), from the learned tries that ran alone.  Read once when an executor starts."""
+    def recent_solo_runs(
+        self, limit: int = 100_000, *, task: tuple[str, str] | None = None
+    ) -> list[tuple[str, str, float]]:
+        """The newest ``limit`` solo run times of every task (``task``: of that (dag_id, task_id)
+        only), oldest first: (dag_id, task_id, seconds), from the learned tries that ran alone.
+        Read once when an executor starts, and per task by ``carma why``."""
         check_limit(limit)
         row = ActivityHistoryRow
         stmt = (
             select(row.dag_id, row.task_id, row.solo_s)
-            .where(row.solo_s.is_not(None))
+            .where(row.solo_s.is_not(None), *_of_task(task))
             .order_by(row.at.desc(), row.id.desc())
             .limit(limit)
         )
@@ -206,15 +202,18 @@ class HistoryStore(StoreBase):
             rows = [(str(d), str(t), float(s)) for d, t, s in session.execute(stmt) if s is not None]
         return list(reversed(rows))
 
-    def recent_shared_runs(self, limit: int = 100_000) -> list[tuple[str, str, str | None, float, float | None]]:
-        """The newest ``limit`` run times of first tries that shared their GPUs all along, oldest
-        first: (dag_id, task_id, GPU model or None, seconds, run alone estimated or None), each an
-        upper bound of its task's run alone.  Read once when an executor starts."""
+    def recent_shared_runs(
+        self, limit: int = 100_000, *, task: tuple[str, str] | None = None
+    ) -> list[tuple[str, str, str | None, float, float | None]]:
+        """The newest ``limit`` run times of first tries that shared their GPUs all along (``task``:
+        of that (dag_id, task_id) only), oldest first: (dag_id, task_id, GPU model or None, seconds,
+        run alone estimated or None), each an upper bound of its task's run alone.  Read once when
+        an executor starts, and per task by ``carma why``."""
         check_limit(limit)
         row = ActivityHistoryRow
         stmt = (
             select(row.dag_id, row.task_id, row.gpu_model, row.shared_s, row.shared_alone_s)
-            .where(row.shared_s.is_not(None))
+            .where(row.shared_s.is_not(None), *_of_task(task))
             .order_by(row.at.desc(), row.id.desc())
             .limit(limit)
         )
@@ -279,3 +278,15 @@ def _co_tasks(dag_id: str, task_id: str, co_tasks: Sequence[str] | None) -> list
             f"(dag_id.task_id), got {co_tasks!r}"
         )
     return sorted(set(co_tasks))
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a positive, finite number of seconds (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 < value < math.inf
+
+
+def _of_task(task: tuple[str, str] | None) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that keep one task's activity rows (none: every task's)."""
+    if task is None:
+        return ()
+    return (ActivityHistoryRow.dag_id == task[0], ActivityHistoryRow.task_id == task[1])

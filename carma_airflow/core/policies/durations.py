@@ -77,9 +77,14 @@ class Calibration:
     def __init__(self) -> None:
         self._errors: deque[float] = deque(maxlen=CALIBRATION_KEPT)
 
-    def add(self, estimate: float, alone: float) -> None:
-        if estimate > 0 and alone > 0:
-            self._errors.append(math.log(estimate / alone))
+    def add(self, estimate: float, alone: float) -> bool:
+        """Count one estimate against the run alone measured of its type; True where the factor
+        moved by more than ``MOVED`` (the estimates it divides moved with it)."""
+        if not (estimate > 0 and alone > 0):
+            return False
+        before = self.factor()
+        self._errors.append(math.log(estimate / alone))
+        return _moved(before, self.factor())
 
     def factor(self) -> float:
         if len(self._errors) < CALIBRATION_MIN:
@@ -190,9 +195,7 @@ class DurationBook:
             if measured is None:
                 moved = True
             elif self.calibrating:  # a measured type's estimate: how far off the estimates come out
-                before = self.calibration.factor()
-                self.calibration.add(estimate, measured)
-                moved = _moved(before, self.calibration.factor()) and self.estimated_unmeasured()
+                moved = self.calibration.add(estimate, measured) and self.estimated_unmeasured()
         old = self._bounds.get(kind)
         if old is None or seconds < old:
             self._bounds[kind] = float(seconds)

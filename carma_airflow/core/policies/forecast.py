@@ -230,12 +230,7 @@ class LearnedForecast:
                 kept.append(estimate)
                 alone = self.by_model.median(kind, model)
                 if self.mixed and alone is not None:  # measured there: how far off the estimates come out
-                    calibration = self.durations.calibration
-                    before = calibration.factor()
-                    calibration.add(estimate, alone)
-                    moved = moved or (
-                        abs(calibration.factor() - before) > MOVED * before and self._estimated_unmeasured()
-                    )
+                    moved = (self.durations.calibration.add(estimate, alone) and self._estimated_unmeasured()) or moved
                 moved = moved or (self.mixed and not self.by_model.models_of(kind))
         if moved:
             self._rows = {}
@@ -302,13 +297,9 @@ class LearnedForecast:
     def _pooled_on(self, model: str) -> DurationBook | None:
         """The measured types' predicted runs on ``model``, as a :class:`DurationBook` whose pooled
         estimate prices a type that never ran alone there nor anywhere (its family's, else its
-        nearest prefix's, else the median over the measured types; without ``pooled_runs`` the
-        median).  Decision (issue 44): before, that type got the median over every measured type on
-        the model whatever its label; on 2xH100-80GB + 6xL4 (the ``table`` speeds, day two of s101)
-        ``vgg``, which had only run shared, was priced at 7,073 s on an L4 where ``vgg2`` had run
-        24,568 s there and ``vgg`` runs 30,344 s: it took an L4 late and ended the day at 1.34x
-        most-free-memory's makespan.  On one model the same book prices it (:meth:`_work`).  Kept
-        until a run time moves (``_on`` is cleared then too)."""
+        nearest prefix's, else the median over the measured types; without ``pooled_runs``, the
+        default, the median), as :meth:`_work` prices it on one model.  Kept until a run time moves
+        (``_on`` is cleared then too)."""
         got = self._books.get(model)
         if got is None:
             got = DurationBook(pooled=self.durations.pooled)
