@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from carma_airflow.core.decision import Decision, GpuVerdict, Outcome, Reason
 from carma_airflow.core.facts import GpuFacts, copy_facts, needs_idle, never_fits
 from carma_airflow.core.filtering import Filter, Rejection, first_rejection
+from carma_airflow.core.gpu_sets import first_set, set_key, spare_sets
 from carma_airflow.core.placement_drains import DrainPass, KeptWaits
 from carma_airflow.core.pools import HEAD, Entry, Pools, Scanned, Walk, checked, full_scan
 from carma_airflow.core.reasons import (
@@ -117,7 +118,7 @@ class PlacementPass(DrainPass):
         refusing = pol.refuses_gpus
         notes: dict[str, Rejection] = {}  # the rejections of the policy's filters and refusals, by GPU
         avoided: list[GpuFacts] = []
-        groups: dict[str, list[GpuFacts]] = {}
+        groups: dict[Hashable, list[GpuFacts]] = {}
         chosen: list[GpuFacts] | None = None
         chooser = self.chooser
         feasible: list[GpuFacts] = []  # a chooser's collocation candidates, to be priced
@@ -125,8 +126,15 @@ class PlacementPass(DrainPass):
         choice: Choice | None = None
         scarce = self.keep if check_idle_memory else None  # a whole-GPU try's need is a sentinel
 
+        # a multi-GPU try on a fleet priced per model: idle sets of one model first, then a mixed
+        # one priced at its pace, or (the try a starvation hold protects) taken (core/gpu_sets.py)
+        by_model = n > 1 and chooser is not None and chooser.paces()
+        taken: list[GpuFacts] = []  # the idle GPUs grouped, in the idle order
+
         def take(f: GpuFacts) -> list[GpuFacts] | None:
-            group = groups.setdefault(f.state.host, [])
+            if by_model:
+                taken.append(f)
+            group = groups.setdefault(set_key(f, by_model), [])
             group.append(f)
             return group if len(group) == n else None
 
@@ -157,6 +165,12 @@ class PlacementPass(DrainPass):
                 if chosen is not None:
                     break
         idle_end = len(scanned)  # where a cut idle scan's records end (the rest go in there)
+        spare: list[GpuFacts] = []  # mixed idle sets (no host has n idle GPUs of one model), to price
+        if chosen is None and taken:
+            if self.keep is not None and self.keep.protected == request.key:
+                chosen = first_set(taken, n)
+            else:
+                spare = spare_sets(groups, n)
         fast = (
             chosen is None
             and n == 1
@@ -223,9 +237,9 @@ class PlacementPass(DrainPass):
                     if chosen is not None:
                         break
             walk_end = len(scanned)
-        if chooser is not None and chosen is None and (feasible or avoided):
-            priced = feasible or avoided
-            if not feasible and n > 1 and groups:
+        if chooser is not None and chosen is None and (feasible or avoided or spare):
+            priced = feasible + spare if feasible or spare else avoided
+            if not feasible and n > 1 and groups and avoided:
                 # the avoided GPUs priced with the idle GPUs taken above (fewer than n on their host):
                 # a multi-GPU retry that avoids one GPU of the only pair that holds it takes that pair
                 # with the other (the fallback below does the same for a policy that does not price)

@@ -89,9 +89,11 @@ class IdleIndex:
         """Idle GPUs of size class ``size`` or larger."""
         return sum(n for c, n in self.per_class.items() if c >= size)
 
-    def fitting_models(self, need: int) -> Iterator[str]:
-        """The models with an idle GPU of at least ``need`` MiB usable free."""
-        return (m for m, frees in self._frees.items() if frees and frees[-1] >= need)
+    def fitting_models(self, need: int, count: int = 1) -> Iterator[str]:
+        """The models with ``count`` idle GPUs or more of at least ``need`` MiB usable free each."""
+        if count == 1:
+            return (m for m, frees in self._frees.items() if frees and frees[-1] >= need)
+        return (m for m, frees in self._frees.items() if len(frees) - bisect_left(frees, need) >= count)
 
 
 class SpeedKeep:
@@ -141,8 +143,9 @@ class SpeedKeep:
             return None
         here = f.state.spec.name
         kept_from = self._kept_from.setdefault(key, set())
-        # the other models with an idle GPU that fits it (this GPU's own model is never an other)
-        others = {m for m in idle.fitting_models(need) if m != here and m not in kept_from}
+        # the other models with idle GPUs that fit it, as many as it asks for (this GPU's own model
+        # is never an other): a 2-GPU try is not kept from two V100s for one idle H100
+        others = {m for m in idle.fitting_models(need, r.gpus) if m != here and m not in kept_from}
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why

@@ -238,8 +238,9 @@ PAIR_ROWS = [
 def test_a_pair_crashed_on_a_large_and_a_small_gpu_is_retried_on_the_large_pair(
     tmp_path: Path, cluster: str, policy: str
 ) -> None:
-    """The try "long" holds one large GPU, so the pair's first try takes the other and a small one and crashes
-    past the small one's memory.  Its retry avoids both; the large pair holds it once "long" ends.
+    """The try "long" holds one large GPU, so the pair's first try takes the other and a small one (the
+    default on a fleet priced per model: the two small ones, a set of one model, core/gpu_sets.py) and
+    crashes past the small one's memory.  Its retry avoids them; the large pair holds it once "long" ends.
     Lost before: on H100+L4 the completion-time rule priced the avoided H100 alone and the retry
     waited for good; on V100+T4 the retry asked the estimator's 40,000 MiB sentinel, grown, which no
     V100 holds (every policy)."""
@@ -247,7 +248,8 @@ def test_a_pair_crashed_on_a_large_and_a_small_gpu_is_retried_on_the_large_pair(
     result = run(tuple(parse_gpu_list(cluster)), trace, policy=policy, estimator="gpumemnet")
     pair = [e for e in result.timeline if e.task == "pair"]
     assert [e.outcome for e in pair] == ["oom", "success"]
-    assert pair[0].gpus == (1, 2) and pair[1].gpus == (0, 1)
+    first = (2, 3) if policy == "completion-time" else (1, 2)
+    assert pair[0].gpus == first and pair[1].gpus == (0, 1)
     assert result.summary()["lost"] == 0
 
 

@@ -58,6 +58,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings
+from carma_airflow.core.gpu_sets import paced
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
 from carma_airflow.core.policies.floor import GainFloor
@@ -237,6 +238,28 @@ class CompletionTime(Policy):
             return fc.newcomer_on if fc.mixed else None
         on = getattr(fc, "newcomer_on", None)
         return on if callable(on) else None
+
+    def paces(self) -> bool:
+        """Whether options are priced on each GPU model's speed (a fleet of several models): a
+        multi-GPU try's sets are then formed per model first (core/gpu_sets.py)."""
+        return self._on_model() is not None
+
+    def runs_by_model(self, request: TaskRequest) -> Callable[[str], float]:
+        """The request's predicted run alone on a GPU of a model, as :meth:`choose` prices it (on
+        one model: its run wherever)."""
+        new = self.forecast.newcomer(request)
+        on = self._on_model()
+        if on is None:
+            return lambda _model: new.work
+        memo: dict[str, float] = {}
+
+        def run(model: str) -> float:
+            got = memo.get(model)
+            if got is None:
+                got = memo[model] = on(new, model).work
+            return got
+
+        return run
 
     def predicted_runs(self, request: TaskRequest) -> list[tuple[str, float]]:
         """The request's predicted solo run on each of the fleet's models (empty on one model, or
@@ -462,29 +485,20 @@ class CompletionTime(Policy):
                 slow = done / max(here.work, 1e-9)
                 options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short, factor=fs))
         else:
-            per_host: dict[str, list[tuple[float, float, float, float, GpuFacts, tuple[float, float] | None]]] = {}
+            pace = self.runs_by_model(request)
+            hosts: dict[str, list[GpuFacts]] = {}
             for f in candidates:
-                here = new if on is None else on(new, f.state.spec.name)
-                delay, done, longer = self._price(f, here)
-                short = self.floor_refuses(f, here)
-                cost = inf if short is not None else (delay + done) * fs + qw * longer
-                per_host.setdefault(f.state.host, []).append((cost, delay, done, longer, f, short))
-            for group in per_host.values():
-                if len(group) < n:
+                hosts.setdefault(f.state.host, []).append(f)
+            for gpus in hosts.values():
+                if len(gpus) < n:
                     continue
-                group.sort(key=lambda t: t[0])
-                top = group[:n]
-                delay = sum(t[1] for t in top)
-                done = max(t[2] for t in top)
-                taken = sum(t[3] for t in top)
-                q = qw * taken
-                gpus = tuple(t[4] for t in top)
-                shorts = [t[5] for t in top if t[5] is not None]
-                short = min(shorts) if shorts else None
-                cost = inf if short is not None else (done + delay) * fs + q
-                options.append(
-                    Option(gpus, cost, done, delay, done / work, queue=q, taken=taken, short=short, factor=fs)
-                )
+                # on one model, one pace; on several, per pace: the GPUs of a model or faster, each
+                # priced with the newcomer at that model's pace (a set goes at its slowest GPU's)
+                if on is None:
+                    options.append(self._set_option(gpus, n, new, fs, qw, work))
+                    continue
+                for model, eligible in paced(gpus, n, pace):
+                    options.append(self._set_option(eligible, n, on(new, model), fs, qw, work, pace))
         cheapest = min((o.cost for o in options), default=inf)
         if timed and self.settings.waits and cheapest > work * fw + qw * work * n:
             seconds, where = drain()
@@ -510,6 +524,42 @@ class CompletionTime(Policy):
             if len(kept) > PLACED_KEPT:  # tries withdrawn or never ended: the oldest go
                 del kept[next(iter(kept))]
         return Choice(best, tuple(options), timed)
+
+    def _set_option(
+        self,
+        gpus: Sequence[GpuFacts],
+        n: int,
+        here: Occupant,
+        fs: float,
+        qw: float,
+        work: float,
+        pace: Callable[[str], float] | None = None,
+    ) -> Option:
+        """The cheapest ``n`` of one host's ``gpus`` for a multi-GPU try whose newcomer there is
+        ``here`` (its work at the set's pace): the tenants' delays summed, the newcomer done when
+        its last GPU is (``work``: its run on its fastest model, the slowdown's base).  ``pace``:
+        its run per model (a fleet priced per model): of equal costs the slower model's GPU comes
+        first, since at the set's pace a faster GPU would only idle part of the run."""
+        rows = []
+        for f in gpus:
+            delay, done, longer = self._price(f, here)
+            short = self.floor_refuses(f, here)
+            cost = float("inf") if short is not None else (delay + done) * fs + qw * longer
+            rows.append((cost, delay, done, longer, f, short))
+        if pace is None:
+            rows.sort(key=lambda t: t[0])
+        else:
+            rows.sort(key=lambda t: (t[0], -pace(t[4].state.spec.name)))
+        top = rows[:n]
+        delay = sum(t[1] for t in top)
+        done = max(t[2] for t in top)
+        taken = sum(t[3] for t in top)
+        q = qw * taken
+        shorts = [t[5] for t in top if t[5] is not None]
+        short = min(shorts) if shorts else None
+        cost = float("inf") if short is not None else (done + delay) * fs + q
+        chosen = tuple(t[4] for t in top)
+        return Option(chosen, cost, done, delay, done / work, queue=q, taken=taken, short=short, factor=fs)
 
 
 def _key(spec: str, occupants: Sequence[Occupant]) -> tuple[object, ...]:
