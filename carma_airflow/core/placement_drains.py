@@ -143,18 +143,30 @@ class DrainPass(Pools):
         if n == 1:
             got = self._drains[key] = self._drain_one(key, need, wanted, reserved)
             return got
-        if chooser.paces():
-            got = self._drains[key] = self._drain_paced(request, need, wanted, reserved)
-            return got
-        best, where = float("inf"), None
+        run = chooser.runs_by_model(request) if chooser.paces() else None
+        got = self._drains[key] = self._drain_sets(n, need, wanted, reserved, run)
+        return got
+
+    def _drain_sets(
+        self, n: int, need: int, wanted: Ever, reserved: frozenset[str], run: Callable[[str], float] | None
+    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
+        """:meth:`_drain_seen` of a request for ``n`` GPUs: the GPUs with tenants in drain order, per
+        host, the set whose ``n``-th drain is soonest.  On a fleet priced per model (``run``: the
+        try's run per model; core/gpu_sets.py) sets are counted per host and model and per host,
+        and the soonest drain plus run at the set's pace (its slowest model's) wins; the GPU
+        returned is then the set's slowest (whose model the chooser prices the run on)."""
+        chooser = self.chooser
+        assert chooser is not None
+        best_total, best, where = float("inf"), float("inf"), None
         seen: dict[int, GpuFacts] = {}
-        per_host: dict[str, list[tuple[float, int, GpuFacts]]] = {}
+        groups: dict[Hashable, list[tuple[float, int, GpuFacts]]] = {}
         now = chooser.now
         claimed, drained = self._claimed, chooser.drained
         order, order_of, k = self._drain_order(), self._order_of, 0
+        fastest = 0.0 if run is None else min(run(m) for m in {g.state.spec.name for g in self.facts})
         while k < len(order):
             at, place, f, made = order[k]
-            if at - now >= best:  # every GPU after this one drains later still
+            if at - now + fastest >= best_total:  # every set after this one drains later (and runs no faster)
                 break
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             if (
@@ -171,58 +183,18 @@ class DrainPass(Pools):
             k += 1
             seen[id(f)] = f
             drain = drained(f)
-            group = per_host.setdefault(f.state.host, [])
-            bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
-            if len(group) >= n and group[n - 1][0] < best:
-                best, where = group[n - 1][0], group[n - 1][2]
-        got = self._drains[key] = (best, where, seen)
-        return got
-
-    def _drain_paced(
-        self, request: TaskRequest, need: int, wanted: Ever, reserved: frozenset[str]
-    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
-        """A multi-GPU try's drain on a fleet priced per model (core/gpu_sets.py): the set whose
-        drain plus the try's run at its pace is soonest, sets counted per host and model and per
-        host (a mixed one at its slowest model's run); the drain returned is that set's, with its
-        slowest GPU (whose model the chooser prices the run on)."""
-        chooser = self.chooser
-        assert chooser is not None
-        n = request.gpus
-        run = chooser.runs_by_model(request)
-        best_total, best, where = float("inf"), float("inf"), None
-        seen: dict[int, GpuFacts] = {}
-        groups: dict[Hashable, list[tuple[float, int, GpuFacts]]] = {}
-        now = chooser.now
-        claimed, drained = self._claimed, chooser.drained
-        order, order_of, k = self._drain_order(), self._order_of, 0
-        fastest = min(run(m) for m in {g.state.spec.name for g in self.facts})
-        while k < len(order):
-            at, place, f, made = order[k]
-            st = f.state
-            if at - now + fastest >= best_total:
-                break  # every set after this one drains later and runs at least the fastest run
-            if (
-                st.spec.memory_mib < need
-                or (wanted is not None and not wanted(st))
-                or (reserved and st.uuid in reserved)
-                or st.uuid in claimed
-            ):
-                k += 1
-                continue
-            if made is not None:
-                settle(order, order_of, k, chooser)
-                continue
-            k += 1
-            seen[id(f)] = f
-            drain = drained(f)
-            for gkey in ((st.host, st.spec.name), st.host):
+            for gkey in (st.host,) if run is None else ((st.host, st.spec.name), st.host):
                 group = groups.setdefault(gkey, [])
                 bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
-                if len(group) >= n:
+                if len(group) < n:
+                    continue
+                if run is None:
+                    slow, total = group[n - 1][2], group[n - 1][0]
+                else:
                     slow = max(group[:n], key=lambda t: run(t[2].state.spec.name))[2]
                     total = group[n - 1][0] + run(slow.state.spec.name)
-                    if total < best_total:
-                        best_total, best, where = total, group[n - 1][0], slow
+                if total < best_total:
+                    best_total, best, where = total, group[n - 1][0], slow
         return best, where, seen
 
     def _drain_one(
