@@ -19,10 +19,12 @@ makespan ratio, its JCT over the oracle's, tasks lost, and whether the issue's t
 ``W`` never worse than mfm (JCT <= 1.00x, makespan <= 1.02x, nothing lost), ``H`` JCT <= (1 + oracle)
 / 2 (the oracle as a ratio to mfm), ``B`` JCT below the best of fast and gavel.  Then the counts per
 day.  ``--fresh N``: also N draws of bench/fresh_traces.py (seeds 10,000+) on the first cluster,
-work nobody tuned on.
+work nobody tuned on; ``--fresh-on each``: draw i on cluster i mod their count (every cluster gets
+fresh work; their task mixes and run times are the draws', their arrivals filtered to what the
+cluster can hold).
 
-    .venv/bin/python bench/mixed_fleet.py [--quick] [--fresh 4] [--jobs 2] [--json out.json]
-        [--knob min_gain=0.3]
+    .venv/bin/python bench/mixed_fleet.py [--quick] [--fresh 4] [--fresh-on each] [--jobs 2]
+        [--json out.json] [--knob min_gain=0.3]
 """
 
 from __future__ import annotations
@@ -227,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--quick", action="store_true", help="one seed, the sharing and types:1 truths")
     ap.add_argument("--fresh", type=int, default=0, help="also N fresh draws (seeds 10,000+), first cluster")
+    ap.add_argument(
+        "--fresh-on",
+        choices=("first", "each"),
+        default="first",
+        help="the fresh draws on the first cluster, or draw i on cluster i mod their count",
+    )
     ap.add_argument("--clusters", default=";".join(CLUSTERS), help="clusters, ';'-separated")
     ap.add_argument("--knob", default="", help="CompletionSettings overrides of ct and oracle (name=value,...)")
     ap.add_argument("--jobs", type=int, default=2, help="simulations run at once (processes)")
@@ -244,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         for day in (1, 2)
     ]
     cells += [
-        Cell(clusters[0], sp, "sharing", f"f{10_000 + i}", day)
+        Cell(clusters[0 if args.fresh_on == "first" else i % len(clusters)], sp, "sharing", f"f{10_000 + i}", day)
         for i in range(args.fresh)
         for sp in SPEEDS
         for day in (1, 2)
