@@ -251,15 +251,7 @@ class CompletionTime(Policy):
         on = self._on_model()
         if on is None:
             return lambda _model: new.work
-        memo: dict[str, float] = {}
-
-        def run(model: str) -> float:
-            got = memo.get(model)
-            if got is None:
-                got = memo[model] = on(new, model).work
-            return got
-
-        return run
+        return _runs_from(new, on)
 
     def predicted_runs(self, request: TaskRequest) -> list[tuple[str, float]]:
         """The request's predicted solo run on each of the fleet's models (empty on one model, or
@@ -485,16 +477,16 @@ class CompletionTime(Policy):
                 slow = done / max(here.work, 1e-9)
                 options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short, factor=fs))
         else:
-            pace = self.runs_by_model(request)
             hosts: dict[str, list[GpuFacts]] = {}
             for f in candidates:
                 hosts.setdefault(f.state.host, []).append(f)
+            pace = None if on is None else _runs_from(new, on)  # the newcomer above, per model
             for gpus in hosts.values():
                 if len(gpus) < n:
                     continue
                 # on one model, one pace; on several, per pace: the GPUs of a model or faster, each
                 # priced with the newcomer at that model's pace (a set goes at its slowest GPU's)
-                if on is None:
+                if on is None or pace is None:
                     options.append(self._set_option(gpus, n, new, fs, qw, work))
                     continue
                 for model, eligible in paced(gpus, n, pace):
@@ -560,6 +552,20 @@ class CompletionTime(Policy):
         cost = float("inf") if short is not None else (done + delay) * fs + q
         chosen = tuple(t[4] for t in top)
         return Option(chosen, cost, done, delay, done / work, queue=q, taken=taken, short=short, factor=fs)
+
+
+def _runs_from(new: Occupant, on: Callable[[Occupant, str], Occupant]) -> Callable[[str], float]:
+    """The newcomer ``new``'s run alone per GPU model (``on``: the forecast's newcomer on a model),
+    each model asked once."""
+    memo: dict[str, float] = {}
+
+    def run(model: str) -> float:
+        got = memo.get(model)
+        if got is None:
+            got = memo[model] = on(new, model).work
+        return got
+
+    return run
 
 
 def _key(spec: str, occupants: Sequence[Occupant]) -> tuple[object, ...]:
