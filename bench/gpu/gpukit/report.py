@@ -158,6 +158,12 @@ def oom_figures(run: RunResult) -> dict[str, Any]:
         "final": describe(final) if final else None,
         "landed_safely": bool(final and final.outcome == "success"),
         "retry_on_other_gpu": bool(retry and set(retry.gpu_uuids).isdisjoint(first.gpu_uuids)),
+        # what recovery promises: the retry does not start beside what crashed it. On another GPU, or on
+        # the same one once the crash's co-tenants had left (on a loaded machine the hog can end first)
+        "retry_clear_of_crash": bool(
+            retry
+            and (set(retry.gpu_uuids).isdisjoint(first.gpu_uuids) or set(retry.co_tenants).isdisjoint(first.co_tenants))
+        ),
     }
 
 
@@ -271,7 +277,8 @@ def summary_lines(fig: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  retry: try {retry['try']} on GPU {retry['gpu']} asking {retry['request_mib']} MiB "
                 f"({_f(retry['gpu_free_at_start_mib'], 'd')} MiB free at start): {oom['final']['outcome']}; "
-                f"landed safely: {oom['landed_safely']}, other GPU: {oom['retry_on_other_gpu']}"
+                f"landed safely: {oom['landed_safely']}, other GPU: {oom['retry_on_other_gpu']}, "
+                f"clear of the crash's co-tenants: {oom.get('retry_clear_of_crash')}"
             )
     else:
         lines.append("CUDA OOM: none happened (the scenario did not provoke one)")
