@@ -16,7 +16,7 @@ day 3 / day 2 of the policy (mean JCT, makespan), day 2 against most-free-memory
 1, tasks lost, and whether the issue's targets hold (``D``: day 2 <= 1.02x day 1 in mean JCT and
 makespan, nothing lost; ``3``: day 3 <= 1.02x day 2; ``W``: day 2 never worse than
 most-free-memory's day 2).  ``--pieces`` runs day two with one learned piece at a time
-(``SimConfig.warm_pieces``: peaks, activities, runs, fit) to see which moves which cell.
+(``SimConfig.warm_pieces``: peaks, activities, runs, fit, record) to see which moves which cell.
 
     .venv/bin/python bench/learning.py [--sets grid,heldout,fresh] [--fresh 8]
         [--estimators executor,history+gpumemnet,gpumemnet] [--truths b0.8,types,...] [--pieces]
@@ -46,7 +46,7 @@ from carma_airflow.core.sharing import SharingModel
 from carma_airflow.sim import Arrival, SimConfig, Simulation, load_catalog, load_trace, packaged, synthetic_trace
 
 BASELINE = "most-free-memory"
-PIECES = ("peaks", "activities", "runs", "fit")
+PIECES = ("peaks", "activities", "runs", "fit", "record")
 TRUTHS: dict[str, tuple[float, float, tuple[str, ...]]] = {  # label: beta, activity scale, truth specs (seeds)
     "b0.1": (0.1, 1.0, ("sharing",)),
     "b0.5": (0.5, 1.0, ("sharing",)),

@@ -75,6 +75,16 @@ class TrackRecord:
     def __len__(self) -> int:
         return sum(len(s.ended) for s in self._kinds.values())
 
+    def carry_from(self, earlier: TrackRecord) -> None:
+        """Start from ``earlier``'s ended tries (a deployment that keeps running: the next day's
+        DAG runs meet the record the last day left); its open decisions are not carried."""
+        for kind, sums in earlier._kinds.items():
+            mine = _Sums()
+            for predicted, actual in sums.ended:
+                mine.add(predicted, actual)
+            self._kinds[kind] = mine
+        self.version += 1
+
     def ended_of(self, kind: str) -> int:
         return len(self._kinds[kind].ended)
 

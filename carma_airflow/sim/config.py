@@ -50,8 +50,9 @@ class SimConfig:
     # (core/vouch.py), as in the executor; False: taken at once (before issue 41)
     vouch_peaks: bool = True
     # which of it carries over (bench/learning.py switches each on alone): the learned memory peaks,
-    # the activities, the solo run times, the interference fit (and the stretches kept for it)
-    warm_pieces: frozenset[str] = frozenset({"peaks", "activities", "runs", "fit"})
+    # the activities, the solo run times, the interference fit (and the stretches kept for it), the
+    # completion-time rule's track record (with ``track_record`` on)
+    warm_pieces: frozenset[str] = frozenset({"peaks", "activities", "runs", "fit", "record"})
     # the truth: true peaks exceed the catalogue's by up to this share, late in a run (sim/fencing.py)
     memory_growth: float = 0.0
     # the fence (sim/fencing.py, core/fencing.py): the host's mechanisms (framework | mps | driver),

@@ -9,8 +9,10 @@ Airflow tasks:
 * with ``SimConfig.warm_learning`` as well, what the executor learns of speed: each task type's
   activity samples, its solo run times and the interference fit per GPU model (the store's
   activity history and its ``model:interference`` document; solo run times as an executor that
-  ran the earlier days holds them).  Without it (the default, and the replays before round 41)
-  activities, run times and the fit start afresh, as after a new deployment.
+  ran the earlier days holds them), and the completion-time rule's track record (with
+  ``track_record`` on: an executor that kept running between the days holds it in memory).
+  Without it (the default, and the replays before round 41) activities, run times, the fit and
+  the record start afresh, as after a new deployment.
 
 Nothing of the earlier runs' tries carries over: every task is new on the run's own day.
 Decision: the earlier days are replayed under the run's own configuration, so a policy's day
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING
 from carma_airflow.core.policies.completion_time import CompletionTime
 from carma_airflow.sim.memory import MAX_WARM_RUNS, LearnedPeaks, learns_memory
 
-WARM_PIECES = frozenset({"peaks", "activities", "runs", "fit"})
+WARM_PIECES = frozenset({"peaks", "activities", "runs", "fit", "record"})
 
 if TYPE_CHECKING:
     from carma_airflow.sim.config import SimConfig
@@ -84,6 +86,8 @@ def start_after(sim: Simulation, earlier: Simulation | None) -> None:
             policy.learn_duration(kind, seconds, model)
         for kind, seconds, model, estimate in earlier.run_bounds:  # the tries that ran shared all along
             policy.learn_bound(kind, seconds, model, estimate)
+    if isinstance(policy, CompletionTime) and isinstance(earlier.predictive, CompletionTime) and "record" in pieces:
+        policy.record.carry_from(earlier.predictive.record)  # the executor keeps running between days
 
 
 def warm_peaks(

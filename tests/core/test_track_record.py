@@ -43,6 +43,20 @@ def test_factors_go_both_ways_within_bounds_and_only_the_recent_window_counts() 
     assert record.factor(WAIT) == 1.0
 
 
+def test_a_carried_record_keeps_the_ended_tries_and_not_the_open_decisions() -> None:
+    day_one = TrackRecord()
+    _ended(day_one, WAIT, 3, predicted=1_000.0, actual=4_000.0)
+    day_one.chose("still-waiting", SHARE, 0.0, 500.0)
+    day_two = TrackRecord()
+    day_two.carry_from(day_one)
+    assert day_two.sums(WAIT) == day_one.sums(WAIT) and day_two.factor(WAIT) == day_one.factor(WAIT) > 1.0
+    assert day_two.version > 0  # kept waits re-price
+    day_two.ended("still-waiting", 900.0)  # day one's open decision is not day two's
+    assert day_two.ended_of(SHARE) == 0
+    _ended(day_two, WAIT, WINDOW, predicted=1_000.0, actual=1_000.0)  # the window still slides
+    assert day_two.factor(WAIT) == 1.0 and day_one.ended_of(WAIT) == 3
+
+
 def test_only_a_tries_first_choice_counts_and_a_crash_is_forgotten() -> None:
     record = TrackRecord()
     record.ended("never-priced", 50.0)
