@@ -37,6 +37,9 @@ class SimConfig:
     speed_truth: str = "alike"
     telemetry_noise: float = 0.02  # standard deviation of a solo try's measured SM activity
     progress_reports: bool = True  # tries report their progress: interference seen within one try
+    # a try never alone long enough teaches its type what the monitor read of it beside its co-tenants
+    # (marked shared; a type with a reading alone leaves it out), as the executor's telemetry does
+    shared_readings: bool = True
     seed: int = 0  # of the telemetry noise
     predictive: PredictiveSettings | None = None  # the predictive policy's knobs (None: its defaults)
     min_gain: float | None = None  # the floor of completion-time or predictive (None: the policy's own)

@@ -10,6 +10,10 @@ Its inputs are what a monitor and ended tries give:
   is refreshed at once, and every waiting or running try of that type is told
   (:meth:`SchedulingCycle.learn_activity`), so the placer counts a running co-tenant at its
   measured activity from its first seconds alone, not from the next try of its type.
+  A try that never ran alone that long is read beside its co-tenants when it ends, as the
+  executor's telemetry keeps it (its own processes' utilisation while shared, marked ``shared``):
+  its reported activity times its speed there against its speed alone.  A type with a reading
+  alone leaves its shared ones out (:func:`~carma_airflow.core.activity.estimate_activity`).
 * **a never-seen task type's activity**: borrowed, with low confidence, from learned types of
   the same code and batch size, else the same code or family
   (:func:`~carma_airflow.core.activity.similar_activity`): facts a DAG author knows.
@@ -105,6 +109,7 @@ class Knowledge:
     progress: bool = True  # tries report their progress (a training loop's step counter)
     sample_s: float = SAMPLE_S
     sure: float = SURE  # confidence the counts of note_placed call sure
+    shared_readings: bool = True  # a try never alone is read beside its co-tenants (the executor's telemetry)
     activities: dict[str, ActivityEstimate] = field(default_factory=dict)
     interference: InterferenceModel = field(default_factory=InterferenceModel)
     observations: int = 0
@@ -136,6 +141,7 @@ class Knowledge:
             ramp_s=config.sharing.ramp_s,
             learn_interference=learn_interference,
             progress=config.progress_reports,
+            shared_readings=config.shared_readings,
             sure=(config.predictive or PredictiveSettings()).min_confidence,
         )
 
@@ -206,10 +212,29 @@ class Knowledge:
 
     def _sample(self, key: str, entry: _Alone, tell: Tell) -> None:
         self._sampled.add(key)
-        name = entry.task.name
         seen = min(1.0, max(0.0, self.rng.gauss(entry.reported, self.noise)))
-        self._samples.setdefault(name, []).append(ActivitySample(seen, "process"))
-        self._traits[name] = traits_of(entry.task)
+        self._learn(entry.task, ActivitySample(seen, "process"), tell)
+
+    def _shared_sample(self, r: SimRun) -> ActivitySample | None:
+        """The reading of a try that never ran alone for ``sample_s``, as the executor's telemetry
+        keeps it (executor/learning/telemetry.py: its own processes' SM utilisation while it shared,
+        marked ``shared``): its reported activity times its speed beside its co-tenants against its
+        speed alone (its processes hold the SMs that much less of the time; the same workload read
+        0.28 shared and 0.50 alone, issue 41); None when it shared for less than ``sample_s``."""
+        shared = [s for s in r.segments if s.with_types]
+        seconds, work = sum(s.seconds for s in shared), sum(s.work for s in shared)
+        if seconds < self.sample_s or work <= 0:
+            return None
+        slowed = min(1.0, work / seconds / max(1e-9, r.speed))
+        reported = (r.reported or r.profile).sm_activity
+        seen = min(1.0, max(0.0, self.rng.gauss(reported * slowed, self.noise)))
+        return ActivitySample(seen, "process", shared=True)
+
+    def _learn(self, task: TaskType, sample: ActivitySample, tell: Tell) -> None:
+        """One more sample of ``task``'s type: its estimate refreshed, the tries it moves told."""
+        name = task.name
+        self._samples.setdefault(name, []).append(sample)
+        self._traits[name] = traits_of(task)
         est = estimate_activity(self._samples[name])
         if name not in self.activities:
             self._grew = True  # a kept stretch may now be described (:meth:`_resolve`)
@@ -254,6 +279,10 @@ class Knowledge:
         key, task = r.request.key, r.arrival.task
         if not r.seg_with:
             self.shared(key, now, tell)  # its last seconds alone may give its sample
+        if key not in self._sampled and self.shared_readings:
+            sample = self._shared_sample(r)  # never alone long enough: its reading beside others
+            if sample is not None:
+                self._learn(task, sample, tell)
         self.forget(key, task)
         duration = now - r.start
         if r.resumed_work > 0:  # a try resumed from a checkpoint: its duration for the whole work

@@ -1,10 +1,16 @@
 """The simulator learns a try's activity as the executor does (issue 41): from what the monitor
-reads while the try is alone; a try that has co-tenants before it was sampled alone teaches none,
-so what a task type learns does not depend on whom its tries ran beside."""
+reads while the try is alone; a try that has co-tenants before it was sampled alone adds nothing
+to a type read alone, so what such a type learns does not depend on whom its tries ran beside.  A
+type whose tries only ever ran shared learns their reading beside their co-tenants (low: they held
+the SMs less), as the executor's telemetry keeps it, marked shared (round 48)."""
 
 from __future__ import annotations
 
+import pytest
+
+from carma_airflow.core import parse_gpu_list
 from carma_airflow.core.activity import ActivityEstimate
+from carma_airflow.sim import Arrival, SimConfig, Simulation
 from carma_airflow.sim.learning import Knowledge
 from carma_airflow.sim.workload import TaskType
 
@@ -26,3 +32,32 @@ def test_a_task_type_alone_then_beside_others_learns_the_same_activity() -> None
     know.tick(200.0, _tell)
     assert abs(know.activities["resnet"].sm_activity - alone) <= 0.05
     assert know.activities["resnet"].count == 1
+
+
+LONG = TaskType("bert", "bert.py", "transformer", 32, 1, 6000, None, None, None, 900.0)
+SHORT = TaskType("small", "small.py", "cnn", 32, 1, 4000, None, None, None, 300.0)
+
+
+def _short_learned(shared_readings: bool, *arrivals: Arrival) -> tuple[Simulation, float | None]:
+    cfg = SimConfig(gpus=tuple(parse_gpu_list("1xA100-40GB")), shared_readings=shared_readings, telemetry_noise=0.0)
+    sim = Simulation(cfg)
+    result = sim.run(list(arrivals))
+    assert all(t.outcome == "success" for t in result.tasks)
+    est = sim.know.activities.get("small")
+    return sim, None if est is None else est.sm_activity
+
+
+@pytest.mark.parametrize("readings", [True, False])
+def test_a_type_only_ever_shared_learns_its_reading_beside_others_as_the_executor_does(readings: bool) -> None:
+    # one GPU, both at once: they share from the first second, and the short one ends before it is alone
+    both = (Arrival(1, 0.0, LONG, declared_mib=8000), Arrival(2, 0.0, SHORT, declared_mib=6000))
+    sim, shared = _short_learned(readings, *both)
+    if not readings:  # the simulator before round 48: such a type learned nothing
+        assert shared is None
+        return
+    est = sim.know.activities["small"]
+    assert est.count == 1 and "shared" in est.source
+    _, alone = _short_learned(readings, Arrival(1, 0.0, SHORT, declared_mib=6000))
+    assert shared is not None and alone is not None
+    assert shared < 0.95 * alone  # it held the SMs less beside its co-tenant than alone
+    assert "shared" not in sim.know.activities["bert"].source  # the long one was read alone once it was

@@ -176,3 +176,26 @@ def test_a_learned_estimate_is_capped_at_the_largest_gpu_alike(settings: CarmaSe
     ours, theirs = executor_estimator.estimate(info), sim.estimator.estimate(info)
     assert ours is not None and theirs is not None
     assert ours.mib == theirs.mib == largest
+
+
+def test_a_try_never_alone_teaches_its_shared_reading_on_both_sides() -> None:
+    """The executor's telemetry keeps a try's reading beside its co-tenants where it was never
+    alone (marked shared); the simulator does by default too (round 48; before, such a type learned
+    nothing there, and a fit's stretches waited for it)."""
+    from carma_airflow.core.gpu import Tenant
+    from carma_airflow.executor.learning import Attribution
+    from carma_airflow.monitor.base import GpuSample, ProcessUsage
+
+    class _Handle:
+        pid = 100
+
+    attempt = SimpleNamespace(rkey="a", handle=_Handle(), gpu_uuids=("G0",))
+    other = Tenant("b", "dag.b", 1000, 0.0)
+    seen = Attribution(session={101: 100}.get)
+    for i in range(6):
+        procs = (ProcessUsage(101, 500, sm_util=0.28),)
+        sample = GpuSample("G0", 0, "A100-40GB", "h", 40960, 1000, 39960, float(i), smact=0.9, processes=procs)
+        seen.observe({"G0": sample}, [attempt], lambda u: [other])  # type: ignore[list-item]
+    got = seen.conclude("a")
+    assert got.activity is not None and got.activity.shared and not got.alone
+    assert SimConfig(gpus=GPUS).shared_readings  # the simulator's default: the same lesson
