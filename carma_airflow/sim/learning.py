@@ -212,8 +212,11 @@ class Knowledge:
 
     def _sample(self, key: str, entry: _Alone, tell: Tell) -> None:
         self._sampled.add(key)
-        seen = min(1.0, max(0.0, self.rng.gauss(entry.reported, self.noise)))
-        self._learn(entry.task, ActivitySample(seen, "process"), tell)
+        self._learn(entry.task, ActivitySample(self._read(entry.reported), "process"), tell)
+
+    def _read(self, value: float) -> float:
+        """What the monitor's per-process reading shows of ``value``: with its noise, within [0, 1]."""
+        return min(1.0, max(0.0, self.rng.gauss(value, self.noise)))
 
     def _shared_sample(self, r: SimRun) -> ActivitySample | None:
         """The reading of a try that never ran alone for ``sample_s``, as the executor's telemetry
@@ -226,9 +229,7 @@ class Knowledge:
         if seconds < self.sample_s or work <= 0:
             return None
         slowed = min(1.0, work / seconds / max(1e-9, r.speed))
-        reported = (r.reported or r.profile).sm_activity
-        seen = min(1.0, max(0.0, self.rng.gauss(reported * slowed, self.noise)))
-        return ActivitySample(seen, "process", shared=True)
+        return ActivitySample(self._read(_reported(r) * slowed), "process", shared=True)
 
     def _learn(self, task: TaskType, sample: ActivitySample, tell: Tell) -> None:
         """One more sample of ``task``'s type: its estimate refreshed, the tries it moves told."""
@@ -244,8 +245,8 @@ class Knowledge:
         for type_name, keys in self._live.items():
             if not keys or (type_name != name and type_name in self.activities):
                 continue
-            task = next(iter(keys.values()))
-            now_est = est if type_name == name else self.activity_of(task)
+            live = next(iter(keys.values()))
+            now_est = est if type_name == name else self.activity_of(live)
             if now_est is None or not _moved(self._told.get(type_name), now_est):
                 continue
             self._told[type_name] = now_est
@@ -269,8 +270,7 @@ class Knowledge:
 
     def run_alone(self, r: SimRun, now: float) -> None:
         """Run ``r`` is its GPUs' only tenant from ``now`` on: the monitor's reading of it may sample it."""
-        reported = (r.reported or r.profile).sm_activity
-        self.alone(r.request.key, r.arrival.task, reported, now, r.start + self.ramp_s)
+        self.alone(r.request.key, r.arrival.task, _reported(r), now, r.start + self.ramp_s)
 
     def run_ended(self, r: SimRun, now: float, tell: Tell, gpu_model: str) -> float | None:
         """Run ``r`` ended well at ``now``: its lessons (:meth:`ended`); returns how long it would
@@ -395,6 +395,11 @@ class Knowledge:
         self._pending = {}
         self.interference = model
         return model
+
+
+def _reported(r: SimRun) -> float:
+    """The activity the monitor reports of run ``r`` (telemetry's, else the truth's profile)."""
+    return (r.reported or r.profile).sm_activity
 
 
 def _close_segment(r: SimRun, now: float) -> None:

@@ -278,7 +278,7 @@ def summary_lines(fig: dict[str, Any]) -> list[str]:
                 f"  retry: try {retry['try']} on GPU {retry['gpu']} asking {retry['request_mib']} MiB "
                 f"({_f(retry['gpu_free_at_start_mib'], 'd')} MiB free at start): {oom['final']['outcome']}; "
                 f"landed safely: {oom['landed_safely']}, other GPU: {oom['retry_on_other_gpu']}, "
-                f"clear of the crash's co-tenants: {oom.get('retry_clear_of_crash')}"
+                f"clear of the crash's co-tenants: {oom['retry_clear_of_crash']}"
             )
     else:
         lines.append("CUDA OOM: none happened (the scenario did not provoke one)")
