@@ -10,7 +10,19 @@ compute, half memory traffic) with the interval the spec sheets allow (every com
 ``LOW_SHARE`` and ``HIGH_SHARE``).
 
 A task measured on model ``b`` is predicted on ``a`` as its median there times the pair's ratio,
-from the model it ran on most; a task measured on ``a`` itself keeps its own median.
+from the model it ran on most; a task measured on ``a`` itself keeps its own median.  The ratio a
+*new* task is priced at is the pair's expectation for one task, not the median over the tasks: the
+tasks' log ratios spread (a memory-bound task gains nothing from a faster-compute model, a
+compute-bound one gains the whole factor), so one task's ratio is log-normal around the median with
+that spread, and its expected run is the median times ``exp(sd^2 / 2)``; its 90 % range is the
+prediction interval for one task (``1.645 x sd x sqrt(1 + 1/n)``), not the median's.
+
+Decision (issue 44): the completion-time rule sums completion times, which are linear in a run, so
+a run is priced at its expectation.  With the median, a type whose ratio lies far out (Inception on
+a T4 beside an A100 under the ``table`` speeds: 7.1x, where the pair's median over the measured types
+was 1.6x) was priced at a fraction of its run and took the slow GPU rather than wait for the fast
+one (4xA100-80GB + 4xT4, s101: a 25,000 s run that set the day's makespan at 1.62x
+most-free-memory's).
 
 Pure: the executor feeds it from the store's rows (``carma_activity_history.gpu_model``), the
 simulator from ended tries.
@@ -36,7 +48,9 @@ Z90 = 1.645
 class PairRatio:
     """How much longer a task runs on ``slow`` than on ``fast`` (``ratio`` >= 1 unless learned otherwise).
 
-    ``source``: ``learned`` (from ``tasks`` tasks measured on both) or ``spec`` (the prior)."""
+    ``source``: ``learned`` (from ``tasks`` tasks measured on both) or ``spec`` (the prior).
+    ``spread``: the standard deviation of the tasks' log ratios (0 for the prior and for one task):
+    :meth:`one_task` prices a task not measured on both from it."""
 
     slow: str
     fast: str
@@ -45,6 +59,19 @@ class PairRatio:
     high: float
     tasks: int
     source: str
+    spread: float = 0.0
+
+    def one_task(self) -> tuple[float, float, float]:
+        """(expected, low, high) ratio of one task not measured on both: log-normal around the
+        median with the tasks' spread (and the median's own uncertainty), its 90 % prediction
+        interval at least as wide as the median's."""
+        if self.source != "learned" or self.spread <= 0.0:
+            return self.ratio, self.low, self.high
+        var = self.spread**2 * (1.0 + 1.0 / self.tasks)
+        half = Z90 * math.sqrt(var)
+        low = min(self.low, self.ratio * math.exp(-half))
+        high = max(self.high, self.ratio * math.exp(half))
+        return self.ratio * math.exp(var / 2.0), low, high
 
     def text(self) -> str:
         how = f"learned from {self.tasks} task(s) run on both" if self.source == "learned" else "spec-sheet prior"
@@ -124,7 +151,8 @@ class SoloRunTimes:
         if len(logs) == 1:  # one task says little of the others: at least the prior's width
             prior = prior_ratio(slow, fast)
             half = max(half, math.log(max(prior.high / prior.ratio, prior.ratio / prior.low)))
-        return PairRatio(slow, fast, math.exp(mid), math.exp(mid - half), math.exp(mid + half), len(logs), "learned")
+        mid_ratio, low, high = math.exp(mid), math.exp(mid - half), math.exp(mid + half)
+        return PairRatio(slow, fast, mid_ratio, low, high, len(logs), "learned", spread)
 
     def ratios(self) -> list[PairRatio]:
         """Every pair of models seen, slower (by ratio) first in each."""
@@ -138,7 +166,8 @@ class SoloRunTimes:
 
     def predict(self, task: str, model: str) -> PredictedRun | None:
         """The task's solo run on ``model``: its own median there, else moved from the model it ran on
-        most by that pair's ratio; None where it never ran alone."""
+        most by that pair's ratio (its expectation for one task, :meth:`PairRatio.one_task`); None
+        where it never ran alone."""
         own = self.median(task, model)
         if own is not None:
             return PredictedRun(model, own, own, own, "measured")
@@ -149,7 +178,8 @@ class SoloRunTimes:
         t = self.median(task, base)
         assert t is not None
         r = self.ratio(model, base)
-        return PredictedRun(model, t * r.ratio, t * r.low, t * r.high, r.source)
+        expected, low, high = r.one_task()
+        return PredictedRun(model, t * expected, t * low, t * high, r.source)
 
 
 def duration_text(seconds: float) -> str:

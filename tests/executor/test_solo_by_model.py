@@ -55,7 +55,10 @@ def test_the_learned_ratios_survive_a_restart(tmp_path: Path) -> None:
     assert (pair.slow, pair.fast, pair.source, pair.tasks) == ("V100-32GB", "H100-80GB", "learned", 2)
     assert pair.ratio == pytest.approx(12**0.5)  # the median of 4 and 3, in logs
     c = learned.by_model.predict("dag.c", "H100-80GB")
-    assert c is not None and c.seconds == pytest.approx(700.0 / 12**0.5) and c.low < c.seconds < c.high
+    # one task's expectation over the two tasks' spread (core/model_speed.PairRatio.one_task)
+    expected = 700.0 * learned.by_model.ratio("H100-80GB", "V100-32GB").one_task()[0]
+    assert c is not None and c.seconds == pytest.approx(expected) and c.low < c.seconds < c.high
+    assert c.seconds > 700.0 / 12**0.5  # above the median's: the two tasks' ratios differ
     assert learned.solo_seconds("dag", "c") == 700.0  # the per-task run time as before
 
 

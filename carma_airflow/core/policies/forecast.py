@@ -292,7 +292,7 @@ class LearnedForecast:
         if own:
             return statistics.median(own) / factor
         base = max(sorted(per_model), key=lambda m: len(per_model[m]))
-        return statistics.median(per_model[base]) * self.by_model.ratio(model, base).ratio / factor
+        return statistics.median(per_model[base]) * self.by_model.ratio(model, base).one_task()[0] / factor
 
     def _pooled_on(self, model: str) -> DurationBook | None:
         """The measured types' predicted runs on ``model``, as a :class:`DurationBook` whose pooled
