@@ -19,6 +19,7 @@ __all__ = [
     "parse_task_config",
     "record_checkpoint",
     "record_resume",
+    "report_progress",
 ]
 
 _CHECKPOINT = ("atomic_path", "checkpoint_dir", "last_checkpoint", "record_checkpoint", "record_resume")
@@ -34,4 +35,8 @@ def __getattr__(name: str) -> Any:
         from carma_airflow import checkpoint
 
         return getattr(checkpoint, name)
+    if name == "report_progress":  # a try's progress, read by the executor (taskrun/progress.py)
+        from carma_airflow.taskrun import progress
+
+        return progress.report_progress
     raise AttributeError(f"module 'carma_airflow' has no attribute {name!r}")

@@ -12,6 +12,7 @@ from carma_airflow.checkpoint import CHECKPOINT_ENV, TRY_NUMBER_ENV
 from carma_airflow.core.fencing import Fence
 from carma_airflow.taskrun.fence_env import fence_env
 from carma_airflow.taskrun.outcome import PLACEMENT_ENV, RESULT_ENV, SIM_LEDGER_ENV
+from carma_airflow.taskrun.progress import PROGRESS_ENV
 
 # Frameworks otherwise take the whole card (TensorFlow, JAX) or fragment it (PyTorch).
 GUARDS: dict[str, str] = {
@@ -31,6 +32,7 @@ def gpu_task_env(
     fence: Fence | None = None,
     checkpoint_dir: str | None = None,
     try_number: int | None = None,
+    progress_path: str | None = None,
 ) -> dict[str, str]:
     """What CarmaExecutor adds to a placed try's environment: only its GPUs, by UUID, in PCI order,
     and the cap it is held to (``fence``, carma_airflow/taskrun/fence_env.py).  Its retry plan is
@@ -51,6 +53,8 @@ def gpu_task_env(
         env[CHECKPOINT_ENV] = checkpoint_dir
     if try_number is not None:
         env[TRY_NUMBER_ENV] = str(try_number)
+    if progress_path is not None:  # where the task may report its progress (taskrun/progress.py)
+        env[PROGRESS_ENV] = progress_path
     return env
 
 

@@ -305,23 +305,28 @@ class Knowledge:
             return
         if not self.learn_interference or duration <= 0:
             return
-        if self.progress:
-            self._from_progress(task.name, segments, gpu_model)
+        if self.progress and self._from_progress(task.name, segments, gpu_model):
             return
+        # without progress, or where it timed no shared segment against the try alone (as the
+        # executor: executor/learning/learning.py), the whole try against its type's solo runs
         self._keep(_Unresolved(gpu_model, task.name, duration=duration, segments=tuple(segments)))
 
-    def _from_progress(self, name: str, segments: list[TrySegment], gpu_model: str) -> None:
-        """Speed while alone against speed in each shared segment, from the try's own progress."""
+    def _from_progress(self, name: str, segments: list[TrySegment], gpu_model: str) -> bool:
+        """Speed while alone against speed in each shared segment, from the try's own progress;
+        False where no segment was long enough to time (nothing observed)."""
         solo = [s for s in segments if not s.with_types and s.seconds >= self.sample_s]
         seconds = sum(s.seconds for s in solo)
         if seconds <= 0:
-            return
+            return False
         solo_rate = sum(s.work for s in solo) / seconds
+        seen = False
         for s in segments:
             if not s.with_types or s.seconds < self.sample_s or s.work <= 0:
                 continue
             stretch = solo_rate / (s.work / s.seconds)
             self._keep(_Unresolved(gpu_model, name, s.with_types, stretch))
+            seen = True
+        return seen
 
     def _keep(self, raw: _Unresolved) -> None:
         """Observe ``raw`` now if what describes it is known, else keep it for later."""

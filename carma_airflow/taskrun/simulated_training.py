@@ -39,6 +39,7 @@ from carma_airflow.monitor.ledger import Ledger, LedgerError, LedgerState, Simul
 from carma_airflow.taskrun.fence_env import fence_from_env
 from carma_airflow.taskrun.live_cap import SimulatedCaps
 from carma_airflow.taskrun.outcome import SIM_LEDGER_ENV
+from carma_airflow.taskrun.progress import report_progress
 
 __all__ = ["SimulatedCudaOOM", "simulated_training", "spec_speedup", "speed_on", "training_slowdown"]
 
@@ -258,6 +259,7 @@ def simulated_training(
             now = time.monotonic()
             done += (now - last) / pace
             last = now
+            report_progress(min(done, seconds), seconds)  # as a training loop reports its steps
         train_s = last - train_start
     finally:
         if caps is not None:

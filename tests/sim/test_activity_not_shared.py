@@ -61,3 +61,19 @@ def test_a_type_only_ever_shared_learns_its_reading_beside_others_as_the_executo
     assert shared is not None and alone is not None
     assert shared < 0.95 * alone  # it held the SMs less beside its co-tenant than alone
     assert "shared" not in sim.know.activities["bert"].source  # the long one was read alone once it was
+
+
+def test_a_try_whose_progress_timed_no_shared_segment_is_learned_from_its_whole_run() -> None:
+    """Round 49, as the executor (executor/learning/learning.py): a reporting try whose shared
+    segments were too short to time is observed against its type's solo runs, not dropped."""
+    from carma_airflow.core.activity import hinted_activity
+    from carma_airflow.sim.learning import TrySegment
+
+    know = Knowledge(noise=0.0, sample_s=10.0)
+    know.activities["resnet"] = hinted_activity(0.5)
+    know.activities["bert"] = hinted_activity(0.7)
+    know._solo_runs["resnet"] = [100.0]  # its type's run alone, measured earlier
+    segments = [TrySegment(5.0, 5.0, ()), TrySegment(130.0, 95.0, ("bert",))]
+    know.ended("r#2", TASK, 135.0, segments, "A100-40GB")  # alone 5 s only: no stretch timed
+    (obs,) = know._pending["A100-40GB"]
+    assert obs.stretch == pytest.approx(1.35) and obs.task == "resnet"

@@ -145,3 +145,19 @@ def test_co_tenants_slow_it_on_top_of_its_models_speed(
     out = _train(monkeypatch, A100, speedup={"A100-80GB": 2.0}, activity=activity)
     assert out["slowdown"] == pytest.approx(slowdown, rel=0.15)
     assert float(out["train_s"]) == pytest.approx(WORK_S * slowdown / 2.0, rel=0.2)  # type: ignore[arg-type]
+
+
+def test_the_simulated_training_reports_its_progress_as_the_simulators_tries_do(
+    mixed: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The simulator's tries report progress by default (SimConfig.progress_reports); the packaged
+    training does too, so the executor learns from it what the simulator learns (issue 41)."""
+    from carma_airflow.sim import SimConfig
+    from carma_airflow.taskrun.progress import PROGRESS_ENV, read_progress
+
+    path = tmp_path / "try.progress"
+    monkeypatch.setenv(PROGRESS_ENV, str(path))
+    _train(monkeypatch, A100)
+    got = read_progress(path)
+    assert got is not None and got.total == WORK_S and got.done == pytest.approx(WORK_S)
+    assert SimConfig(gpus=tuple(parse_gpu_list("1xA100-80GB"))).progress_reports

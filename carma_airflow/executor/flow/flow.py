@@ -50,6 +50,7 @@ from carma_airflow.launching import Ended, LauncherError, confirm
 from carma_airflow.monitor.base import Reading
 from carma_airflow.store.records import TryOutcome
 from carma_airflow.taskrun.driver_cap import nvml_owner
+from carma_airflow.taskrun.progress import read_progress
 
 log = logging.getLogger("carma_airflow.executor")
 
@@ -107,7 +108,8 @@ class TryFlow:
         self.mps = MpsGuard()  # a faulted MPS server: quarantined, its other clients retried (mps_guard.py)
         self.live = LiveView(settings, self.placer.policy.name, self.queue.name, self.peers.me)
         self.sight = GpuSight(settings.stale_seconds)  # and each GPU's host and model
-        self.telemetry = Attribution()
+        # a running try's progress reports, where it makes them (taskrun/progress.py): read each sample
+        self.telemetry = Attribution(progress=lambda t: read_progress(self.starter.progress_file(str(t.ti.id))))
         self.restart = Restart(  # the tries earlier executors left (restart.py)
             parts.store,
             self.peers,

@@ -86,9 +86,11 @@ def learn_from_success(
     run_s = now - attempt.started_at
     timed = run_s >= MIN_RUN_S and bool(seen.segments)
     solo_s = run_s if timed and seen.alone else None  # a solo run time: kept with the activity
+    if solo_s is None and timed and seen.slowed_s is not None:
+        solo_s = max(MIN_RUN_S, run_s - seen.slowed_s)  # its progress reports: its run less what co-tenants cost
     # a first try shared all along (no earlier try left a checkpoint to resume): its whole work's run
     # time bounds its task's run alone (core/policies/durations.py), kept with the activity too
-    shared_s = run_s if timed and not seen.alone and ti.try_number <= 1 else None
+    shared_s = run_s if timed and not seen.alone and solo_s is None and ti.try_number <= 1 else None
     shared_alone_s = alone_from_shared(shared_s, slowdown) if shared_s is not None else None  # and estimates it
     if seen.activity is not None:
         learned.add_activity(ti.dag_id, ti.task_id, seen.activity)
@@ -112,6 +114,9 @@ def learn_from_success(
         return writes
     if solo_s is not None:
         learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
+    if seen.stretches and gpu_model is not None:  # its own progress: interference seen within the try
+        return writes + _observe_stretches(learned, attempt, seen, now, gpu_model)
+    if solo_s is not None:
         return writes
     if shared_s is not None:
         learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model, shared_alone_s)
@@ -127,6 +132,23 @@ def learn_from_success(
     learned.model = learned.model.observe(gpu_model, observation)
     writes.append(SaveDocument(MODEL_DOC, now, learned.model.to_dict()))
     return writes
+
+
+def _observe_stretches(learned: Learned, attempt: Try, seen: Seen, now: float, gpu_model: str) -> list[StoreWrite]:
+    """One observation per set of co-tenants the try ran beside long enough, its slowdown there
+    from its own progress reports (telemetry.py ``ProgressStretch``): no solo run of its task needed."""
+    ti = attempt.ti
+    own = learned.activity(ti.dag_id, ti.task_id).sm_activity
+    task = f"{ti.dag_id}.{ti.task_id}"
+    model = learned.model
+    for s in seen.stretches:
+        obs = CollocationObservation.steady(s.stretch, own, s.co_activities, task=task, co_tasks=s.co_types)
+        if obs.informative:
+            model = model.observe(gpu_model, obs)
+    if model is learned.model:
+        return []
+    learned.model = model
+    return [SaveDocument(MODEL_DOC, now, model.to_dict())]
 
 
 __all__ = ["learn_from_success", "remember_end"]

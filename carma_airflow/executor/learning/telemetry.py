@@ -11,6 +11,16 @@ shared (core/activity.py).  Each new monitor sample is counted once.
 Each set of co-tenants is kept with their task types (their labels without a map index, as the
 interference terms are kept), so that an ended try's observation names whom it shared with and
 the pressure each type puts on others is learned (issue 23).
+
+A try that reports its progress (taskrun/progress.py; ``progress``: the reader of a running try's
+last report) is also timed stretch by stretch: between two reports read at consecutive samples
+with the same co-tenants (none: alone), its work done over the seconds between them (the task's
+own clock) is its speed there.  Once it was alone for :data:`MIN_STRETCH_S` its speed beside each
+set of co-tenants seen as long gives one observation of interference, its speed alone over its
+speed there (:class:`ProgressStretch`), and its run alone: its run less what its co-tenants cost
+it between its first and last report (that span less its work there at its speed alone; its
+start-up and what it did unreported stay as they ran): no solo run of its task needed first.  The simulator's tries do
+the same (``SimConfig.progress_reports``; sim/learning.py ``_from_progress``).
 """
 
 from __future__ import annotations
@@ -25,6 +35,9 @@ from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.taskrun.procstat import session_of
+from carma_airflow.taskrun.progress import Progress
+
+MIN_STRETCH_S = 10.0  # seconds a try must have run alone, and beside a set of co-tenants, for its speed there
 
 
 @dataclass(slots=True)
@@ -39,6 +52,21 @@ class _Watch:
     samples_n: int = 0
     # co-tenant try keys -> (samples, their activities, their task types, in the same order)
     co_tenants: dict[tuple[str, ...], tuple[int, tuple[float, ...], tuple[str, ...]]] = field(default_factory=dict)
+    # progress reports: the last one read (at its co-tenants' keys, () alone), and per set of co-tenant
+    # keys the seconds and work between reports read with that set at both ends (with their activities, types)
+    first: Progress | None = None
+    last: tuple[Progress, tuple[str, ...]] | None = None
+    moves: dict[tuple[str, ...], tuple[float, float, tuple[float, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressStretch:
+    """A try's speed alone over its speed beside ``co_activities`` (of types ``co_types``), from its
+    own progress reports: how much slower those co-tenants made it."""
+
+    stretch: float
+    co_activities: tuple[float, ...]
+    co_types: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +77,22 @@ class Seen:
     alone: bool  # no co-tenant in any sample (its run time is a solo run time)
     segments: tuple[Segment, ...]  # the shares of its samples per set of co-tenants (their activities, types)
     co_tasks: tuple[str, ...] = ()  # the task types it shared its GPUs with at some time, sorted
+    # from its progress reports: its slowdown beside each set of co-tenants it ran with long enough,
+    # and the seconds its co-tenants cost it between its first and last report (the span less its
+    # work there at its speed alone; None: never alone long enough): its run less them is its run alone
+    stretches: tuple[ProgressStretch, ...] = ()
+    slowed_s: float | None = None
+    reported: bool = False  # it reported its progress (taskrun/progress.py)
 
 
 class Attribution:
-    def __init__(self, session: Callable[[int], int | None] = session_of) -> None:
+    def __init__(
+        self,
+        session: Callable[[int], int | None] = session_of,
+        progress: Callable[[Try], Progress | None] | None = None,
+    ) -> None:
         self._session = session
+        self._progress = progress  # a running try's last progress report (None: not read)
         self._sessions: dict[int, int | None] = {}  # pid -> session id (a process keeps its session)
         self._watch: dict[str, _Watch] = {}
         self._last_at: dict[str, float] = {}  # GPU UUID -> the sample already counted
@@ -81,6 +120,11 @@ class Attribution:
             elif own:
                 watch.process_sum += sum(own) / len(own)
                 watch.process_n += 1
+            key = tuple(sorted(others))
+            acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
+            names = tuple(task_type(t.label) for t in others.values())
+            if self._progress is not None:
+                self._moved(watch, self._progress(attempt), key, acts, names)
             if not others:
                 smact = [g.smact for g in gpus if g.smact is not None]
                 if smact:
@@ -88,11 +132,28 @@ class Attribution:
                     watch.alone_n += 1
                 continue
             watch.shared_n += 1
-            key = tuple(sorted(others))
-            acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
-            names = tuple(task_type(t.label) for t in others.values())
             count = watch.co_tenants.get(key, (0,))[0]
             watch.co_tenants[key] = (count + 1, acts, names)
+
+    @staticmethod
+    def _moved(
+        watch: _Watch, now: Progress | None, key: tuple[str, ...], acts: tuple[float, ...], names: tuple[str, ...]
+    ) -> None:
+        """Count the work between the last report read and ``now`` for co-tenants ``key``, where
+        both were read with them (a stretch that changed co-tenants in between is not counted)."""
+        if now is None:
+            return
+        last = watch.last
+        watch.last = (now, key)
+        if watch.first is None:
+            watch.first = now
+        if last is None or last[1] != key:
+            return
+        seconds, work = now.at - last[0].at, now.done - last[0].done
+        if seconds <= 0 or work < 0:  # the same report again, or a restarted count
+            return
+        secs, done = watch.moves.get(key, (0.0, 0.0, acts, names))[:2]
+        watch.moves[key] = (secs + seconds, done + work, acts, names)
 
     def _in(self, pid: int, session: int) -> bool:
         if pid not in self._sessions:
@@ -134,7 +195,26 @@ class Attribution:
         segments = [Segment(alone_share, ())] if alone_share > 0 else []
         segments += [Segment(n / watch.samples_n, acts, names) for n, acts, names in watch.co_tenants.values()]
         co_tasks = tuple(sorted({name for _, _, names in watch.co_tenants.values() for name in names}))
-        return Seen(activity, watch.shared_n == 0, tuple(segments), co_tasks)
+        stretches, slowed_s = _from_progress(watch)
+        reported = watch.last is not None
+        return Seen(activity, watch.shared_n == 0, tuple(segments), co_tasks, stretches, slowed_s, reported)
 
 
-__all__ = ["Attribution", "Seen", "session_of"]
+def _from_progress(watch: _Watch) -> tuple[tuple[ProgressStretch, ...], float | None]:
+    """An ended try's slowdowns beside its co-tenants and the seconds they cost it, from its progress reports."""
+    alone = watch.moves.get(())
+    if alone is None or alone[0] < MIN_STRETCH_S or alone[1] <= 0:
+        return (), None
+    rate = alone[1] / alone[0]  # work per second alone
+    stretches = tuple(
+        ProgressStretch(rate / (work / secs), acts, names)
+        for key, (secs, work, acts, names) in watch.moves.items()
+        if key and secs >= MIN_STRETCH_S and work > 0
+    )
+    first, last = watch.first, watch.last
+    assert first is not None and last is not None  # a move was counted between two reports
+    span, work = last[0].at - first.at, last[0].done - first.done
+    return stretches, max(0.0, span - work / rate)
+
+
+__all__ = ["MIN_STRETCH_S", "Attribution", "ProgressStretch", "Seen", "session_of"]

@@ -312,10 +312,16 @@ class TryStarter:
         """Where the try of task instance ``ti_id`` leaves its result (taskrun/outcome.py)."""
         return Path(self.settings.state_dir) / "results" / f"{ti_id}.json"
 
+    def progress_file(self, ti_id: str) -> Path:
+        """Where the try of task instance ``ti_id`` may report its progress (taskrun/progress.py)."""
+        return Path(self.settings.state_dir) / "results" / f"{ti_id}.progress"
+
     def placed_env(self, attempt: Try, decision: Decision) -> dict[str, str]:
         """The environment of a placed try; ConfigError if a value must not reach a process."""
         result_path = self.result_file(str(attempt.ti.id))
         result_path.unlink(missing_ok=True)
+        progress_path = self.progress_file(str(attempt.ti.id))
+        progress_path.unlink(missing_ok=True)  # an earlier try's reports are not this one's
         checkpoint, resume = self.checkpoints.for_try(attempt.rkey, attempt.ti)  # the same for all its tries
         env = gpu_task_env(
             decision.gpu_uuids,
@@ -326,6 +332,7 @@ class TryStarter:
             fence=(fence := self.fence(attempt, decision)),
             checkpoint_dir=str(checkpoint) if checkpoint is not None else None,
             try_number=getattr(attempt.ti, "try_number", None),
+            progress_path=str(progress_path),
         )
         if fence.fenced:
             env[RULE_ENV] = self._rule_of(attempt, fence)
