@@ -94,6 +94,8 @@ def test_the_executor_records_whom_a_try_shared_its_gpu_with(executor_factory: A
     assert [r.run_id for r in rows] == ["alone", "shared"]
     assert rows[0].co_tasks == () and rows[1].co_tasks == ("dag.heavy",)
     assert store.activity_records("dag", "heavy")[-1].co_tasks == ("dag.victim",)
+    # the trainings reported their progress where the executor said; each file went with its try
+    assert not list((Path(ex.flow.starter.settings.state_dir) / "results").glob("*.progress"))
     fit = ex.flow.learned.model.fit_for("A100-40GB")
     (obs,) = [o for o in fit.observations if o.task == "dag.victim"]
     assert obs.stretch > 1.0

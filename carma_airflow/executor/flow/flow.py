@@ -405,6 +405,10 @@ class TryFlow:
             told(attempt.rkey, now, end.outcome is TryOutcome.SUCCESS)
         self.mps.after_end(attempt, end.result, self.active.values(), now)
         seen = self.telemetry.conclude(attempt.rkey)
+        try:  # its progress reports were read while it ran (taskrun/progress.py): the file goes with it
+            self.starter.progress_file(str(attempt.ti.id)).unlink(missing_ok=True)
+        except OSError as exc:
+            log.debug("Task %s: its progress file stays: %s", attempt.key, exc)
         gpu_model = self.sight.spec_of.get(attempt.gpu_uuids[0]) if attempt.gpu_uuids else None
         writes = end_writes(attempt, end, now)
         try:
