@@ -90,3 +90,16 @@ def test_the_executor_learns_the_slowdown_and_the_run_alone_from_the_reports() -
     assert obs.stretch == 2.0 and obs.task == "dag.a" and obs.segments[0].co_tasks == ("dag.b",)
     assert learned.solo_seconds("dag", "a") == 100.0  # its 140 s less the 40 s its co-tenant cost it
     assert any(type(w).__name__ == "SaveDocument" for w in writes)
+
+
+def test_reports_that_time_no_shared_stretch_fall_back_to_the_whole_run_against_its_run_alone() -> None:
+    """Alone long enough to time, beside b too briefly: its run alone from its reports, and one
+    observation of the whole try against it (the simulator's fallback, sim/learning.py)."""
+    learned = Learned()
+    before = learned.model.fit_for("A100-40GB").count
+    segments = (Segment(0.8, ()), Segment(0.2, (0.7,), ("dag.b",)))
+    seen = Seen(ActivitySample(0.5, "process"), False, segments, ("dag.b",), (), 10.0, True)
+    learn_from_success(learned, running_try("a", 0.0), seen, 110.0, "A100-40GB")
+    assert learned.solo_seconds("dag", "a") == 100.0
+    fit = learned.model.fit_for("A100-40GB")
+    assert fit.count == before + 1 and fit.observations[-1].stretch == 1.1

@@ -116,7 +116,7 @@ def learn_from_success(
         learned.add_solo(ti.dag_id, ti.task_id, solo_s, gpu_model)
     if seen.stretches and gpu_model is not None:  # its own progress: interference seen within the try
         return writes + _observe_stretches(learned, attempt, seen, now, gpu_model)
-    if solo_s is not None:
+    if seen.alone:  # alone throughout: nothing of interference to learn
         return writes
     if shared_s is not None:
         learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model, shared_alone_s)
