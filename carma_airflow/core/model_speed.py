@@ -14,7 +14,8 @@ from the model it ran on most; a task measured on ``a`` itself keeps its own med
 *new* task is priced at is the pair's expectation for one task, not the median over the tasks: the
 tasks' log ratios spread (a memory-bound task gains nothing from a faster-compute model, a
 compute-bound one gains the whole factor), so one task's ratio is log-normal around the median with
-that spread, and its expected run is the median times ``exp(sd^2 / 2)``; its 90 % range is the
+that spread, and its expected run is the median times ``exp(sd^2 (1 + 1/n) / 2)`` (``n`` tasks
+measured on both: the median's own uncertainty too); its 90 % range is the
 prediction interval for one task (``1.645 x sd x sqrt(1 + 1/n)``), not the median's.
 
 Decision (issue 44): the completion-time rule sums completion times, which are linear in a run, so

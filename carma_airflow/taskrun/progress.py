@@ -23,6 +23,7 @@ Airflow-free: the task side imports it without the executor.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -36,7 +37,7 @@ _last_written: dict[str, float] = {}  # path -> monotonic time of its last write
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
+class ProgressReport:
     """What a try reported last: ``done`` units of work (steps, samples, seconds: any measure that
     grows at the try's speed), of ``total`` where it said so, at ``at`` (the task's clock,
     ``time.time()``: the executor times the stretches between reports by it)."""
@@ -63,19 +64,23 @@ def report_progress(done: float, total: float | None = None, *, path: str | os.P
     final = total is not None and done >= total
     if not final and now - _last_written.get(target, -math.inf) < MIN_INTERVAL_S:
         return False
+    # renamed over the last report, not carma_airflow.atomic_path: its fsyncs would cost a training loop a
+    # disk flush twice a second, and a report is a hint that needs no durability
     tmp = f"{target}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="ascii") as out:
             out.write(f"{float(done)!r} {None if total is None else float(total)!r} {time.time()!r}\n")
         os.replace(tmp, target)
-    except OSError:  # a report is a hint: a training never fails for it (a remote worker without the folder)
+    except OSError:  # a training never fails for a report (a remote worker without the folder)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         _last_written[target] = now
         return False
     _last_written[target] = now
     return True
 
 
-def read_progress(path: str | os.PathLike[str]) -> Progress | None:
+def read_progress(path: str | os.PathLike[str]) -> ProgressReport | None:
     """The last report in ``path``; None where there is none or it cannot be read."""
     try:
         text = Path(path).read_text(encoding="ascii").split()
@@ -88,7 +93,7 @@ def read_progress(path: str | os.PathLike[str]) -> Progress | None:
         return None
     if total is not None and not (math.isfinite(total) and total > 0):
         return None
-    return Progress(done, total, at)
+    return ProgressReport(done, total, at)
 
 
-__all__ = ["MIN_INTERVAL_S", "PROGRESS_ENV", "Progress", "read_progress", "report_progress"]
+__all__ = ["MIN_INTERVAL_S", "PROGRESS_ENV", "ProgressReport", "read_progress", "report_progress"]

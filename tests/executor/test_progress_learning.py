@@ -13,7 +13,7 @@ from carma_airflow.executor.learning import Attribution, Learned, Seen, learn_fr
 from carma_airflow.executor.learning.telemetry import MIN_STRETCH_S, ProgressStretch
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
-from carma_airflow.taskrun.progress import Progress
+from carma_airflow.taskrun.progress import ProgressReport
 
 
 class _Handle:
@@ -32,10 +32,10 @@ def _run(reports: list[tuple[float, float, bool]], total: float | None = 100.0) 
     attempt = running_try("a", 0.0)
     attempt.handle = _Handle()  # type: ignore[assignment]
     attempt.gpu_uuids = ("G0",)
-    now: dict[str, Progress] = {}
+    now: dict[str, ProgressReport] = {}
     seen = Attribution(session=lambda pid: None, progress=lambda t: now.get(t.rkey))
     for at, done, shared in reports:
-        now[attempt.rkey] = Progress(done, total, at)
+        now[attempt.rkey] = ProgressReport(done, total, at)
         seen.observe({"G0": _sample(at)}, [attempt], lambda u, s=shared: [B] if s else [])  # type: ignore[misc]
     return seen.conclude(attempt.rkey)
 

@@ -35,7 +35,7 @@ from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.executor.tries import Try
 from carma_airflow.monitor.base import GpuSample
 from carma_airflow.taskrun.procstat import session_of
-from carma_airflow.taskrun.progress import Progress
+from carma_airflow.taskrun.progress import ProgressReport
 
 MIN_STRETCH_S = 10.0  # seconds a try must have run alone, and beside a set of co-tenants, for its speed there
 
@@ -52,11 +52,12 @@ class _Watch:
     samples_n: int = 0
     # co-tenant try keys -> (samples, their activities, their task types, in the same order)
     co_tenants: dict[tuple[str, ...], tuple[int, tuple[float, ...], tuple[str, ...]]] = field(default_factory=dict)
-    # progress reports: the last one read (at its co-tenants' keys, () alone), and per set of co-tenant
-    # keys the seconds and work between reports read with that set at both ends (with their activities, types)
-    first: Progress | None = None
-    last: tuple[Progress, tuple[str, ...]] | None = None
-    moves: dict[tuple[str, ...], tuple[float, float, tuple[float, ...], tuple[str, ...]]] = field(default_factory=dict)
+    # progress reports: the first and last read (the last at its co-tenants' keys, () alone), and per set of
+    # co-tenant keys the seconds and work between reports read with that set at both ends (their activities
+    # and types are those of ``co_tenants``)
+    first: ProgressReport | None = None
+    last: tuple[ProgressReport, tuple[str, ...]] | None = None
+    moves: dict[tuple[str, ...], tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ class Attribution:
     def __init__(
         self,
         session: Callable[[int], int | None] = session_of,
-        progress: Callable[[Try], Progress | None] | None = None,
+        progress: Callable[[Try], ProgressReport | None] | None = None,
     ) -> None:
         self._session = session
         self._progress = progress  # a running try's last progress report (None: not read)
@@ -121,10 +122,8 @@ class Attribution:
                 watch.process_sum += sum(own) / len(own)
                 watch.process_n += 1
             key = tuple(sorted(others))
-            acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
-            names = tuple(task_type(t.label) for t in others.values())
             if self._progress is not None:
-                self._moved(watch, self._progress(attempt), key, acts, names)
+                self._moved(watch, self._progress(attempt), key)
             if not others:
                 smact = [g.smact for g in gpus if g.smact is not None]
                 if smact:
@@ -132,13 +131,13 @@ class Attribution:
                     watch.alone_n += 1
                 continue
             watch.shared_n += 1
+            acts = tuple(t.activity.sm_activity if t.activity is not None else 0.5 for t in others.values())
+            names = tuple(task_type(t.label) for t in others.values())
             count = watch.co_tenants.get(key, (0,))[0]
             watch.co_tenants[key] = (count + 1, acts, names)
 
     @staticmethod
-    def _moved(
-        watch: _Watch, now: Progress | None, key: tuple[str, ...], acts: tuple[float, ...], names: tuple[str, ...]
-    ) -> None:
+    def _moved(watch: _Watch, now: ProgressReport | None, key: tuple[str, ...]) -> None:
         """Count the work between the last report read and ``now`` for co-tenants ``key``, where
         both were read with them (a stretch that changed co-tenants in between is not counted)."""
         if now is None:
@@ -152,8 +151,8 @@ class Attribution:
         seconds, work = now.at - last[0].at, now.done - last[0].done
         if seconds <= 0 or work < 0:  # the same report again, or a restarted count
             return
-        secs, done = watch.moves.get(key, (0.0, 0.0, acts, names))[:2]
-        watch.moves[key] = (secs + seconds, done + work, acts, names)
+        secs, done = watch.moves.get(key, (0.0, 0.0))
+        watch.moves[key] = (secs + seconds, done + work)
 
     def _in(self, pid: int, session: int) -> bool:
         if pid not in self._sessions:
@@ -207,8 +206,8 @@ def _from_progress(watch: _Watch) -> tuple[tuple[ProgressStretch, ...], float | 
         return (), None
     rate = alone[1] / alone[0]  # work per second alone
     stretches = tuple(
-        ProgressStretch(rate / (work / secs), acts, names)
-        for key, (secs, work, acts, names) in watch.moves.items()
+        ProgressStretch(rate / (work / secs), *watch.co_tenants[key][1:])
+        for key, (secs, work) in watch.moves.items()
         if key and secs >= MIN_STRETCH_S and work > 0
     )
     first, last = watch.first, watch.last

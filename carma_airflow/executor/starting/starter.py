@@ -314,7 +314,7 @@ class TryStarter:
 
     def progress_file(self, ti_id: str) -> Path:
         """Where the try of task instance ``ti_id`` may report its progress (taskrun/progress.py)."""
-        return Path(self.settings.state_dir) / "results" / f"{ti_id}.progress"
+        return self.result_file(ti_id).with_suffix(".progress")
 
     def placed_env(self, attempt: Try, decision: Decision) -> dict[str, str]:
         """The environment of a placed try; ConfigError if a value must not reach a process."""
