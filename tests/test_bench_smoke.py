@@ -106,3 +106,18 @@ def test_heldout_quick_checks_never_worse_per_cell(tmp_path: Path) -> None:
     within = cell["jct"] <= 1.0 and cell["makespan"] <= 1.02 and cell["lost"] <= cell["baseline_lost"]
     assert cell["never_worse"] == within
     assert data["never_worse"]["completion-time"] == int(cell["never_worse"]) and 0.0 < cell["jct"] < 2.0
+
+
+def test_learning_pools_seeds_and_gives_each_seeds_ratio(tmp_path: Path) -> None:
+    target = tmp_path / "learning.json"
+    out = run_bench(
+        "learning.py",
+        *("--sets", "grid", "--estimators", "executor", "--truths", "b0.5", "--no-day3"),
+        *("--seeds", "2", "--jobs", "1", "--json", str(target)),
+    )
+    assert "of 1, 2 seed(s) each" in out and " seeds " in out
+    cell = json.loads(target.read_text())["results"]["executor|b0.5|grid|all"]
+    by_seed = cell["d2_d1_jct_by_seed"]
+    assert len(by_seed) == 2
+    # the pooled ratio is of the means over traces and seeds: a mediant of the seeds' own ratios
+    assert min(by_seed) - 1e-9 <= cell["d2_d1_jct"] <= max(by_seed) + 1e-9
