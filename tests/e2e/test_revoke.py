@@ -1,6 +1,6 @@
 """Tries a real scheduler takes back from CarmaExecutor, and tries reset after a scheduler kill.
 
-Revoke (``[scheduler] task_queued_timeout = 10``): a try whose process was started but has not
+Revoke (``[scheduler] task_queued_timeout = 20``): a try whose process was started but has not
 reported that it runs is revoked; Airflow queues the same key again, which is a new hand-over
 that runs once, as try 1, as soon as the GPU is free (one stuck strike: it is not left to idle a
 second timeout).  A try that only waited is revoked and handed over again and runs once too.
@@ -76,7 +76,10 @@ def test_revoked_tries_run_once_as_try_one(airflow_stack, tmp_path: Path, monkey
     monkeypatch.setenv("CARMA_E2E_RUNS", str(runs))
     stack = airflow_stack(
         simulated_gpus="1xA100-40GB",
-        AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="10",
+        # above a task process's start-up on a loaded machine: at 10 s, with two e2e files running on a
+        # slow 2-core machine, the second hand-over of `stalled`, placed at once, had not reported as
+        # running 10 s later and was struck again (round 50); the first still stalls for 600 s
+        AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT="20",
         # the waiting try may be struck again while `stalled` runs on a loaded machine; it must
         # not be failed for that (the assertion on `stalled` is the exact one)
         AIRFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES="5",
