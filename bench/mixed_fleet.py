@@ -52,7 +52,7 @@ from oracle import TruthForecast, oracle_simulation
 
 from carma_airflow.core import GpuSpec, parse_gpu_list
 from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.policies.completion_time import CompletionTime
+from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
 from carma_airflow.core.policies.forecast import Occupant, task_type
 from carma_airflow.core.scarce import speed_key
 from carma_airflow.core.task import TaskRequest
@@ -226,11 +226,22 @@ def one(job: Job) -> tuple[float, float, int]:
 
 
 def _knobs(text: str) -> dict[str, object]:
+    """``name=value,...`` as CompletionSettings overrides: true/false/none (any case) or a number.
+    An unknown name or a value of neither kind exits with what to fix, before any run starts."""
     out: dict[str, object] = {}
+    fields = CompletionSettings.__dataclass_fields__
+    words: dict[str, object] = {"none": None, "true": True, "false": False}
     for part in filter(None, text.split(",")):
         name, _, value = part.partition("=")
-        words: dict[str, object] = {"None": None, "True": True, "False": False}
-        out[name] = words[value] if value in words else float(value)
+        if name not in fields:
+            raise SystemExit(f"--knob: {name!r} is no CompletionSettings field; one of {', '.join(sorted(fields))}")
+        if value.lower() in words:
+            out[name] = words[value.lower()]
+            continue
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise SystemExit(f"--knob {name}={value!r}: give true, false, none or a number") from None
     return out
 
 
@@ -252,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds: at least 1")
+    _knobs(args.knob)  # a bad --knob exits here, not in a worker after the first runs
     truths = TRUTHS[:2] if args.quick else TRUTHS
     seeds = SEEDS[:1] if args.quick else SEEDS
     clusters = [c for c in args.clusters.split(";") if c]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -121,3 +123,27 @@ def test_learning_pools_seeds_and_gives_each_seeds_ratio(tmp_path: Path) -> None
     assert len(by_seed) == 2
     # the pooled ratio is of the means over traces and seeds: a mediant of the seeds' own ratios
     assert min(by_seed) - 1e-9 <= cell["d2_d1_jct"] <= max(by_seed) + 1e-9
+
+
+def test_mixed_fleet_knob_reads_any_case_and_names_what_to_fix() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import mixed_fleet
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    assert mixed_fleet._knobs("keep_scarce=false,min_gain=0.3,track_record=True") == {
+        "keep_scarce": False,
+        "min_gain": 0.3,
+        "track_record": True,
+    }
+    # a typo or a word that is no value stops the bench before any run, saying what to give
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "mixed_fleet.py"), "--knob", "keep_scarse=false"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "'keep_scarse' is no CompletionSettings field" in bad.stderr, bad.stderr
+    with pytest.raises(SystemExit, match="give true, false, none or a number"):
+        mixed_fleet._knobs("keep_scarce=off")
