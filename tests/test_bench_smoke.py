@@ -147,3 +147,55 @@ def test_mixed_fleet_knob_reads_any_case_and_names_what_to_fix() -> None:
     assert bad.returncode != 0 and "'keep_scarse' is no CompletionSettings field" in bad.stderr, bad.stderr
     with pytest.raises(SystemExit, match="give true, false, none or a number"):
         mixed_fleet._knobs("keep_scarce=off")
+
+
+def _mixed_json(path: Path, ct_scale: dict[str, float], traces: tuple[str, ...] = ("s100", "s101", "f10000")) -> Path:
+    """A bench/mixed_fleet.py --json of a few cells: the default's JCT and makespan the mfm's times
+    the scale given per trace (0.9 where not given)."""
+    cells = []
+    for i, trace in enumerate(traces):
+        for day in (1, 2):
+            mfm = [1000.0 + 100 * i + day, 5000.0 + i, 0]
+            s = ct_scale.get(trace, 0.9)
+            cells.append(
+                {
+                    "cell": {
+                        "cluster": "2xH100-80GB,6xL4",
+                        "speed": "spec:0",
+                        "truth": "sharing",
+                        "trace": trace,
+                        "day": day,
+                    },
+                    "runs": {"mfm": mfm, "ct": [mfm[0] * s * (1 + 0.01 * i), mfm[1] * s, 0]},
+                    "targets": [s <= 1.0, True, True],
+                }
+            )
+    path.write_text(json.dumps({"knob": "", "seeds": 1, "cells": cells}))
+    return path
+
+
+def test_paired_says_better_worse_or_within_the_spread_and_refuses_different_cells(tmp_path: Path) -> None:
+    before = _mixed_json(tmp_path / "before.json", {})
+    faster = _mixed_json(tmp_path / "faster.json", {"s100": 0.8, "s101": 0.81, "f10000": 0.79})
+    out = run_bench("paired.py", str(before), str(faster))
+    every = next(line for line in out.splitlines() if line.startswith("all"))
+    assert every.endswith("| better")  # every cell about 10 % faster: the whole interval below 1
+    assert "| 0.889 [" in every  # 0.8 / 0.9, 0.81 / 0.9 and 0.79 / 0.9: their geometric mean
+    # the same rule read twice: a ratio of 1 in every cell, within the spread
+    same = run_bench("paired.py", str(before), str(before))
+    assert "1.000 [1.000, 1.000]" in same and "| within the spread" in same
+    # one trace made slower than mfm (two cells of six): W lost in them and said so, yet two cells
+    # worse and four the same cannot tell a worse rule from the cells' spread
+    slower = _mixed_json(tmp_path / "slower.json", {"s101": 1.1})
+    lines = run_bench("paired.py", str(before), str(slower)).splitlines()
+    w_line = next(line for line in lines if line.startswith("all"))
+    assert "6 ->  4 (+0 -2)" in w_line and w_line.endswith("| within the spread")
+    other = _mixed_json(tmp_path / "other.json", {}, traces=("s100", "s102", "f10000"))
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "paired.py"), str(before), str(other)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "hold different cells" in bad.stderr and "s102" in bad.stderr, bad.stderr
