@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Iterator
 from dataclasses import dataclass, field
 from operator import is_, itemgetter
 from typing import TYPE_CHECKING
@@ -95,6 +95,10 @@ class DrainPass(Pools):
     kept: KeptWaits | None
     _drains: dict[tuple[object, ...], tuple[float, GpuFacts | None, dict[int, GpuFacts]]]
     _claimed: set[str]
+    _queued: dict[str, float]  # per GPU claimed with a run: when a try queued behind its claims could start
+    _runs_queued: dict[str, float]  # and the runs there of the tries that claimed it
+    _queue_heads: dict[str, list[tuple[float, str]]]  # per model, those starts (a heap; stale ones dropped late)
+    _models_of: tuple[str, ...] | None
     _order: list[Drain] | None
     _order_of: dict[str, Drain]
     _applied: set[str]
@@ -140,12 +144,96 @@ class DrainPass(Pools):
         if got is not None:
             return got
         n = request.gpus
+        paced = chooser.paces()
+        if n == 1 and paced and chooser.settings.price_slow_idle:
+            # its drain is the soonest drain plus run at the drained GPU's model's pace, queued behind
+            # the pass's claims (:meth:`_drain_paced`): kept by the try's runs per model as well
+            pace = chooser.runs_by_model(request)
+            by_pace = (*key, *(pace(m) for m in self._models()))
+            got = self._drains.get(by_pace)
+            if got is None:
+                got = self._drains[by_pace] = self._drain_paced(need, wanted, reserved, pace)
+            return got
         if n == 1:
             got = self._drains[key] = self._drain_one(key, need, wanted, reserved)
             return got
-        run = chooser.runs_by_model(request) if chooser.paces() else None
+        run = chooser.runs_by_model(request) if paced else None
         got = self._drains[key] = self._drain_sets(n, need, wanted, reserved, run)
         return got
+
+    def _models(self) -> tuple[str, ...]:
+        """The pass's GPU models (asked first: made)."""
+        models = self._models_of
+        if models is None:
+            models = self._models_of = tuple(sorted({f.state.spec.name for f in self.facts}))
+        return models
+
+    def _drain_paced(
+        self, need: int, wanted: Ever, reserved: frozenset[str], run: Callable[[str], float]
+    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
+        """:meth:`_drain_seen` of a one-GPU try on a fleet priced per model (``run``: its run per
+        model): the GPU whose drain plus the try's run on its model ends soonest, walking the drain
+        order while its bound plus the fastest run beats the best found; then the GPUs earlier tries
+        of the pass wait for, each after those tries' runs there (:meth:`_claim`), the soonest per
+        model.  The wait returned is the time until it could start there."""
+        chooser = self.chooser
+        assert chooser is not None
+        now, claimed, drained = chooser.now, self._claimed, chooser.drained
+        best_total, best, where = float("inf"), float("inf"), None
+        seen: dict[int, GpuFacts] = {}
+        order, order_of, k = self._drain_order(), self._order_of, 0
+        fastest = min(run(m) for m in self._models())
+        while k < len(order):
+            at, _, f, made = order[k]
+            if at - now + fastest >= best_total:  # every GPU after this one drains later (and runs no faster)
+                break
+            st = f.state
+            if (
+                st.spec.memory_mib < need
+                or (wanted is not None and not wanted(st))
+                or (reserved and st.uuid in reserved)
+                or st.uuid in claimed
+            ):
+                k += 1
+                continue
+            if made is not None:  # a loose bound: the GPU to its place, and look at this place again
+                settle(order, order_of, k, chooser)
+                continue
+            k += 1
+            seen[id(f)] = f
+            drain = drained(f)
+            total = drain + run(st.spec.name)
+            if total < best_total:
+                best_total, best, where = total, drain, f
+        for model, heap in self._queue_heads.items():  # behind the claims, the soonest start per model
+            ahead = run(model)
+            for start, uuid in self._valid(heap):
+                if start + ahead >= best_total:
+                    break
+                g = self.by_uuid[uuid]
+                st = g.state
+                if (
+                    st.spec.memory_mib < need
+                    or (wanted is not None and not wanted(st))
+                    or (reserved and uuid in reserved)
+                ):
+                    continue
+                best_total, best, where = start + ahead, start, g
+                break
+        return best, where, seen
+
+    def _valid(self, heap: list[tuple[float, str]]) -> Iterator[tuple[float, str]]:
+        """A model's claimed GPUs by when a try queued behind their claims could start, soonest first
+        (entries a later claim made stale dropped)."""
+        queued = self._queued
+        while heap and heap[0][0] != queued.get(heap[0][1]):
+            heapq.heappop(heap)
+        if not heap:
+            return
+        yield heap[0]
+        for later in sorted(heap[1:]):  # the first did not fit: the rest in order (rare)
+            if later[0] == queued.get(later[1]):
+                yield later
 
     def _drain_sets(
         self, n: int, need: int, wanted: Ever, reserved: frozenset[str], run: Callable[[str], float] | None
@@ -283,9 +371,24 @@ class DrainPass(Pools):
             self._reorder(self.by_uuid[self._applied.pop()])
         return self._order
 
-    def _claim(self, f: GpuFacts) -> None:
-        """A waiting try counts on this GPU draining: later tries of the pass count on others."""
+    def _requeue(self, f: GpuFacts) -> None:
+        """When a try queued behind the claims on ``f`` could start: its drain plus the claimants' runs."""
+        assert self.chooser is not None
+        at = self._queued[f.uuid] = self.chooser.drained(f) + self._runs_queued[f.uuid]
+        heapq.heappush(self._queue_heads.setdefault(f.state.spec.name, []), (at, f.uuid))
+
+    def _queues(self, request: TaskRequest) -> bool:
+        """Whether a one-GPU try's wait queues behind earlier claims (:meth:`_drain_paced`)."""
+        chooser = self.chooser
+        return request.gpus == 1 and chooser is not None and chooser.settings.price_slow_idle and chooser.paces()
+
+    def _claim(self, f: GpuFacts, run: float | None = None) -> None:
+        """A waiting try counts on this GPU draining: later tries of the pass count on others (or,
+        ``run``: its run there, on this GPU after it: :meth:`_drain_paced`)."""
         self._claimed.add(f.uuid)
+        if run is not None:
+            self._runs_queued[f.uuid] = self._runs_queued.get(f.uuid, 0.0) + run
+            self._requeue(f)
         self._drains = {}
         if (gone := self._order_of.pop(f.uuid, None)) is not None and self._order is not None:
             drop(self._order, gone)
@@ -380,7 +483,7 @@ class DrainPass(Pools):
                 settle(order, order_of, i, chooser)
             else:
                 return False  # a GPU not looked at then could drain first
-        self._claim(drained)
+        self._claim(drained, k.wait[1] if self._queues(request) else None)
         kept.reused += 1
         return True
 

@@ -5,7 +5,7 @@ pass places (candidates stay sorted by the policy's keys, so a decision usually 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -73,6 +73,13 @@ class PlacementPass(DrainPass):
         self._drains = {}
         self._scans = {}  # one-GPU drain walks, resumed after a claim (placement_drains)
         self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
+        self._queued: dict[str, float] = {}  # per GPU claimed with a run, when the next could start there
+        self._queue_heads: dict[str, list[tuple[float, str]]] = {}  # the same per model, soonest first
+        self._runs_queued: dict[str, float] = {}  # per GPU claimed with a run, the claimants' runs there
+        self._models_of: tuple[str, ...] | None = None  # the pass's GPU models (placement_drains)
+        # tries that waited though a slower idle GPU was priced for them: the next of their shape
+        # prices its own wait (behind their claims), so the memo of waiting shapes does not take it
+        self.waited_over_idle: set[str] = set()
         self._order = None  # GPUs with tenants, by drain bound
         self._order_of = {}
         self._applied: set[str] = set()  # GPUs this pass placed on since its drain order counted them
@@ -130,6 +137,12 @@ class PlacementPass(DrainPass):
         # one priced at its pace, or (the try a starvation hold protects) taken (core/gpu_sets.py)
         by_model = n > 1 and chooser is not None and chooser.paces()
         taken: list[GpuFacts] = []  # the idle GPUs grouped, in the idle order
+        spare: list[GpuFacts] = []  # idle GPUs to price (not taken): a slower model's, or mixed sets
+        # a one-GPU try on a fleet priced per model: an idle GPU of a model it runs slower on than
+        # another model's is priced beside the collocations and waiting (core/speed_keep.py, slower)
+        speed = None if scarce is None or n != 1 else scarce.speed
+        slow = speed is not None and speed.models is not None
+        spare_slow: Callable[[str], bool] | None = None  # then: whether a model runs it faster
 
         def take(f: GpuFacts) -> list[GpuFacts] | None:
             if by_model:
@@ -161,11 +174,14 @@ class PlacementPass(DrainPass):
                 scanned.append((f, held.reason, False))
                 notes[f.uuid] = held
             else:
+                if slow and speed is not None and speed.slower(request, f.state.spec.name, need):
+                    spare.append(f)
+                    spare_slow = speed.faster_than(request, f.state.spec.name)
+                    break
                 chosen = take(f)
                 if chosen is not None:
                     break
         idle_end = len(scanned)  # where a cut idle scan's records end (the rest go in there)
-        spare: list[GpuFacts] = []  # mixed idle sets (no host has n idle GPUs of one model), to price
         if chosen is None and taken:
             if self.keep is not None and self.keep.protected == request.key:
                 chosen = first_set(taken, n)
@@ -229,6 +245,8 @@ class PlacementPass(DrainPass):
                 elif avoid and f.state.uuid in avoid:
                     avoided.append(f)
                 elif chooser is not None:
+                    if spare_slow is not None and not spare_slow(f.state.spec.name):
+                        continue  # the idle GPU priced runs it no slower: only faster models' compete
                     feasible.append(f)
                     if len(feasible) >= limit:
                         break
@@ -246,6 +264,8 @@ class PlacementPass(DrainPass):
                 priced = [f for group in groups.values() for f in group] + avoided
             kept = None if explain or shape is None or self.kept is None else (shape, reserved)
             if kept is not None and self._kept_wait_holds(kept, request, reserved, priced):
+                if spare_slow is not None:
+                    self.waited_over_idle.add(request.key)
                 return WAITS_BY_CHOICE
             choice = chooser.choose(request, priced, lambda: self._drain(request, reserved), n)
             if choice.best is None:  # every GPU set refused (and waiting not priced): it waits
@@ -255,10 +275,12 @@ class PlacementPass(DrainPass):
                         scanned.append((f, Reason.INTERFERENCE, True))
                 choice = None
             elif choice.best.waits:
+                if spare_slow is not None:
+                    self.waited_over_idle.add(request.key)
                 if choice.best.drained is not None:  # the next waiting try waits for the next GPU
                     if kept is not None:
                         self._keep_wait(kept, request, reserved, priced, choice)
-                    self._claim(choice.best.drained)
+                    self._claim(choice.best.drained, choice.best.taken if self._queues(request) else None)
                 if not explain:
                     return WAITS_BY_CHOICE
                 if walk is not None and walk.skipped:
@@ -450,6 +472,8 @@ class PlacementPass(DrainPass):
             self._place_in_pool(f)
             if self.chooser is not None:
                 self._applied.add(uuid)  # placed in the drain order again when a decision asks for it
+                if uuid in self._queued:  # tries of the pass wait for it: they start after its new drain
+                    self._requeue(f)
         self.pol.rotate(chosen, len(self.facts))
         if self.keep is not None:
             self.keep.placed(request.memory.mib, request.gpus)

@@ -431,12 +431,16 @@ class Placer:
 
 def _awaits(state: PlacementPass, key: str) -> bool:
     """Whether try ``key`` waits on a claim of its own in this pass: kept from a slower idle GPU to
-    wait for a faster busy one that no earlier try of the pass counts on (core/speed_keep.py).  Its
-    wait says nothing of the next try of its shape, which cannot claim that GPU again: the memo of
-    waiting shapes must not take it.  Decision (issue 44): on 4xA100-80GB + 4xT4 (``table`` speeds,
+    wait for a faster busy one that no earlier try of the pass counts on (core/speed_keep.py), or
+    waited by choice where a slower idle GPU was priced for it (its claim queues the next try behind
+    it: core/placement_drains.py, ``_drain_paced``).  Its wait says nothing of the next try of its
+    shape, which cannot claim that GPU again, or only after it: the memo of waiting shapes must not
+    take it.  Decision (issue 44): on 4xA100-80GB + 4xT4 (``table`` speeds,
     day one of s101) the first mobilenet of a deep queue claimed an A100 and every mobilenet after it
     was given its wait, so 2-3 idle T4s stayed idle while 9.8 GiB tries queued for hours (the T4s
     busy 20,000 of 35,000 s, most-free-memory's 29,000)."""
+    if key in state.waited_over_idle:
+        return True
     keep = state.keep
     return keep is not None and keep.speed is not None and keep.speed.awaited(key) is not None
 

@@ -194,6 +194,17 @@ class ScarceKeeper:
 
     def __init__(self) -> None:
         self._mixed: tuple[object, bool, bool] | None = None  # (pools, several sizes, several models)
+        self._sizes: tuple[object, dict[str, int]] | None = None  # (pools, the largest GPU per model)
+
+    def _models(self, base: object, facts: Iterable[GpuFacts]) -> dict[str, int]:
+        """Per GPU model of the pools' GPUs (``facts``) its largest memory (MiB), kept with the pools."""
+        if self._sizes is None or self._sizes[0] is not base:
+            sizes: dict[str, int] = {}
+            for f in facts:
+                spec = f.state.spec
+                sizes[spec.name] = max(sizes.get(spec.name, 0), spec.memory_mib)
+            self._sizes = (base, sizes)
+        return self._sizes[1]
 
     def keep(self, state: PlacementPass, policy: Policy, queue: Waiting, protected: Req) -> PlacementPass:
         base = state.base
@@ -215,7 +226,13 @@ class ScarceKeeper:
             if runs is not None and pricer is not None:
                 if protected is not None and all(r.key != protected.key for r, _ in queue):
                     queue = [*queue, (protected, 1)]  # a deep queue's groups give their heads only
-                keep.speed = SpeedKeep(queue, runs, key, _busy(state.facts, pricer) if pricer.settings.waits else None)
+                keep.speed = SpeedKeep(
+                    queue,
+                    runs,
+                    key,
+                    _busy(state.facts, pricer) if pricer.settings.waits else None,
+                    self._models(base, base.facts) if pricer.settings.price_slow_idle else None,
+                )
         return state
 
 

@@ -17,6 +17,12 @@ idle GPU a try could take (through :meth:`ScarceKeep.kept <carma_airflow.core.sc
   least as many GPUs as there are idle GPUs of this model, this GPU is left to them and the try
   takes the next idle GPU in the order.
 
+Where the pass prices slower idle GPUs (``price_slow_idle``, the default), a one-GPU try that
+passes both is asked :meth:`SpeedKeep.slower`: whether another model of the fleet runs it faster.
+If so the idle GPU is not taken but priced by the completion-time rule beside sharing the faster
+models' GPUs and waiting for them (core/placement_pass.py), and the wait for a faster busy GPU below
+is left to that pricing (it stays for the try the pass protects, and for multi-GPU tries).
+
 Neither keeps a GPU from a try the keep has nothing to price by (no run times yet, or not in the
 pass's queue), nor keeps the last idle model that fits it from a try (a try kept from one model is
 never kept from its alternative).  The try the pass protects (past its starvation bound) is kept
@@ -105,8 +111,12 @@ class SpeedKeep:
         runs: Runs,
         protected: str | None,
         busy: Callable[[], list[Busy]] | None = None,
+        models: dict[str, int] | None = None,
     ) -> None:
         self.runs = runs
+        # the fleet's models with their largest memory where a one-GPU try's slower idle GPU is priced
+        # (:meth:`slower`; None: taken, and a try waits for a faster busy model only by :meth:`_waits`)
+        self.models = models
         self.protected = protected
         self._busy = busy
         self._drains: list[Busy] | None = None  # the pass's busy GPUs by drain, asked once
@@ -149,7 +159,7 @@ class SpeedKeep:
         mine, sure = self._run(r, here)
         if (why := self._waiting.get(key)) is not None:  # kept to wait from a faster idle GPU already
             return why
-        if (why := self._waits(r, here, need, mine)) is not None:
+        if (self.models is None or protected or r.gpus > 1) and (why := self._waits(r, here, need, mine)) is not None:
             self._waiting[key] = why
             return why
         if not others:
@@ -180,6 +190,21 @@ class SpeedKeep:
                         f"({gain:.2f}x against {best})"
                     )
         return None
+
+    def slower(self, r: TaskRequest, here: str, need: int) -> bool:
+        """Whether one-GPU try ``r``'s predicted run alone on ``here`` is longer than on another model
+        of the fleet with GPUs that hold ``need`` MiB: its idle GPU is then priced beside those
+        models' collocations and waiting for them (placement_pass) instead of taken unpriced."""
+        models = self.models
+        if models is None or r.gpus != 1 or r.key == self.protected:
+            return False
+        mine = self._run(r, here)[0]
+        return any(m != here and mib >= need and self._run(r, m)[0] < mine for m, mib in models.items())
+
+    def faster_than(self, r: TaskRequest, here: str) -> Callable[[str], bool]:
+        """Whether try ``r`` is predicted to run faster alone on a model than on ``here``."""
+        mine = self._run(r, here)[0]
+        return lambda model: model != here and self._run(r, model)[0] < mine
 
     def awaited(self, key: str) -> str | None:
         """The uuid of the busy GPU the try ``key`` was kept to wait for in this pass, or None."""

@@ -97,6 +97,13 @@ class CompletionSettings:
     # runs faster on another idle model, or for the tries of the pass that gain more from its model
     # (core/speed_keep.py); False: the idle order alone
     speed_keep: bool = True
+    # on GPUs of several models, once run times are known: a one-GPU try whose first idle GPU is of a
+    # model it is predicted to run slower on than another model of the fleet has that idle GPU priced
+    # beside sharing the faster models' GPUs and waiting for one (its drain, behind the tries of the
+    # pass that wait for it, plus the run there), not taken unpriced (core/speed_keep.py,
+    # SpeedKeep.slower; round 52, docs/placement.md); False: taken, and a try waits for a faster busy
+    # GPU only where that GPU's drain plus its run there beats the idle one by WAIT_MARGIN
+    price_slow_idle: bool = True
     # on GPUs of several models: the fastest idle GPU first by the spec sheets (then the least
     # capable by size, then index: on one model the index order); False: the least capable first
     fastest_idle: bool = True
