@@ -69,7 +69,7 @@ def load(path: Path) -> dict[tuple[str, ...], Cell]:
     out: dict[tuple[str, ...], Cell] = {}
     for row in rows:
         c = row["cell"]
-        key = (c["cluster"], c["speed"], c["truth"], c["trace"], str(c["day"]))
+        key = (c["cluster"], _speed(c["speed"]), c["truth"], c["trace"], str(c["day"]))
         runs = row["runs"]
         out[key] = Cell(
             key,
@@ -80,6 +80,16 @@ def load(path: Path) -> dict[tuple[str, ...], Cell]:
             tuple(runs["mfm"]),  # type: ignore[arg-type]
         )
     return out
+
+
+def _speed(speed: str) -> str:
+    """A speed truth as it names its cells: a table's file by name (``table:PATH:SEED`` holds the
+    checkout's path, which differs between two checkouts of the same bench)."""
+    kind, _, rest = speed.partition(":")
+    if kind != "table":
+        return speed
+    path, _, seed = rest.rpartition(":")
+    return f"table:{Path(path).name}:{seed}" if path else f"table:{Path(rest).name}"
 
 
 def geomean(values: Sequence[float]) -> float:

@@ -149,7 +149,12 @@ def test_mixed_fleet_knob_reads_any_case_and_names_what_to_fix() -> None:
         mixed_fleet._knobs("keep_scarce=off")
 
 
-def _mixed_json(path: Path, ct_scale: dict[str, float], traces: tuple[str, ...] = ("s100", "s101", "f10000")) -> Path:
+def _mixed_json(
+    path: Path,
+    ct_scale: dict[str, float],
+    traces: tuple[str, ...] = ("s100", "s101", "f10000"),
+    speed: str = "spec:0",
+) -> Path:
     """A bench/mixed_fleet.py --json of a few cells: the default's JCT and makespan the mfm's times
     the scale given per trace (0.9 where not given)."""
     cells = []
@@ -161,7 +166,7 @@ def _mixed_json(path: Path, ct_scale: dict[str, float], traces: tuple[str, ...] 
                 {
                     "cell": {
                         "cluster": "2xH100-80GB,6xL4",
-                        "speed": "spec:0",
+                        "speed": speed,
                         "truth": "sharing",
                         "trace": trace,
                         "day": day,
@@ -190,6 +195,10 @@ def test_paired_says_better_worse_or_within_the_spread_and_refuses_different_cel
     lines = run_bench("paired.py", str(before), str(slower)).splitlines()
     w_line = next(line for line in lines if line.startswith("all"))
     assert "6 ->  4 (+0 -2)" in w_line and w_line.endswith("| within the spread")
+    # a table speed truth names its file by the checkout's path: two checkouts' runs are the same cells
+    here = _mixed_json(tmp_path / "here.json", {}, speed="table:/work/shared/workloads/gavel_pairs.csv:0")
+    there = _mixed_json(tmp_path / "there.json", {}, speed="table:/tmp/shared/workloads/gavel_pairs.csv:0")
+    assert "1.000 [1.000, 1.000]" in run_bench("paired.py", str(here), str(there))
     other = _mixed_json(tmp_path / "other.json", {}, traces=("s100", "s102", "f10000"))
     bad = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "paired.py"), str(before), str(other)],
