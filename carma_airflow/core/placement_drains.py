@@ -48,13 +48,13 @@ KEPT = 4096  # kept waits at most (then forgotten, all at once)
 @dataclass(slots=True)
 class _Scan:
     """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played
-    and not claimed since, by id and by uuid, with their drains as a heap of (drain, place in the
-    walk, facts) (claimed ones leave it when they come up), and the last entry of the order it
-    looked at (None: none)."""
+    and not claimed since, by id and by uuid, with their totals as a heap of (drain plus the
+    try's run there, or the drain; place in the walk; facts; drain) (claimed ones leave it when
+    they come up), and the last entry of the order it looked at (None: none)."""
 
     seen: dict[int, GpuFacts] = field(default_factory=dict)
     by_uuid: dict[str, GpuFacts] = field(default_factory=dict)
-    ranked: list[tuple[float, int, GpuFacts]] = field(default_factory=list)
+    ranked: list[tuple[float, int, GpuFacts, float]] = field(default_factory=list)
     last: tuple[float, int] | None = None
     played: int = 0  # GPUs played (their places in the walk)
 
@@ -144,20 +144,20 @@ class DrainPass(Pools):
         if got is not None:
             return got
         n = request.gpus
-        paced = chooser.paces()
-        if n == 1 and paced and chooser.settings.price_slow_idle:
+        if self._queues(request):
             # its drain is the soonest drain plus run at the drained GPU's model's pace, queued behind
             # the pass's claims (:meth:`_drain_paced`): kept by the try's runs per model as well
             pace = chooser.runs_by_model(request)
             by_pace = (*key, *(pace(m) for m in self._models()))
             got = self._drains.get(by_pace)
             if got is None:
-                got = self._drains[by_pace] = self._drain_paced(need, wanted, reserved, pace)
+                got = self._drains[by_pace] = self._drain_paced(by_pace, need, wanted, reserved, pace)
             return got
         if n == 1:
-            got = self._drains[key] = self._drain_one(key, need, wanted, reserved)
+            drain, where, seen = self._drain_one(key, need, wanted, reserved)[1:]
+            got = self._drains[key] = (drain, where, seen)
             return got
-        run = chooser.runs_by_model(request) if paced else None
+        run = chooser.runs_by_model(request) if chooser.paces() else None
         got = self._drains[key] = self._drain_sets(n, need, wanted, reserved, run)
         return got
 
@@ -169,23 +169,19 @@ class DrainPass(Pools):
         return models
 
     def _drain_paced(
-        self, need: int, wanted: Ever, reserved: frozenset[str], run: Callable[[str], float]
+        self,
+        key: tuple[object, ...],
+        need: int,
+        wanted: Ever,
+        reserved: frozenset[str],
+        run: Callable[[str], float],
     ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
         """:meth:`_drain_seen` of a one-GPU try on a fleet priced per model (``run``: its run per
-        model): the GPU whose drain plus the try's run on its model ends soonest, walking the drain
-        order while its bound plus the fastest run beats the best found; then the GPUs earlier tries
-        of the pass wait for, each after those tries' runs there (:meth:`_claim`), the soonest per
-        model.  The wait returned is the time until it could start there."""
-        best, where = float("inf"), None
-        seen: dict[int, GpuFacts] = {}
-        limit = [float("inf")]  # the soonest total found (the walk stops where no GPU after could beat it)
-        fastest = min(run(m) for m in self._models())
-        for _, f, drain in self._walk(need, wanted, reserved, fastest, limit):
-            seen[id(f)] = f
-            total = drain + run(f.state.spec.name)
-            if total < limit[0]:
-                limit[0], best, where = total, drain, f
-        best_total = limit[0]
+        model): the GPU whose drain plus the try's run on its model ends soonest (:meth:`_drain_one`
+        with ``run``: its walk resumed after a claim as well); then the GPUs earlier tries of the
+        pass wait for, each after those tries' runs there (:meth:`_claim`), the soonest per model.
+        The wait returned is the time until it could start there."""
+        best_total, best, where, seen = self._drain_one(key, need, wanted, reserved, run)
         for model, heap in self._queue_heads.items():  # behind the claims, the soonest start per model
             ahead = run(model)
             for start, uuid in self._valid(heap):
@@ -277,18 +273,25 @@ class DrainPass(Pools):
         return best, where, seen
 
     def _drain_one(
-        self, key: tuple[object, ...], need: int, wanted: Ever, reserved: frozenset[str]
-    ) -> tuple[float, GpuFacts | None, dict[int, GpuFacts]]:
-        """:meth:`_drain_seen` of a one-GPU request: the soonest drain of a usable GPU, walking the
-        drain order while its bound beats the soonest found.  Resumed after a claim (the next
-        waiting try of this shape asks again): the GPUs it played then, less the claimed ones,
-        keep their drains and places, so the walk goes on where it stopped (a claim only takes
-        GPUs out of the order, and the soonest drain without them is no sooner, so the walk
-        afresh would look at the same GPUs up to there).  A placement changes the order: its
-        walks start afresh (:meth:`apply`)."""
+        self,
+        key: tuple[object, ...],
+        need: int,
+        wanted: Ever,
+        reserved: frozenset[str],
+        run: Callable[[str], float] | None = None,
+    ) -> tuple[float, float, GpuFacts | None, dict[int, GpuFacts]]:
+        """(soonest total, its drain, its GPU, the GPUs looked at) of a one-GPU request: the usable
+        GPU whose drain (plus, with ``run``, the try's run on its model) ends soonest, walking the
+        drain order while its bound (plus the try's fastest run) beats the soonest found.  Resumed
+        after a claim (the next waiting try of this shape asks again): the GPUs it played then,
+        less the claimed ones, keep their drains and places, so the walk goes on where it stopped
+        (a claim only takes GPUs out of the order, and the soonest total without them is no sooner,
+        so the walk afresh would look at the same GPUs up to there).  A placement changes the
+        order: its walks start afresh (:meth:`apply`)."""
         chooser = self.chooser
         assert chooser is not None
         now, claimed, drained = chooser.now, self._claimed, chooser.drained
+        fastest = 0.0 if run is None else min(run(m) for m in self._models())
         order = self._drain_order()
         scan = self._scans.get(key)
         if scan is None:
@@ -302,12 +305,12 @@ class DrainPass(Pools):
         seen, by_uuid, ranked = scan.seen, scan.by_uuid, scan.ranked
         while ranked and ranked[0][2].state.uuid in claimed:
             heapq.heappop(ranked)
-        # the soonest drain played, the first played of equal ones (places in the walk are unique)
-        best, where = (ranked[0][0], ranked[0][2]) if ranked else (float("inf"), None)
+        # the soonest total played, the first played of equal ones (places in the walk are unique)
+        best, drain_at, where = (ranked[0][0], ranked[0][3], ranked[0][2]) if ranked else (float("inf"), 0.0, None)
         order_of, k = self._order_of, start
         while k < len(order):
             at, place, f, made = order[k]
-            if at - now >= best:  # every GPU after this one drains later still
+            if at - now + fastest >= best:  # every GPU after this one drains later still
                 break
             st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
             usable = not (
@@ -326,11 +329,14 @@ class DrainPass(Pools):
             seen[id(f)] = f
             by_uuid[st.uuid] = f
             drain = drained(f)
+            total = drain if run is None else drain + run(st.spec.name)
             scan.played += 1
-            heapq.heappush(ranked, (drain, scan.played, f))
-            if drain < best:
-                best, where = drain, f
-        return best, where, dict(seen)
+            heapq.heappush(ranked, (total, scan.played, f, drain))
+            if total < best:
+                best, drain_at, where = total, drain, f
+        if where is None:
+            drain_at = float("inf")
+        return best, drain_at, where, dict(seen)
 
     def _drain_order(self) -> list[Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):

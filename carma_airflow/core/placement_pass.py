@@ -141,7 +141,7 @@ class PlacementPass(DrainPass):
         # a one-GPU try on a fleet priced per model: an idle GPU of a model it runs slower on than
         # another model's is priced beside the collocations and waiting (core/speed_keep.py, slower)
         speed = None if scarce is None or n != 1 else scarce.speed
-        slow = speed is not None and speed.models is not None
+        slow = speed if speed is not None and speed.models is not None else None
         spare_slow: Callable[[str], bool] | None = None  # then: whether a model runs it faster
 
         def take(f: GpuFacts) -> list[GpuFacts] | None:
@@ -174,9 +174,9 @@ class PlacementPass(DrainPass):
                 scanned.append((f, held.reason, False))
                 notes[f.uuid] = held
             else:
-                if slow and speed is not None and speed.slower(request, f.state.spec.name, need):
+                if slow is not None and slow.slower(request, f.state.spec.name, need):
                     spare.append(f)
-                    spare_slow = speed.faster_than(request, f.state.spec.name)
+                    spare_slow = slow.faster_than(request, f.state.spec.name)
                     break
                 chosen = take(f)
                 if chosen is not None:

@@ -244,3 +244,40 @@ def test_a_cycle_keeps_the_shapes_of_its_tries_from_submission(monkeypatch: pyte
     assert waiting.activity == known
     assert cycle.placer.shape_of(waiting) == shape(cycle.placer, waiting)
     assert known in cycle.placer.shape_of(waiting)
+
+
+def _per_model(policy: CompletionTime) -> CompletionTime:
+    """Run times per task type and GPU model: the A100 fleet's types 2-3x faster than on an L4."""
+    for t in range(5):
+        policy.learn_duration(f"type{t}", 300.0 + 600.0 * t, "A100-40GB")
+        policy.learn_duration(f"type{t}", (300.0 + 600.0 * t) * (2.0 + 0.25 * t), "L4")
+    return policy
+
+
+def test_a_paced_drain_walk_resumed_after_a_claim_decides_as_the_walk_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on a mixed fleet a one-GPU try's drain is the soonest drain plus its run on that GPU's model;
+    # the walk that found it is kept for the next try of the same shape and runs, and resumed
+    # after a claim (the played GPUs less the claimed keep their totals): it must decide exactly as
+    # walking afresh for every try does
+    from carma_airflow.core.placement_drains import DrainPass
+
+    walk = DrainPass._drain_one
+    resumed = []
+
+    def counted(self: DrainPass, key: tuple[object, ...], *args: Any) -> Any:
+        if len(args) > 3 and key in self._scans:
+            resumed.append(1)
+        return walk(self, key, *args)
+
+    def afresh(self: DrainPass, key: tuple[object, ...], *args: Any) -> Any:
+        self._scans.pop(key, None)
+        return walk(self, key, *args)
+
+    for seed in range(3):
+        monkeypatch.setattr(DrainPass, "_drain_one", counted)
+        kept = _passes(_per_model(CompletionTime()), seed, True)
+        monkeypatch.setattr(DrainPass, "_drain_one", afresh)
+        fresh = _passes(_per_model(CompletionTime()), seed, True)
+        assert kept == fresh  # the same decisions, reasons and their texts included
+        assert any(getattr(d, "placed", False) for d in kept)
+    assert resumed  # some paced walk was resumed rather than started again
