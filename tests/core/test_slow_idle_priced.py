@@ -121,3 +121,13 @@ def test_a_deep_queue_of_one_shape_takes_the_slow_idle_gpus_once_the_wait_behind
     grouped = Placer(_policy(runs, True)).place([tries], view(*gpus), order_key=lambda r: (r.submitted_at, r.key))
     assert [d.gpu_uuids for d in grouped.placed] == [d.gpu_uuids for d in scheduled.placed]
     assert [d.request_key for d in grouped.placed] == [d.request_key for d in scheduled.placed]
+
+
+def test_a_model_within_the_margin_leaves_the_idle_gpu_unpriced() -> None:
+    # the H100 runs r 5 % faster than the V100 (2,850 s against 3,000 s): within WAIT_MARGIN, so the
+    # idle V100 is taken as on one model, not priced against sharing the H100 (which wins the pricing
+    # at 5x: the first test above)
+    runs = {"label-r": {"H100-80GB": 2850.0, "V100-32GB": 3000.0}, "tenant0-0": {"H100-80GB": 6000.0}}
+    before, after = _both(runs, busy_gpu(0, 60_000, spec=H100), idle_gpu(1, V100))
+    assert before.gpu_uuids == after.gpu_uuids == ("GPU-1",) and not after.collocated
+    assert "GPU 0 (H100-80GB)" not in after.explain()  # sharing it was never priced
