@@ -199,36 +199,6 @@ class DrainPass(Pools):
                 break
         return best, where, seen
 
-    def _walk(
-        self, need: int, wanted: Ever, reserved: frozenset[str], fastest: float, limit: list[float]
-    ) -> Iterator[tuple[int, GpuFacts, float]]:
-        """The usable GPUs with tenants in the drain order, each with its place there and its drain
-        (played forward), while its bound plus ``fastest`` (the try's shortest run) beats ``limit[0]``
-        (the caller's best total so far, which it lowers as it goes: every GPU after drains later,
-        and runs it no faster)."""
-        chooser = self.chooser
-        assert chooser is not None
-        now, claimed, drained = chooser.now, self._claimed, chooser.drained
-        order, order_of, k = self._drain_order(), self._order_of, 0
-        while k < len(order):
-            at, place, f, made = order[k]
-            if at - now + fastest >= limit[0]:
-                break
-            st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
-            if (
-                st.spec.memory_mib < need
-                or (wanted is not None and not wanted(st))
-                or (reserved and st.uuid in reserved)
-                or st.uuid in claimed
-            ):
-                k += 1
-                continue
-            if made is not None:  # a loose bound: the GPU to its place, and look at this place again
-                settle(order, order_of, k, chooser)
-                continue
-            k += 1
-            yield place, f, drained(f)
-
     def _valid(self, heap: list[tuple[float, str]]) -> Iterator[tuple[float, str]]:
         """A model's claimed GPUs by when a try queued behind their claims could start, soonest first
         (entries a later claim made stale dropped)."""
@@ -250,14 +220,33 @@ class DrainPass(Pools):
         try's run per model; core/gpu_sets.py) sets are counted per host and model and per host,
         and the soonest drain plus run at the set's pace (its slowest model's) wins; the GPU
         returned is then the set's slowest (whose model the chooser prices the run on)."""
-        best, where = float("inf"), None
+        chooser = self.chooser
+        assert chooser is not None
+        best_total, best, where = float("inf"), float("inf"), None
         seen: dict[int, GpuFacts] = {}
         groups: dict[Hashable, list[tuple[float, int, GpuFacts]]] = {}
-        limit = [float("inf")]  # the soonest total found (the walk stops where no set after could beat it)
+        now, claimed, drained = chooser.now, self._claimed, chooser.drained
+        order, order_of, k = self._drain_order(), self._order_of, 0
         fastest = 0.0 if run is None else min(run(m) for m in self._models())
-        for place, f, drain in self._walk(need, wanted, reserved, fastest, limit):
-            st = f.state
+        while k < len(order):
+            at, place, f, made = order[k]
+            if at - now + fastest >= best_total:  # every set after this one drains later (and runs no faster)
+                break
+            st = f.state  # :meth:`_usable`, written out: a pass walks thousands of these
+            if (
+                st.spec.memory_mib < need
+                or (wanted is not None and not wanted(st))
+                or (reserved and st.uuid in reserved)
+                or st.uuid in claimed
+            ):
+                k += 1
+                continue
+            if made is not None:  # a loose bound: the GPU to its place, and look at this place again
+                settle(order, order_of, k, chooser)
+                continue
+            k += 1
             seen[id(f)] = f
+            drain = drained(f)
             for gkey in (st.host,) if run is None else ((st.host, st.spec.name), st.host):
                 group = groups.setdefault(gkey, [])
                 bisect.insort(group, (drain, place, f), key=itemgetter(0, 1))
@@ -268,8 +257,8 @@ class DrainPass(Pools):
                 else:
                     slow = max(group[:n], key=lambda t: run(t[2].state.spec.name))[2]
                     total = group[n - 1][0] + run(slow.state.spec.name)
-                if total < limit[0]:
-                    limit[0], best, where = total, group[n - 1][0], slow
+                if total < best_total:
+                    best_total, best, where = total, group[n - 1][0], slow
         return best, where, seen
 
     def _drain_one(
