@@ -126,6 +126,9 @@ class Variant:
     # completion-time's floor on a collocation's gain in summed speed (CompletionSettings.min_gain):
     # the default's unless a variant says otherwise (None: no floor)
     collocation_gain: float | None = DEFAULT_COMPLETION_SETTINGS.min_gain
+    # completion-time's floor once a GPU model's interference is known (CompletionSettings.learned_floor;
+    # the truth knows every model): the default's unless a variant says otherwise (None: none)
+    learned_floor: float | None = DEFAULT_COMPLETION_SETTINGS.learned_floor
 
 
 # The oracles the bench takes the best of, per cell (issue 23: "the best oracle found without
@@ -134,9 +137,10 @@ VARIANTS: dict[str, Variant] = {
     "ct": Variant(),  # the default's rule and knobs, on the truth
     "ct-fifo": Variant(shortest_first=False),
     "ct-g0.1": Variant(collocation_gain=0.1),  # the truth needs a lower floor than a learned model
-    "ct-nogain": Variant(collocation_gain=None),
-    "greedy": Variant(queue=0.0, shortest_first=False, candidates=64),  # every GPU set and waiting
-    "greedy-rank": Variant(queue=0.0, candidates=64),
+    "ct-nogain": Variant(collocation_gain=None, learned_floor=None),
+    # every GPU set and waiting, no floor
+    "greedy": Variant(queue=0.0, shortest_first=False, candidates=64, learned_floor=None),
+    "greedy-rank": Variant(queue=0.0, candidates=64, learned_floor=None),
     "ct-q1": Variant(queue=1.0, candidates=64),
     "pred": Variant("predictive"),
     "pred-risk": Variant("predictive", risk_rule=True),
@@ -238,6 +242,7 @@ def oracle_simulation(config: SimConfig, variant: Variant | str = "ct") -> Simul
         risk_rule=v.risk_rule,
         overdue_runs=v.overdue_runs,
         min_gain=v.collocation_gain,
+        learned_floor=v.learned_floor,
     )
     policy.max_tenants = v.max_tenants
     policy.checks_risk = v.risk_rule

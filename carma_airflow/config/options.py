@@ -131,9 +131,10 @@ OPTIONS: tuple[Option, ...] = (
         "",
         "Floor on what a collocation adds (completion-time and predictive policies): sharing a GPU must "
         "raise its summed predicted speed (solo = 1.0 per task) by at least this much, else the task waits "
-        "or goes elsewhere. Empty: the policy's own (completion-time: no floor; predictive: 0.25). "
-        "0.3 closes the cold-start gap once the interference fit has learned (docs/placement.md) "
-        "but costs very deep queues mean JCT and CPU.",
+        "or goes elsewhere. Empty: the policy's own (completion-time: 0.0 on a GPU model once the "
+        "interference model has learned it, none before; predictive: 0.25). Set, it applies on every GPU, "
+        "learned or not. 0.3 closes the cold-start gap once the interference fit has learned "
+        "(docs/placement.md) but costs very deep queues mean JCT and CPU.",
         "0.3",
     ),
     Option("starvation_seconds", "float", "3600", "A task waiting longer than this gets GPUs held for it.", "7200"),

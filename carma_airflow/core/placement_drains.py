@@ -487,7 +487,7 @@ class DrainPass(Pools):
         option), without playing the candidates forward with it (what dominates a deep queue's
         pass with the floor on); its wait is kept as :meth:`_keep_wait` keeps it.  Where no GPU
         could drain for it (waiting not priced) the policy decides."""
-        if chooser.settings.min_gain is None or not chooser.settings.waits:
+        if not chooser.has_floor() or not chooser.settings.waits:
             return False
         fc = chooser.forecast
         if not fc.timed():

@@ -125,7 +125,7 @@ def test_without_a_floor_nothing_is_held_as_refused() -> None:
     placer, _, gpus = _refusing()
     policy = placer.policy
     assert isinstance(policy, CompletionTime)
-    policy.settings = replace(policy.settings, min_gain=None)
+    policy.settings = replace(policy.settings, min_gain=None, learned_floor=None)
     _place(placer, [request("a", 4000)], gpus, now=0.0)
     _place(placer, [request("a", 4000)], gpus, now=1000.0)
     assert placer.kept.refused == 0

@@ -55,13 +55,13 @@ done in 1.3 h; co-tenants +0.4 h; cost 2.1 h (chose waiting at 1.6 h)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings
 from carma_airflow.core.gpu_sets import paced
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.policies.floor import GainFloor
+from carma_airflow.core.policies.floor import GainFloor, has_floor
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.policies.priced import Choice, Option
@@ -120,6 +120,12 @@ class CompletionSettings:
     # cap (waiting - 1 >= max_tenants x GPUs), where what a collocation takes from later arrivals is in
     # the waiting option's queue weight already (docs/placement.md's candidate; measured, not the default)
     lift_floor_saturated: bool = False
+    # the floor once the interference model has learned a GPU model (its fit left the cold prior): a
+    # collocation on a GPU of that model must add at least this to the GPU's summed predicted speed,
+    # cautious where unsure (0.0: it may not lower what the GPU gets done per second; a mild prior
+    # cannot say that, a learned fit can; issue 41, round 54, docs/placement.md); None: no floor but
+    # min_gain's, which, where set, applies instead on every GPU
+    learned_floor: float | None = 0.0
     # opt-in: each option's cost multiplied by how this deployment's tries that chose its kind (wait,
     # share) completed against their predictions (core/track_record.py; measured, not the default:
     # within the grid's noise on every bench, docs/placement.md)
@@ -137,10 +143,12 @@ class CompletionSettings:
             raise ValueError(f"CompletionSettings.candidates must be at least 1, got {self.candidates!r}")
         if not self.queue >= 0:
             raise ValueError(f"CompletionSettings.queue must be 0 or more, got {self.queue!r}")
-        if self.min_gain is not None and not -1.0 <= self.min_gain <= 1.0:
-            raise ValueError(
-                f"CompletionSettings.min_gain must be None or between -1 and 1 (solo speeds), got {self.min_gain!r}"
-            )
+        for name in ("min_gain", "learned_floor"):
+            value = getattr(self, name)
+            if value is not None and not -1.0 <= value <= 1.0:
+                raise ValueError(
+                    f"CompletionSettings.{name} must be None or between -1 and 1 (solo speeds), got {value!r}"
+                )
 
 
 DEFAULT_COMPLETION_SETTINGS = CompletionSettings()
@@ -450,6 +458,10 @@ class CompletionTime(Policy):
         delay, done, longer = self._price(f, new)
         return (done + delay) * self.factors()[1], longer
 
+    def has_floor(self) -> bool:
+        """Whether a floor is set (``min_gain`` or ``learned_floor``; :mod:`.floor`)."""
+        return has_floor(self)
+
     def floor_refuses(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
         """(the gain, the floor) where the floor refuses the newcomer on ``f``, else None (:mod:`.floor`)."""
         return self.floor.refuses(self, f, new)
@@ -475,14 +487,17 @@ class CompletionTime(Policy):
         inf = float("inf")
         fw, fs = self.factors() if timed else (1.0, 1.0)  # the track record's, per kind of option
         if n == 1:
+            heres = []
             for f in candidates:
                 here = new if on is None else on(new, f.state.spec.name)
                 delay, done, longer = self._price(f, here)
                 q = qw * longer
-                short = self.floor_refuses(f, here)
-                cost = inf if short is not None else (done + delay) * fs + q
                 slow = done / max(here.work, 1e-9)
-                options.append(Option((f,), cost, done, delay, slow, queue=q, taken=longer, short=short, factor=fs))
+                options.append(
+                    Option((f,), (done + delay) * fs + q, done, delay, slow, queue=q, taken=longer, factor=fs)
+                )
+                heres.append(here)
+            self._floor_cheapest(options, heres)
         else:
             hosts: dict[str, list[GpuFacts]] = {}
             for f in candidates:
@@ -523,6 +538,34 @@ class CompletionTime(Policy):
             if len(kept) > PLACED_KEPT:  # tries withdrawn or never ended: the oldest go
                 del kept[next(iter(kept))]
         return Choice(best, tuple(options), timed)
+
+    def _floor_cheapest(self, options: list[Option], heres: Sequence[Occupant]) -> None:
+        """The floor (:mod:`.floor`) asked of one-GPU ``options`` (each newcomer in ``heres``) in the
+        order :meth:`choose` picks them, cheapest first, until one clears it; each refused is
+        replaced by its refusal.  Only the cheapest that clears the floor can be chosen, so the
+        decision is the one asking every option would make, with a floor's predictions for about
+        one GPU a decision instead of every candidate's; the dearer options' texts give their
+        costs.  With a ``tolerance`` every option is asked (a dearer one may be chosen)."""
+        if not self.has_floor():
+            return
+        inf = float("inf")
+        if self.settings.tolerance > 0:
+            for k, (o, here) in enumerate(zip(options, heres, strict=True)):
+                short = self.floor_refuses(o.gpus[0], here)
+                if short is not None:
+                    options[k] = replace(o, cost=inf, short=short)
+            return
+        while True:
+            k, best = -1, inf
+            for i, o in enumerate(options):  # the first of the cheapest, as min() picks it
+                if o.cost < best:
+                    k, best = i, o.cost
+            if k < 0:
+                return
+            short = self.floor_refuses(options[k].gpus[0], heres[k])
+            if short is None:
+                return
+            options[k] = replace(options[k], cost=inf, short=short)
 
     def _set_option(
         self,

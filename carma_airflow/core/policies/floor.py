@@ -1,12 +1,24 @@
-"""The completion-time policy's opt-in floor on a collocation's gain (``CompletionSettings.min_gain``).
+"""The completion-time policy's floor on a collocation's gain.
 
-Once run times are known, a collocation must raise its GPU's summed predicted speed (the tenants'
-and the newcomer's, solo = 1.0 each) by at least the floor, else it is refused and the try waits or
-goes elsewhere.  The speeds are the forecast's scoring speeds (cautious where the model is unsure),
-so an unsure gain must clear the floor at the low end of what is likely.  A deep queue asks the
-same GPUs about the same newcomers pass after pass: with the learned forecast the verdicts are kept
-per facts object and newcomer type and activity while the GPU's rows, the forecast (its version and
-model) and the floor stay.
+A collocation must raise its GPU's summed predicted speed (the tenants' and the newcomer's, solo =
+1.0 each) by at least the floor, else it is refused and the try waits or goes elsewhere.  Two
+floors, both only once run times are known (:func:`floor_for`):
+
+* ``CompletionSettings.learned_floor`` (default 0.0) on a GPU whose model the interference model
+  has learned (its fit left the cold prior): a collocation may not lower what the GPU gets done per
+  second.  The cold prior is mild by design and cannot say that; a learned fit can.  Decision
+  (issue 41, round 54): exact peaks let more tenants in on a DAG's second day, and the
+  completion-time rule, which weighs the queue's share of a collocation at 0.35, bought
+  collocations its own learned model said lose throughput; fed the simulator's truth the rule
+  without it lost to its own cold day one on t1 (1.10x), with it not (0.98x).
+* ``CompletionSettings.min_gain`` (opt-in, ``[carma] min_gain``): on every GPU, prior or learned,
+  instead of the learned floor.
+
+The speeds are the forecast's scoring speeds (cautious where the model is unsure), so an unsure
+gain must clear the floor at the low end of what is likely.  A deep queue asks the same GPUs about
+the same newcomers pass after pass: with the learned forecast the verdicts are kept per facts
+object and newcomer type and activity while the GPU's rows, the forecast (its version and model)
+and the floors stay.
 """
 
 from __future__ import annotations
@@ -44,17 +56,18 @@ class GainFloor:
 
     def refuses(self, policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
         """(the gain, the floor) where the newcomer would raise ``f``'s summed predicted speed by
-        less than the policy's ``min_gain`` (the collocation is refused), else None."""
-        fc, floor = policy.forecast, policy.settings.min_gain
-        if floor is not None and policy.settings.lift_floor_saturated and policy.saturated:
-            return None  # lifted while the cluster is saturated (CompletionSettings.lift_floor_saturated)
-        if floor is None or not isinstance(fc, LearnedForecast):
+        less than the floor on ``f`` (:func:`floor_for`: the collocation is refused), else None."""
+        fc, s = policy.forecast, policy.settings
+        if not has_floor(policy) or not isinstance(fc, LearnedForecast):
             return short(policy, f, new)
+        if floor_for(policy, f.state.spec.name) is None:
+            return None  # lifted, or the learned floor on a model not learned yet: nothing to keep
         by = self._by
+        floors = (s.min_gain, s.learned_floor)
         if not (isinstance(by, tuple) and by[0] is fc and by[1] == fc.version and by[2] is fc.model) or (
-            by[3] != floor or len(self._kept) > 20_000
+            by[3] != floors or len(self._kept) > 20_000
         ):
-            self._kept, self._by = {}, (fc, fc.version, fc.model, floor)
+            self._kept, self._by = {}, (fc, fc.version, fc.model, floors)
         rows = fc.rows_of(f)
         got = self._kept.get(id(f))
         if got is None or got[0] is not f or got[1] is not rows:
@@ -65,17 +78,50 @@ class GainFloor:
         return got[2][at]
 
 
+def has_floor(policy: CompletionTime) -> bool:
+    """Whether a floor may refuse a collocation now: ``min_gain`` is set, or ``learned_floor`` is and
+    the forecast has learned some GPU model (:func:`floor_for` says which GPUs)."""
+    s = policy.settings
+    if s.min_gain is not None:
+        return True
+    if s.learned_floor is None:
+        return False
+    fc = policy.forecast
+    return not isinstance(fc, LearnedForecast) or fc.any_learned()
+
+
+def floor_for(policy: CompletionTime, spec: str) -> float | None:
+    """The floor a collocation on a GPU of model ``spec`` is held to, once run times are known:
+    ``min_gain`` where set, else ``learned_floor`` where the forecast has learned ``spec``'s
+    interference (a forecast that is not the learned one, the bench's truth, knows every model),
+    else None; None as well while lifted (``lift_floor_saturated`` and the cluster saturated)."""
+    s = policy.settings
+    if s.lift_floor_saturated and policy.saturated:
+        return None
+    if s.min_gain is not None:
+        return s.min_gain
+    if s.learned_floor is None:
+        return None
+    fc = policy.forecast
+    if isinstance(fc, LearnedForecast) and not fc.fit_learned(spec):
+        return None
+    return s.learned_floor
+
+
 def short(policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
     """:meth:`GainFloor.refuses`, worked out afresh."""
-    floor, fc = policy.settings.min_gain, policy.forecast
-    if floor is None or not fc.timed() or (policy.settings.lift_floor_saturated and policy.saturated):
+    fc = policy.forecast
+    if not has_floor(policy) or not fc.timed():
+        return None
+    spec = f.state.spec.name
+    floor = floor_for(policy, spec)
+    if floor is None:
         return None
     occ = policy.occupants_of(f)
     if not occ:
         return None
-    spec = f.state.spec.name
     gain = sum(fc.speeds(spec, [*occ, new])) - sum(fc.speeds(spec, occ))
     return None if gain >= floor else (gain, floor)
 
 
-__all__ = ["FLOORED_POLICIES", "GainFloor", "Refusal", "set_floor", "short"]
+__all__ = ["FLOORED_POLICIES", "GainFloor", "Refusal", "floor_for", "has_floor", "set_floor", "short"]

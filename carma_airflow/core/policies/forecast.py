@@ -152,6 +152,7 @@ class LearnedForecast:
         self._prior = unknown_activity(activity).sm_activity
         self._activities: dict[str, float] = {}  # per task type, the last activity a request carried
         self._fits: dict[str, InterferenceFit] = {}
+        self._any_learned: tuple[InterferenceModel, bool] | None = None
         self._known: dict[str, frozenset[str]] = {}  # per GPU model, its fit's known_types()
         self._memo: dict[tuple[object, ...], tuple[float, ...]] = {}
         # per set of occupants (model, and each one's type and activity, in order) the rates of each
@@ -479,6 +480,17 @@ class LearnedForecast:
         if not self.mixed:
             return new
         return _occupant(Occupant, (new.kind, new.activity, self.work_on(new.kind, model), new.ref))
+
+    def fit_learned(self, spec: str) -> bool:
+        """Whether the interference model's fit for GPU model ``spec`` has left the cold prior."""
+        return self._fit(spec).learned
+
+    def any_learned(self) -> bool:
+        """Whether the fit of any GPU model has left the cold prior (kept per model object)."""
+        got = self._any_learned
+        if got is None or got[0] is not self.model:
+            got = self._any_learned = (self.model, any(f.learned for f in self.model.fits.values()))
+        return got[1]
 
     def _fit(self, spec: str) -> InterferenceFit:
         fit = self._fits.get(spec)
