@@ -13,6 +13,7 @@ from carma_airflow.config.settings import parse_duration
 from carma_airflow.core.estimators import OUTGROWN_RUNS, OUTGROWN_TOLERANCE, History, TaskMemoryInfo, outgrown_peaks
 from carma_airflow.core.interference_estimate import DEFAULT_INTERFERENCE_SETTINGS as PRIOR
 from carma_airflow.core.policies import DEFAULT_POLICY, policy_names
+from carma_airflow.core.policies.completion_time import CompletionSettings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -114,3 +115,9 @@ def test_the_tasks_test_warning_is_airflows_behaviour() -> None:
     text = _text("troubleshooting.md")
     assert "## Testing a GPU task locally" in (DOCS / "troubleshooting.md").read_text()
     assert "checkpoint_dir(default=" in text and "airflow tasks test my_dag train 2026-01-01" in text
+
+
+def test_the_learned_floor_is_the_policys() -> None:
+    text = _text("placement.md")
+    assert f"(`CompletionSettings.learned_floor`, default {CompletionSettings().learned_floor}; " in text
+    assert f"under the {CompletionSettings().learned_floor:.2f} a collocation must add: refused" in text
