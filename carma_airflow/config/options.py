@@ -137,6 +137,16 @@ OPTIONS: tuple[Option, ...] = (
         "(docs/placement.md) but costs very deep queues mean JCT and CPU.",
         "0.3",
     ),
+    Option(
+        "learned_floor",
+        "string",
+        "",
+        "Floor once the interference model has learned a GPU model (completion-time policy): sharing a GPU "
+        "of that model must raise its summed predicted speed (solo = 1.0 per task) by at least this much. "
+        "Empty: the policy's own, 0.0 (a collocation predicted to lower what the GPU gets done per second "
+        "is refused; docs/placement.md); off: none. min_gain, where set, applies instead.",
+        "off",
+    ),
     Option("starvation_seconds", "float", "3600", "A task waiting longer than this gets GPUs held for it.", "7200"),
     Option(
         "framework_guards",

@@ -83,6 +83,7 @@ class CarmaSettings:
     checkpoint_keep: bool = False
     telemetry_retention: str = "7d"
     min_gain: str = ""
+    learned_floor: str = ""
     allow_unknown_keys: bool = False
     nvml_detail_every: int = 5
 
@@ -104,6 +105,29 @@ class CarmaSettings:
                 "task) between -1 and 1, e.g. min_gain = 0.3"
             )
         return value
+
+    @property
+    def learned_floor_value(self) -> tuple[bool, float | None]:
+        """``learned_floor`` as (set, the floor): (False, None) empty (the policy's own, 0.0),
+        (True, None) ``off``, else (True, the number)."""
+        text = self.learned_floor.strip().lower()
+        if not text:
+            return False, None
+        if text == "off":
+            return True, None
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(
+                f"[carma] learned_floor = {self.learned_floor!r} is not a number or off; e.g. learned_floor = 0.0 "
+                "(empty: the policy's own)"
+            ) from None
+        if not -1.0 <= value <= 1.0:
+            raise ConfigError(
+                f"[carma] learned_floor = {self.learned_floor!r} is out of range: a gain in summed speed (solo = 1.0 "
+                "per task) between -1 and 1, or off"
+            )
+        return True, value
 
     @property
     def telemetry_retention_s(self) -> float | None:
@@ -192,6 +216,11 @@ class CarmaSettings:
             raise ConfigError(
                 f"[carma] min_gain = {self.min_gain!r} applies to the {' and '.join(FLOORED_POLICIES)} policies; "
                 f"policy = {self.policy} has no floor: remove min_gain or set policy = completion-time"
+            )
+        if self.learned_floor_value[0] and policy.name != "completion-time":
+            raise ConfigError(
+                f"[carma] learned_floor = {self.learned_floor!r} applies to the completion-time policy; "
+                f"policy = {self.policy} has none: remove learned_floor or set policy = completion-time"
             )
         make_queue(self.queue)
         make_estimator(self.estimator)

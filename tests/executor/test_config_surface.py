@@ -130,3 +130,24 @@ def test_min_gain_sets_the_floor_of_the_policies_that_have_one(tmp_path: Path) -
         settings(min_gain="1.5")
     with pytest.raises(ConfigError, match=r"policy = most-free-memory has no floor: remove min_gain or set"):
         settings(policy="most-free-memory", min_gain="0.3")
+
+
+def test_learned_floor_sets_or_switches_off_the_floor_on_learned_gpu_models(tmp_path: Path) -> None:
+    from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
+    from carma_airflow.executor.flow import configured_policy
+
+    def policy(**values: str) -> CompletionTime:
+        got = configured_policy(CarmaSettings.load(values.get, str(tmp_path)))
+        assert isinstance(got, CompletionTime)
+        return got
+
+    assert policy().settings.learned_floor == CompletionSettings().learned_floor == 0.0  # the policy's own
+    assert policy(learned_floor=" OFF ").settings.learned_floor is None
+    assert policy(learned_floor="0.2").settings.learned_floor == 0.2
+    assert policy(learned_floor="0.2").settings.min_gain is None  # the other floor untouched
+    with pytest.raises(ConfigError, match=r"learned_floor = 'some' is not a number or off; e\.g\. learned_floor"):
+        policy(learned_floor="some")
+    with pytest.raises(ConfigError, match=r"learned_floor = '-3' is out of range"):
+        policy(learned_floor="-3")
+    with pytest.raises(ConfigError, match=r"learned_floor = 'off' applies to the completion-time policy; policy ="):
+        policy(policy="predictive", learned_floor="off")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -154,13 +154,16 @@ def recovery_settings(settings: CarmaSettings, max_request_mib: int | None) -> R
 
 
 def configured_policy(settings: CarmaSettings) -> Policy:
-    """The ``[carma]`` policy with what its options set: the tenant cap and the floor."""
+    """The ``[carma]`` policy with what its options set: the tenant cap and the floors."""
     policy = make_policy(settings.policy)
     if isinstance(policy, (InterferenceAware, CompletionTime, Predictive)):  # the policies that cap tenants
         policy.max_tenants = settings.max_tenants
     floor = settings.min_gain_value  # validated: set only for a policy with a floor
     if floor is not None:
         set_floor(policy, floor)
+    learned_set, learned = settings.learned_floor_value  # validated: set only for completion-time
+    if learned_set and isinstance(policy, CompletionTime):
+        policy.settings = replace(policy.settings, learned_floor=learned)
     return policy
 
 
