@@ -145,9 +145,19 @@ def test_learned_floor_sets_or_switches_off_the_floor_on_learned_gpu_models(tmp_
     assert policy(learned_floor=" OFF ").settings.learned_floor is None
     assert policy(learned_floor="0.2").settings.learned_floor == 0.2
     assert policy(learned_floor="0.2").settings.min_gain is None  # the other floor untouched
-    with pytest.raises(ConfigError, match=r"learned_floor = 'some' is not a number or off; e\.g\. learned_floor"):
-        policy(learned_floor="some")
-    with pytest.raises(ConfigError, match=r"learned_floor = '-3' is out of range"):
-        policy(learned_floor="-3")
-    with pytest.raises(ConfigError, match=r"learned_floor = 'off' applies to the completion-time policy; policy ="):
-        policy(policy="predictive", learned_floor="off")
+
+
+@pytest.mark.parametrize(
+    ("values", "says"),
+    [
+        ({"learned_floor": "some"}, r"learned_floor = 'some' is not a number or off; e\.g\. learned_floor"),
+        ({"learned_floor": "-3"}, r"learned_floor = '-3' is out of range"),
+        (
+            {"policy": "predictive", "learned_floor": "off"},
+            r"learned_floor = 'off' applies to the completion-time policy; policy =",
+        ),
+    ],
+)
+def test_a_bad_learned_floor_says_what_to_fix(tmp_path: Path, values: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        CarmaSettings.load(values.get, str(tmp_path))
