@@ -71,6 +71,17 @@ class SimConfig:
     # completion-time's options priced with this run's track record of how the tries' chosen options
     # completed against their predictions (core/track_record.py; opt-in, as in the executor)
     track_record: bool = False
+    # completion-time's floor on GPU models the interference model has learned
+    # (CompletionSettings.learned_floor): None, the policy's own (0.0); "off", none (the rule before
+    # round 54); a number (``bench/learning.py --knobs learned_floor=off`` runs the rule without it)
+    learned_floor: float | str | None = None
+
+    def __post_init__(self) -> None:
+        lf = self.learned_floor
+        if isinstance(lf, str) and lf.strip().lower() != "off":
+            raise ValueError(f"SimConfig.learned_floor must be None, off or a number between -1 and 1, got {lf!r}")
+        if isinstance(lf, (int, float)) and not -1.0 <= lf <= 1.0:
+            raise ValueError(f"SimConfig.learned_floor must be None, off or a number between -1 and 1, got {lf!r}")
 
     def built_policy(self) -> Policy:
         """The policy this run replays, with its knobs (the predictive policy's, the floor)."""
@@ -81,6 +92,9 @@ class SimConfig:
             set_floor(policy, self.min_gain)
         if self.track_record and isinstance(policy, CompletionTime):
             policy.settings = replace(policy.settings, track_record=True)
+        lf = self.learned_floor
+        if lf is not None and isinstance(policy, CompletionTime):
+            policy.settings = replace(policy.settings, learned_floor=None if isinstance(lf, str) else float(lf))
         return policy
 
     def bounded_recovery(self) -> RecoverySettings:
