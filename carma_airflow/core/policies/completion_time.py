@@ -55,13 +55,13 @@ done in 1.3 h; co-tenants +0.4 h; cost 2.1 h (chose waiting at 1.6 h)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from carma_airflow.core.activity import DEFAULT_ACTIVITY_SETTINGS, ActivitySettings
 from carma_airflow.core.gpu_sets import paced
 from carma_airflow.core.interference import InterferenceModel
 from carma_airflow.core.policies.base import GpuFacts, Policy
-from carma_airflow.core.policies.floor import GainFloor, has_floor
+from carma_airflow.core.policies.floor import GainFloor, floor_cheapest, has_floor
 from carma_airflow.core.policies.forecast import Forecast, LearnedForecast, Occupant, finish_times
 from carma_airflow.core.policies.predictive import task_type
 from carma_airflow.core.policies.priced import Choice, Option
@@ -459,7 +459,7 @@ class CompletionTime(Policy):
         return (done + delay) * self.factors()[1], longer
 
     def has_floor(self) -> bool:
-        """Whether a floor is set (``min_gain`` or ``learned_floor``; :mod:`.floor`)."""
+        """Whether a floor may refuse a collocation now (:func:`.floor.has_floor`)."""
         return has_floor(self)
 
     def floor_refuses(self, f: GpuFacts, new: Occupant) -> tuple[float, float] | None:
@@ -497,7 +497,7 @@ class CompletionTime(Policy):
                     Option((f,), (done + delay) * fs + q, done, delay, slow, queue=q, taken=longer, factor=fs)
                 )
                 heres.append(here)
-            self._floor_cheapest(options, heres)
+            floor_cheapest(self, options, heres)
         else:
             hosts: dict[str, list[GpuFacts]] = {}
             for f in candidates:
@@ -538,34 +538,6 @@ class CompletionTime(Policy):
             if len(kept) > PLACED_KEPT:  # tries withdrawn or never ended: the oldest go
                 del kept[next(iter(kept))]
         return Choice(best, tuple(options), timed)
-
-    def _floor_cheapest(self, options: list[Option], heres: Sequence[Occupant]) -> None:
-        """The floor (:mod:`.floor`) asked of one-GPU ``options`` (each newcomer in ``heres``) in the
-        order :meth:`choose` picks them, cheapest first, until one clears it; each refused is
-        replaced by its refusal.  Only the cheapest that clears the floor can be chosen, so the
-        decision is the one asking every option would make, with a floor's predictions for about
-        one GPU a decision instead of every candidate's; the dearer options' texts give their
-        costs.  With a ``tolerance`` every option is asked (a dearer one may be chosen)."""
-        if not self.has_floor():
-            return
-        inf = float("inf")
-        if self.settings.tolerance > 0:
-            for k, (o, here) in enumerate(zip(options, heres, strict=True)):
-                short = self.floor_refuses(o.gpus[0], here)
-                if short is not None:
-                    options[k] = replace(o, cost=inf, short=short)
-            return
-        while True:
-            k, best = -1, inf
-            for i, o in enumerate(options):  # the first of the cheapest, as min() picks it
-                if o.cost < best:
-                    k, best = i, o.cost
-            if k < 0:
-                return
-            short = self.floor_refuses(options[k].gpus[0], heres[k])
-            if short is None:
-                return
-            options[k] = replace(options[k], cost=inf, short=short)
 
     def _set_option(
         self,

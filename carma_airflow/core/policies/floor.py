@@ -23,6 +23,7 @@ and the floors stay.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ from carma_airflow.core.policies.forecast import LearnedForecast, Occupant
 
 if TYPE_CHECKING:
     from carma_airflow.core.policies.completion_time import CompletionTime
+    from carma_airflow.core.policies.priced import Option
 
 Refusal = tuple[float, float] | None  # (the gain, the floor) of a refused collocation; None: not refused
 FLOORED_POLICIES = ("completion-time", "predictive")  # the policies with a ``min_gain`` floor
@@ -108,10 +110,39 @@ def floor_for(policy: CompletionTime, spec: str) -> float | None:
     return s.learned_floor
 
 
+def floor_cheapest(policy: CompletionTime, options: list[Option], heres: Sequence[Occupant]) -> None:
+    """The floor asked of one-GPU ``options`` (each newcomer in ``heres``) in the order
+    :meth:`CompletionTime.choose` picks them, cheapest first, until one clears it; each refused is
+    replaced by its refusal.  Only the cheapest that clears the floor can be chosen, so the decision
+    is the one asking every option would make, with a floor's predictions for about one GPU a
+    decision instead of every candidate's; the dearer options' texts give their costs.  With a
+    ``tolerance`` every option is asked (a dearer one may be chosen)."""
+    if not has_floor(policy):
+        return
+    inf = float("inf")
+    if policy.settings.tolerance > 0:
+        for k, (o, here) in enumerate(zip(options, heres, strict=True)):
+            refused = policy.floor_refuses(o.gpus[0], here)
+            if refused is not None:
+                options[k] = replace(o, cost=inf, short=refused)
+        return
+    while True:
+        k, best = -1, inf
+        for i, o in enumerate(options):  # the first of the cheapest, as min() picks it
+            if o.cost < best:
+                k, best = i, o.cost
+        if k < 0:
+            return
+        refused = policy.floor_refuses(options[k].gpus[0], heres[k])
+        if refused is None:
+            return
+        options[k] = replace(options[k], cost=inf, short=refused)
+
+
 def short(policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
     """:meth:`GainFloor.refuses`, worked out afresh."""
     fc = policy.forecast
-    if not has_floor(policy) or not fc.timed():
+    if not fc.timed():
         return None
     spec = f.state.spec.name
     floor = floor_for(policy, spec)
@@ -124,4 +155,4 @@ def short(policy: CompletionTime, f: GpuFacts, new: Occupant) -> Refusal:
     return None if gain >= floor else (gain, floor)
 
 
-__all__ = ["FLOORED_POLICIES", "GainFloor", "Refusal", "floor_for", "has_floor", "set_floor", "short"]
+__all__ = ["FLOORED_POLICIES", "GainFloor", "Refusal", "floor_cheapest", "floor_for", "has_floor", "set_floor", "short"]
