@@ -47,16 +47,17 @@ KEPT = 4096  # kept waits at most (then forgotten, all at once)
 
 @dataclass(slots=True)
 class _Scan:
-    """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played
-    and not claimed since, by id and by uuid, with their totals as a heap of (drain plus the
-    try's run there, or the drain; place in the walk; facts; drain) (claimed ones leave it when
-    they come up), and the last entry of the order it looked at (None: none)."""
+    """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played,
+    not claimed or placed on since, by id and by uuid, with their totals as a heap of (drain plus
+    the try's run there, or the drain; the entry's time and place, which order the walk; facts;
+    drain) (those no longer played leave it when they come up), the last entry of the order it
+    looked at (None: none), and how many of the pass's placements it has replayed."""
 
     seen: dict[int, GpuFacts] = field(default_factory=dict)
     by_uuid: dict[str, GpuFacts] = field(default_factory=dict)
-    ranked: list[tuple[float, int, GpuFacts, float]] = field(default_factory=list)
+    ranked: list[tuple[float, float, int, GpuFacts, float]] = field(default_factory=list)
     last: tuple[float, int] | None = None
-    played: int = 0  # GPUs played (their places in the walk)
+    replayed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ class DrainPass(Pools):
     _order_of: dict[str, Drain]
     _applied: set[str]
     _scans: dict[tuple[object, ...], _Scan]
+    _placed_on: list[str]
 
     def _ever(self, request: TaskRequest) -> tuple[Ever, Hashable]:
         """Whether a GPU could ever take ``request`` as the policy's per-try filters that the try
@@ -271,31 +273,40 @@ class DrainPass(Pools):
     ) -> tuple[float, float, GpuFacts | None, dict[int, GpuFacts]]:
         """(soonest total, its drain, its GPU, the GPUs looked at) of a one-GPU request: the usable
         GPU whose drain (plus, with ``run``, the try's run on its model) ends soonest, walking the
-        drain order while its bound (plus the try's fastest run) beats the soonest found.  Resumed
-        after a claim (the next waiting try of this shape asks again): the GPUs it played then,
-        less the claimed ones, keep their drains and places, so the walk goes on where it stopped
-        (a claim only takes GPUs out of the order, and the soonest total without them is no sooner,
-        so the walk afresh would look at the same GPUs up to there).  A placement changes the
-        order: its walks start afresh (:meth:`apply`)."""
+        drain order while its bound (plus the try's fastest run) beats the soonest found.
+
+        Resumed when the next waiting try of this shape asks: the GPUs it played keep their drains
+        and places, less those claimed since (a claim only takes GPUs out of the order) and those
+        placed on since, and the walk goes on where it stopped.  A GPU placed on has new facts and
+        a new entry, no earlier where it had tenants (a tenant more drains no sooner), anywhere
+        where it was idle: where the entry is at or before the walk's last, the walk plays it now
+        (:meth:`_replay`), as walking afresh would have come to it; later ones the walk meets as it
+        goes on.  So the GPUs played up to the last entry are those a walk afresh plays, and the
+        soonest total among them, the first in the order of equal ones, is the same; a walk afresh
+        could stop sooner (a new entry early with a short drain), and what it looked at is then a
+        part of what the resumed walk returns."""
         chooser = self.chooser
         assert chooser is not None
         now, claimed, drained = chooser.now, self._claimed, chooser.drained
         fastest = 0.0 if run is None else min(run(m) for m in self._models())
         order = self._drain_order()
         scan = self._scans.get(key)
+        placed_on = self._placed_on
         if scan is None:
-            scan = self._scans[key] = _Scan()
+            scan = self._scans[key] = _Scan(replayed=len(placed_on))
             start = 0
         else:
             seen, by_uuid = scan.seen, scan.by_uuid
             for uuid in by_uuid.keys() & claimed:  # claimed since: out of what it played
                 del seen[id(by_uuid.pop(uuid))]
+            if scan.replayed < len(placed_on):
+                self._replay(scan, need, wanted, reserved, run)
             start = 0 if scan.last is None else bisect.bisect_right(order, scan.last, key=itemgetter(0, 1))
         seen, by_uuid, ranked = scan.seen, scan.by_uuid, scan.ranked
-        while ranked and ranked[0][2].state.uuid in claimed:
+        while ranked and by_uuid.get(ranked[0][3].state.uuid) is not ranked[0][3]:  # claimed or placed on since
             heapq.heappop(ranked)
-        # the soonest total played, the first played of equal ones (places in the walk are unique)
-        best, drain_at, where = (ranked[0][0], ranked[0][3], ranked[0][2]) if ranked else (float("inf"), 0.0, None)
+        # the soonest total played, the first in the order of equal ones (places are unique)
+        best, drain_at, where = (ranked[0][0], ranked[0][4], ranked[0][3]) if ranked else (float("inf"), 0.0, None)
         order_of, k = self._order_of, start
         while k < len(order):
             at, place, f, made = order[k]
@@ -319,13 +330,42 @@ class DrainPass(Pools):
             by_uuid[st.uuid] = f
             drain = drained(f)
             total = drain if run is None else drain + run(st.spec.name)
-            scan.played += 1
-            heapq.heappush(ranked, (total, scan.played, f, drain))
+            heapq.heappush(ranked, (total, at, place, f, drain))
             if total < best:
                 best, drain_at, where = total, drain, f
         if where is None:
             drain_at = float("inf")
         return best, drain_at, where, dict(seen)
+
+    def _replay(
+        self, scan: _Scan, need: int, wanted: Ever, reserved: frozenset[str], run: Callable[[str], float] | None
+    ) -> None:
+        """Bring a resumed walk up to date with the GPUs placed on since it last walked: each out of
+        what it played, and played again where its entry now lies at or before the walk's last (a
+        loose entry settled first, as the walk would have)."""
+        chooser = self.chooser
+        assert chooser is not None
+        placed_on, seen, by_uuid, last = self._placed_on, scan.seen, scan.by_uuid, scan.last
+        fresh = dict.fromkeys(placed_on[scan.replayed :])  # in turn: a pass decides the same each run
+        scan.replayed = len(placed_on)
+        order, order_of = self._order or [], self._order_of
+        for uuid in fresh:
+            if (old := by_uuid.pop(uuid, None)) is not None:
+                del seen[id(old)]
+            e = order_of.get(uuid)
+            if e is None or last is None or (e[0], e[1]) > last or not self._usable(e[2], need, wanted, reserved):
+                continue
+            if e[3] is not None:  # a loose bound: to its place first, which may be past the walk's last
+                settle(order, order_of, bisect.bisect_left(order, (e[0], e[1]), key=itemgetter(0, 1)), chooser)
+                e = order_of[uuid]
+                if (e[0], e[1]) > last:
+                    continue
+            at, place, f, _ = e
+            drain = chooser.drained(f)
+            total = drain if run is None else drain + run(f.state.spec.name)
+            seen[id(f)] = f
+            by_uuid[uuid] = f
+            heapq.heappush(scan.ranked, (total, at, place, f, drain))
 
     def _drain_order(self) -> list[Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):

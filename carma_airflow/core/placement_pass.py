@@ -71,7 +71,8 @@ class PlacementPass(DrainPass):
         self.chooser = self.pol.pricer()
         self.kept = kept if self.chooser is not None else None
         self._drains = {}
-        self._scans = {}  # one-GPU drain walks, resumed after a claim (placement_drains)
+        self._scans = {}  # one-GPU drain walks, resumed after a claim or a placement (placement_drains)
+        self._placed_on: list[str] = []  # the GPUs placed on in this pass, in turn (the walks replay them)
         self._claimed: set[str] = set()  # GPUs an earlier try of this pass waits to drain
         self._queued: dict[str, float] = {}  # per GPU claimed with a run, when the next could start there
         self._queue_heads: dict[str, list[tuple[float, str]]] = {}  # the same per model, soonest first
@@ -450,7 +451,6 @@ class PlacementPass(DrainPass):
         chosen = []
         index = self._idle_index
         self._drains = {}
-        self._scans = {}
         for uuid in decision.gpu_uuids:
             old = self.by_uuid[uuid]
             if index is not None:
@@ -472,6 +472,7 @@ class PlacementPass(DrainPass):
             self._place_in_pool(f)
             if self.chooser is not None:
                 self._applied.add(uuid)  # placed in the drain order again when a decision asks for it
+                self._placed_on.append(uuid)  # and played again by the drain walks that passed it
                 if uuid in self._queued:  # tries of the pass wait for it: they start after its new drain
                     self._requeue(f)
         self.pol.rotate(chosen, len(self.facts))

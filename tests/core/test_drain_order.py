@@ -1,7 +1,9 @@
 """The drain order's loose bounds (core/drain_order.py): a pass whose drain order starts from
 bounds that predict no speed decides exactly as one whose every bound is worked out at once, over
 several passes with time moving on, tries ending, model hand-overs and the floor; and a loose
-bound is never more than the bound it stands for."""
+bound is never more than the bound it stands for.  Likewise a pass whose one-GPU drain walks are
+resumed across its placements (core/placement_drains.py, ``_replay``) decides as one whose walks
+all start afresh after each placement."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from test_deep_queue_paths import _gpus, _request, assert_same_pass
 from carma_airflow.core import Backfill, Placer, SchedulingCycle
 from carma_airflow.core.drain_order import Drain, settle
 from carma_airflow.core.interference import InterferenceModel
+from carma_airflow.core.placement_drains import DrainPass
+from carma_airflow.core.placement_pass import PlacementPass
 from carma_airflow.core.policies.base import GpuFacts
 from carma_airflow.core.policies.completion_time import CompletionSettings, CompletionTime
 from carma_airflow.core.policies.forecast import LearnedForecast
@@ -58,16 +62,29 @@ def _kept(cycle: SchedulingCycle) -> tuple[object, ...]:
     return kept.reused, kept.refused, waits
 
 
-def _compare(seed: int, floor: float | None, quiet: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, int]:
+def _compare(
+    seed: int, floor: float | None, quiet: bool, monkeypatch: pytest.MonkeyPatch, afresh: bool = False
+) -> tuple[int, int, int]:
     """Two cycles over the same tries and GPUs, one with loose bounds and one with every bound
     worked out at once, that must decide alike pass by pass; (loose entries left, waits priced,
     kept waits reused) summed over the passes.  ``quiet``: after two passes' arrivals, passes
-    without reasons a few seconds apart and few tries ending (waits are kept from pass to pass)."""
+    without reasons a few seconds apart and few tries ending (waits are kept from pass to pass).
+    ``afresh``: the reference is instead one whose drain walks start afresh after each placement."""
     rng = random.Random(seed * 13 + (floor is None))
     runs = [rng.uniform(60.0, 4_000.0) for _ in range(KINDS)]
     lazy, eager = _cycle(runs, floor), _cycle(runs, floor)
     every = _policy(eager)
-    monkeypatch.setattr(every, "quick_bound", lambda f: (every.bound(f), True))  # no loose bound
+    if afresh:
+        apply = PlacementPass.apply
+
+        def apply_afresh(self: PlacementPass, *args: object) -> None:
+            apply(self, *args)  # type: ignore[arg-type]
+            if eager.placer.policy is self.pol:
+                self._scans = {}  # the reference's walks: afresh after each placement
+
+        monkeypatch.setattr(PlacementPass, "apply", apply_afresh)
+    else:
+        monkeypatch.setattr(every, "quick_bound", lambda f: (every.bound(f), True))  # no loose bound
     monitor = _gpus(rng, rng.randint(8, 24))
     now, k, loose, waited, reused = 1_000.0, 0, 0, 0, 0
     for step in range(14):
@@ -86,7 +103,7 @@ def _compare(seed: int, floor: float | None, quiet: bool, monkeypatch: pytest.Mo
         assert_same_pass(a, b)
         assert _kept(lazy) == _kept(eager)  # the same waits kept, resting on the same GPUs looked at
         loose += _loose(lazy)
-        assert _loose(eager) == 0
+        assert afresh or _loose(eager) == 0
         waited += sum(1 for d in a.waiting.values() if "waiting for" in d.summary)
         running = sorted(r.key for r in lazy.reservations)
         for key in rng.sample(running, k=min(len(running), rng.randint(0, 1 if quiet else 5))):
@@ -111,6 +128,39 @@ def test_waits_kept_over_a_loose_order_hold_as_over_one_bounded_at_once(monkeypa
     # a kept wait holds while no GPU it did not look at could drain first: the order's prefix
     reused = sum(_compare(seed, floor, True, monkeypatch)[2] for seed in range(8) for floor in (None, 0.3))
     assert reused > 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("floor", [None, 0.3])
+def test_drain_walks_resumed_across_placements_decide_as_walks_afresh(
+    seed: int, floor: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    replay, played = DrainPass._replay, []
+
+    def counted(self: DrainPass, scan: object, *args: object) -> None:
+        before = len(scan.by_uuid)  # type: ignore[attr-defined]
+        replay(self, scan, *args)  # type: ignore[arg-type]
+        played.append(len(scan.by_uuid) - before)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(DrainPass, "_replay", counted)
+    _, waited, _ = _compare(seed, floor, False, monkeypatch, afresh=True)
+    assert waited > 0  # waiting was priced: walks were resumed
+    assert played  # some walk was resumed after a placement
+
+
+def test_some_resumed_walk_plays_a_gpu_placed_on_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # across the seeds above, a walk took a GPU placed on back into what it played (not only out)
+    replay, again = DrainPass._replay, list[str]()
+
+    def counted(self: DrainPass, scan: object, need: int, *args: object) -> None:
+        fresh = self._placed_on[scan.replayed :]  # type: ignore[attr-defined]
+        replay(self, scan, need, *args)  # type: ignore[arg-type]
+        again.extend(u for u in fresh if u in scan.by_uuid)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(DrainPass, "_replay", counted)
+    for seed in range(8):
+        _compare(seed, None, False, monkeypatch, afresh=True)
+    assert again
 
 
 def test_a_loose_bound_is_at_most_the_bound() -> None:

@@ -169,6 +169,10 @@ class LearnedForecast:
         # monitor state moves gets new facts on every pass, its rows do not change; kept with what
         # they were worked out from (:meth:`_stamp`), so they are what working them out again gives
         self._by_tenants: dict[int, tuple[tuple[Tenant, ...], str, tuple[object, ...], _Rows, Sequence[float]]] = {}
+        # the bare rows (:meth:`_bare_rows`) by tenants likewise, which no interference model moves:
+        # kept across a model's hand-over, where every GPU's speeds are predicted afresh
+        self._bare_by_tenants: dict[int, tuple[tuple[Tenant, ...], str, tuple[object, ...], _Rows]] = {}
+        self._works_moved = 0  # times a run time moved what :meth:`work_on` gives (the bare rows' work)
         self._activity_changes = 0  # times a request's activity moved ``_activities``
         self.version = 0  # moves when what the forecasts rest on moves (the model, an expectation)
         # a mixed fleet (several GPU models): solo run times per task type and model, and the
@@ -212,6 +216,7 @@ class LearnedForecast:
             self._rows = {}
             self._on = {}
             self._books = {}
+            self._works_moved += 1
             self.version += 1
 
     def learn_bound(self, kind: str, seconds: float, model: str | None = None, estimate: float | None = None) -> None:
@@ -236,6 +241,7 @@ class LearnedForecast:
         if moved:
             self._rows = {}
             self._on = {}
+            self._works_moved += 1
             self.version += 1
 
     @property
@@ -252,6 +258,7 @@ class LearnedForecast:
             self.durations.calibrating = not self.mixed  # a mixed fleet's errors are taken per model
             if was or self.mixed:  # one model: nothing priced per model, nothing to forget
                 self._rows, self._on, self._by_tenants, self._books = {}, {}, {}, {}
+                self._works_moved += 1
                 self.version += 1
 
     def work_on(self, kind: str, model: str) -> float:
@@ -328,7 +335,7 @@ class LearnedForecast:
         """What rows are worked out from besides the GPU's tenants and model (the interference model
         forgets them all): the run times (and how they are pooled) and the activities of types."""
         durations = self.durations
-        return (durations, durations.changes, durations.pooled, self._activity_changes)
+        return (durations, durations.changes, durations.pooled, self._activity_changes, self._works_moved)
 
     def _kept_rows(self, facts: GpuFacts) -> tuple[_Rows, Sequence[float]] | None:
         """The GPU's rows and speeds where they are kept (for these facts, or for these tenants
@@ -353,7 +360,7 @@ class LearnedForecast:
         got = self._kept_rows(facts)
         if got is not None:
             return got
-        rows = self._bare_rows(facts)
+        rows = list(self._bare_kept(facts))  # a list of its own: plans are kept by it with these speeds
         occupants = [_occupant(Occupant, (k, a, w, None)) for k, a, w, _ in rows]
         sp = self.speeds(facts.state.spec.name, occupants) if rows else ()
         self._keep_rows(facts, rows, sp)
@@ -363,6 +370,21 @@ class LearnedForecast:
                 self._by_tenants = {}
             self._by_tenants[id(tenants)] = (tenants, spec, stamp, rows, sp)  # the tuple kept alive
         return rows, sp
+
+    def _bare_kept(self, facts: GpuFacts) -> _Rows:
+        """:meth:`_bare_rows`, kept by tenants for a GPU without tries joined in the pass (the same
+        list while its tenants and what rows are worked out from stay: :meth:`_stamp`)."""
+        if facts.joined is not None:
+            return self._bare_rows(facts)
+        tenants, spec, stamp = facts.state.tenants, facts.state.spec.name, self._stamp()
+        kept = self._bare_by_tenants.get(id(tenants))
+        if kept is not None and kept[0] is tenants and kept[1] == spec and kept[2] == stamp:
+            return kept[3]
+        rows = self._bare_rows(facts)
+        if len(self._bare_by_tenants) > 20_000:
+            self._bare_by_tenants = {}
+        self._bare_by_tenants[id(tenants)] = (tenants, spec, stamp, rows)  # the tuple kept alive
+        return rows
 
     def _bare_rows(self, facts: GpuFacts) -> _Rows:
         """The GPU's occupants' rows (type, activity, expected work on its model, placed at), no speeds."""
@@ -443,7 +465,7 @@ class LearnedForecast:
         all of it, at least as much)."""
         if not self.timed() or self._kept_rows(facts) is not None:
             return self.longest_left(facts, now), True
-        rows = self._bare_rows(facts)
+        rows = self._bare_kept(facts)
         return max(
             (max(w - (0.0 if p is None else max(0.0, now - p)), MIN_LEFT * w) for _, _, w, p in rows), default=0.0
         ), False
