@@ -63,7 +63,12 @@ def _kept(cycle: SchedulingCycle) -> tuple[object, ...]:
 
 
 def _compare(
-    seed: int, floor: float | None, quiet: bool, monkeypatch: pytest.MonkeyPatch, afresh: bool = False
+    seed: int,
+    floor: float | None,
+    quiet: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    afresh: bool = False,
+    readings: bool = False,
 ) -> tuple[int, int, int]:
     """Two cycles over the same tries and GPUs, one with loose bounds and one with every bound
     worked out at once, that must decide alike pass by pass; (loose entries left, waits priced,
@@ -98,6 +103,8 @@ def _compare(
             for c in (lazy, eager):
                 _policy(c).use_model(InterferenceModel())
         explain = not quiet and rng.random() < 0.5
+        if readings:  # a monitor's new reading: every GPU a new state, its tenants the ledger's
+            monitor = [replace(g) for g in monitor]
         a = lazy.run(now, monitor, waiting_decisions=explain)
         b = eager.run(now, monitor, waiting_decisions=explain)
         assert_same_pass(a, b)
@@ -116,10 +123,11 @@ def _compare(
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("floor", [None, 0.3])
+@pytest.mark.parametrize("readings", [False, True])
 def test_a_pass_from_loose_bounds_decides_as_one_with_every_bound_at_once(
-    seed: int, floor: float | None, monkeypatch: pytest.MonkeyPatch
+    seed: int, floor: float | None, readings: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loose, waited, _ = _compare(seed, floor, False, monkeypatch)
+    loose, waited, _ = _compare(seed, floor, False, monkeypatch, readings=readings)
     assert waited > 0  # waiting was priced: the drain order was walked
     assert loose > 0  # and some GPU was never bounded: its speeds never predicted
 
