@@ -445,6 +445,10 @@ class LearnedForecast:
         """``max(o.work for o in self.occupants(facts, now))`` (0.0 without any), without building
         them: the drain order bounds every GPU with tenants by it, each pass."""
         rows, sp = self._rows_of(facts)
+        return self._longest(rows, sp, now)
+
+    def _longest(self, rows: _Rows, sp: Sequence[float], now: float) -> float:
+        """:meth:`longest_left` of a GPU's rows and speeds."""
         if not rows:
             return 0.0
         if not self.timed():
@@ -463,8 +467,11 @@ class LearnedForecast:
         at solo speed since it started (no faster is predicted), and at least ``MIN_LEFT`` of its
         expectation (no row's work left is less; past it a row counts ``MIN_LEFT`` of its age or
         all of it, at least as much)."""
-        if not self.timed() or self._kept_rows(facts) is not None:
+        if not self.timed():
             return self.longest_left(facts, now), True
+        kept = self._kept_rows(facts)
+        if kept is not None:
+            return self._longest(kept[0], kept[1], now), True
         rows = self._bare_kept(facts)
         return max(
             (max(w - (0.0 if p is None else max(0.0, now - p)), MIN_LEFT * w) for _, _, w, p in rows), default=0.0
