@@ -63,6 +63,12 @@ from carma_airflow.core.interference_form import (
 )
 from carma_airflow.core.task_terms import TaskTerms, Term, fit_terms
 
+# a prediction's range of log speed is held within +-this about the point: a fit on wild tries
+# (residuals of log speed scattered by 20 and more: a try timed against another model's run, a
+# stall) widens its quantiles past what ``math.exp`` can take (about 709), which raised in the
+# placement pass; e**20 (about 5e8) either way already says the speed is not known
+MAX_LOG_RANGE = 20.0
+
 
 class SpeedPrediction(NamedTuple):
     """A predicted speed relative to solo (1.0 = as fast as alone), with a plausible range.  A
@@ -190,6 +196,7 @@ class InterferenceFit:
         multiplier, variance = self.terms.multiplier(task, co_tasks, co_tenants)
         point = math.exp(-log_saturation(own, contention, scale) - g * multiplier)
         lo, hi, confidence = self.terms.interval(g, multiplier, variance, s.interval_level, task, co_tasks, co_tenants)
+        lo, hi = max(lo, -MAX_LOG_RANGE), min(hi, MAX_LOG_RANGE)
         # of a try: noise too.  The range holds the point: residuals all of one sign (a fit on alike
         # tries that all ran faster than it says) would put it beside the point, and the caution
         # rule, which pulls a speed toward the low end, would then make the speed faster
