@@ -117,7 +117,9 @@ class Knowledge:
     rng: random.Random = field(init=False)
     _samples: dict[str, list[ActivitySample]] = field(default_factory=dict)
     _traits: dict[str, TaskTraits] = field(default_factory=dict)
-    _solo_runs: dict[str, list[float]] = field(default_factory=dict)
+    # per (task type, GPU model): its runs alone there, the baseline of a whole shared try there
+    # (another model's runs would put the pair's speed ratio into the interference fit)
+    _solo_runs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     _pending: dict[str, list[CollocationObservation]] = field(default_factory=dict)
     # shared segments whose own or co-tenants' activities were not known yet when the try ended:
     # kept and turned into observations once they are (:meth:`_resolve`), across days too
@@ -300,8 +302,8 @@ class Knowledge:
         yet), so a day of work left the fit at its prior and day two packed by it."""
         alone = sum(s.seconds for s in segments if not s.with_types)
         if alone >= duration - 1e-9:
-            self._grew = self._grew or task.name not in self._solo_runs
-            self._solo_runs.setdefault(task.name, []).append(duration)
+            self._grew = self._grew or (task.name, gpu_model) not in self._solo_runs
+            self._solo_runs.setdefault((task.name, gpu_model), []).append(duration)
             return
         if not self.learn_interference or duration <= 0:
             return
@@ -350,7 +352,7 @@ class Knowledge:
             return CollocationObservation.steady(
                 raw.stretch, own.sm_activity, acts, task=raw.task, co_tasks=raw.co_types
             )
-        solo = self._solo_runs.get(raw.task)
+        solo = self._solo_runs.get((raw.task, raw.gpu_model))
         if not solo:
             return None
         parts = []

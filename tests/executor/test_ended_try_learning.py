@@ -199,3 +199,26 @@ def test_a_start_hands_the_policy_each_solo_run_with_its_gpu_model(tmp_path: Pat
     assert fast.seconds == pytest.approx(31.0, rel=0.05)
     assert slow.seconds == pytest.approx(120.0, rel=0.05)
     assert learned.take_new_solos() == []  # handed once
+
+
+def test_a_whole_try_on_a_mixed_fleet_is_timed_against_its_runs_alone_on_the_same_model() -> None:
+    # the victim ran alone on an H100 in 100 s and on an L4 in 400 s; a try that shared an L4 for
+    # 600 s ran 1.5x slower than alone there, not 6x (its H100 runs are another model's pace)
+    learned = _learned_with_baselines()
+    learned.add_solo("dag", "victim", 100.0, "H100-80GB")
+    learned.add_solo("dag", "victim", 400.0, "L4")
+    seen = Seen(ActivitySample(0.41, "process"), False, (Segment(1.0, (0.7,), ("dag.heavy",)),), ("dag.heavy",))
+    learn_from_success(learned, running_try("victim", 0.0), seen, 600.0, "L4")
+    (obs,) = learned.model.fit_for("L4").observations
+    assert obs.stretch == 1.5
+
+
+def test_a_whole_try_on_a_model_its_task_never_ran_alone_on_teaches_no_stretch() -> None:
+    learned = Learned()
+    learned.add_activity("dag", "victim", ActivitySample(0.4, "process"))
+    learned.add_solo("dag", "victim", 100.0, "H100-80GB")  # alone only on the H100
+    seen = Seen(ActivitySample(0.41, "process"), False, (Segment(1.0, (0.7,), ("dag.heavy",)),), ("dag.heavy",))
+    learn_from_success(learned, running_try("victim", 0.0), seen, 600.0, "L4")
+    assert not learned.model.fit_for("L4").observations  # no baseline there: nothing of interference
+    learn_from_success(learned, running_try("victim", 0.0), seen, 150.0, "H100-80GB")
+    assert [o.stretch for o in learned.model.fit_for("H100-80GB").observations] == [1.5]  # there it has one

@@ -70,3 +70,20 @@ def test_learned_peaks_wait_for_a_learned_fit(catalog: dict[str, TaskType], four
     vouched.know.interference = type(day1.know.interference)({"a100-40gb": learned})
     assert vouched._vouched()  # once the fit is learned, the peaks count
     assert all("learned peaks" not in vouched._request(a).memory.source for a in t1)
+
+
+def test_a_whole_shared_try_is_timed_against_runs_alone_on_its_own_gpu_model(catalog: dict[str, TaskType]) -> None:
+    # without progress reports a shared try is timed whole against its type's runs alone: on the
+    # model it shared (an L4 try against H100 runs would read the pair's speed ratio as interference)
+    know = Knowledge(noise=0.0, progress=False)
+    a, b = sorted(catalog)[:2]
+    know.activities[a], know.activities[b] = _est(0.6), _est(0.7)
+    know.ended("s1", catalog[a], 100.0, [TrySegment(100.0, 100.0, ())], "H100-80GB")  # alone on an H100
+    shared = [TrySegment(1_200.0, 100.0, (b,))]
+    know.ended("k1", catalog[a], 1_200.0, shared, "L4")
+    assert know.refit() is None and len(know._unresolved) == 1  # no run alone on an L4 yet: kept
+    know.ended("s2", catalog[a], 400.0, [TrySegment(400.0, 100.0, ())], "L4")  # now one
+    model = know.refit()
+    assert model is not None and know.observations == 1 and not know._unresolved
+    (obs,) = model.fit_for("L4").observations
+    assert abs(obs.stretch - 3.0) < 1e-9  # 1,200 s over 400 s alone there, not over the H100's 100 s

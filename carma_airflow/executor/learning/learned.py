@@ -195,6 +195,19 @@ class Learned:
         runs = self._solo.get((dag_id, task_id))
         return statistics.median(runs) if runs else None
 
+    def solo_on(self, dag_id: str, task_id: str, gpu_model: str) -> float | None:
+        """The baseline a try of the task that shared a GPU of ``gpu_model`` is timed against: its
+        runs alone there (None where it ran alone only on other models), or, where it never ran
+        alone on any other model, :meth:`solo_seconds`.  Decision (round 55): a whole try on a
+        mixed fleet timed against another model's runs alone put that pair's speed ratio into the
+        interference fit (an L4 try against its H100 runs reads as a stretch of the ratio; the
+        simulator's H100 fit, fed such tries, scattered its residuals by 24)."""
+        kind = f"{dag_id}.{task_id}"
+        models = self.by_model.models_of(kind)
+        if models <= {gpu_model}:
+            return self.solo_seconds(dag_id, task_id)
+        return self.by_model.median(kind, gpu_model)
+
     # -- tries of a run ------------------------------------------------------------------------
     def add_try(self, family: Family, ended: EndedTry) -> None:
         """A try of ``family`` ended.  A success ends the task instance's tries: what is kept of

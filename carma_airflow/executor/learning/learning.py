@@ -120,9 +120,9 @@ def learn_from_success(
         return writes
     if shared_s is not None:
         learned.add_bound(ti.dag_id, ti.task_id, shared_s, gpu_model, shared_alone_s)
-    solo = learned.solo_seconds(ti.dag_id, ti.task_id)
+    solo = learned.solo_on(ti.dag_id, ti.task_id, gpu_model) if gpu_model is not None else None
     if solo is None or gpu_model is None:
-        return writes  # no baseline yet: the stretch of this try is not known
+        return writes  # no baseline yet (on this GPU model): the stretch of this try is not known
     own = learned.activity(ti.dag_id, ti.task_id).sm_activity
     # the task type (its label without the map index) gets its own sensitivity, and the segments
     # name the co-tenants' types (telemetry.py), whose pressure is fitted from it (core/task_terms.py)
