@@ -49,15 +49,19 @@ KEPT = 4096  # kept waits at most (then forgotten, all at once)
 class _Scan:
     """A one-GPU drain walk of a pass (:meth:`DrainPass._drain_one`): the usable GPUs it played,
     not claimed or placed on since, by id and by uuid, with their totals as a heap of (drain plus
-    the try's run there, or the drain; the entry's time and place, which order the walk; facts;
-    drain) (those no longer played leave it when they come up), the last entry of the order it
-    looked at (None: none), and how many of the pass's placements it has replayed."""
+    the try's run there, or the drain; the entry's time and place, which order the walk; the count
+    of entries pushed before it; facts; drain) (those no longer played leave it when they come up),
+    the last entry of the order it looked at (None: none), and how many of the pass's placements
+    it has replayed."""
 
     seen: dict[int, GpuFacts] = field(default_factory=dict)
     by_uuid: dict[str, GpuFacts] = field(default_factory=dict)
-    ranked: list[tuple[float, float, int, GpuFacts, float]] = field(default_factory=list)
+    ranked: list[tuple[float, float, int, int, GpuFacts, float]] = field(default_factory=list)
     last: tuple[float, int] | None = None
     replayed: int = 0
+    # entries pushed, the heap's last key (never equal): a GPU placed on keeps its place and may keep
+    # its time and total, and its stale entry and its new one would otherwise tie up to the facts
+    played: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,10 +307,10 @@ class DrainPass(Pools):
                 self._replay(scan, need, wanted, reserved, run)
             start = 0 if scan.last is None else bisect.bisect_right(order, scan.last, key=itemgetter(0, 1))
         seen, by_uuid, ranked = scan.seen, scan.by_uuid, scan.ranked
-        while ranked and by_uuid.get(ranked[0][3].state.uuid) is not ranked[0][3]:  # claimed or placed on since
+        while ranked and by_uuid.get(ranked[0][4].state.uuid) is not ranked[0][4]:  # claimed or placed on since
             heapq.heappop(ranked)
         # the soonest total played, the first in the order of equal ones (places are unique)
-        best, drain_at, where = (ranked[0][0], ranked[0][4], ranked[0][3]) if ranked else (float("inf"), 0.0, None)
+        best, drain_at, where = (ranked[0][0], ranked[0][5], ranked[0][4]) if ranked else (float("inf"), 0.0, None)
         order_of, k = self._order_of, start
         while k < len(order):
             at, place, f, made = order[k]
@@ -330,7 +334,8 @@ class DrainPass(Pools):
             by_uuid[st.uuid] = f
             drain = drained(f)
             total = drain if run is None else drain + run(st.spec.name)
-            heapq.heappush(ranked, (total, at, place, f, drain))
+            scan.played += 1
+            heapq.heappush(ranked, (total, at, place, scan.played, f, drain))
             if total < best:
                 best, drain_at, where = total, drain, f
         if where is None:
@@ -365,7 +370,8 @@ class DrainPass(Pools):
             total = drain if run is None else drain + run(f.state.spec.name)
             seen[id(f)] = f
             by_uuid[uuid] = f
-            heapq.heappush(scan.ranked, (total, at, place, f, drain))
+            scan.played += 1
+            heapq.heappush(scan.ranked, (total, at, place, scan.played, f, drain))
 
     def _drain_order(self) -> list[Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):

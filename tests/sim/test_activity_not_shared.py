@@ -72,7 +72,7 @@ def test_a_try_whose_progress_timed_no_shared_segment_is_learned_from_its_whole_
     know = Knowledge(noise=0.0, sample_s=10.0)
     know.activities["resnet"] = hinted_activity(0.5)
     know.activities["bert"] = hinted_activity(0.7)
-    know._solo_runs["resnet"] = [100.0]  # its type's run alone, measured earlier
+    know._solo_runs[("resnet", "A100-40GB")] = [100.0]  # its type's run alone there, measured earlier
     segments = [TrySegment(5.0, 5.0, ()), TrySegment(130.0, 95.0, ("bert",))]
     know.ended("r#2", TASK, 135.0, segments, "A100-40GB")  # alone 5 s only: no stretch timed
     (obs,) = know._pending["A100-40GB"]
