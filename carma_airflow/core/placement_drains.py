@@ -64,6 +64,20 @@ class _Scan:
     played: int = 0
 
 
+def _play(
+    scan: _Scan, f: GpuFacts, at: float, place: int, drain: float, run: Callable[[str], float] | None
+) -> tuple[float, float]:
+    """Play a usable GPU into a drain walk (its entry's time ``at`` and ``place``, its drain), the
+    one place a walk's heap entry is made (the walk and :meth:`DrainPass._replay` alike); (its
+    total, its drain)."""
+    total = drain if run is None else drain + run(f.state.spec.name)
+    scan.seen[id(f)] = f
+    scan.by_uuid[f.state.uuid] = f
+    scan.played += 1
+    heapq.heappush(scan.ranked, (total, at, place, scan.played, f, drain))
+    return total, drain
+
+
 @dataclass(frozen=True, slots=True)
 class KeptWait:
     """What a wait by choice rested on (see the module doc)."""
@@ -330,12 +344,7 @@ class DrainPass(Pools):
             k += 1
             if not usable:
                 continue
-            seen[id(f)] = f
-            by_uuid[st.uuid] = f
-            drain = drained(f)
-            total = drain if run is None else drain + run(st.spec.name)
-            scan.played += 1
-            heapq.heappush(ranked, (total, at, place, scan.played, f, drain))
+            total, drain = _play(scan, f, at, place, drained(f), run)
             if total < best:
                 best, drain_at, where = total, drain, f
         if where is None:
@@ -366,12 +375,7 @@ class DrainPass(Pools):
                 if (e[0], e[1]) > last:
                     continue
             at, place, f, _ = e
-            drain = chooser.drained(f)
-            total = drain if run is None else drain + run(f.state.spec.name)
-            seen[id(f)] = f
-            by_uuid[uuid] = f
-            scan.played += 1
-            heapq.heappush(scan.ranked, (total, at, place, scan.played, f, drain))
+            _play(scan, f, at, place, chooser.drained(f), run)
 
     def _drain_order(self) -> list[Drain]:
         """The GPUs with tenants by the earliest they can drain (absolute time, a lower bound):
